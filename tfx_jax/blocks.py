@@ -1,0 +1,156 @@
+"""Transformer layers and stacks: the ``model.norm_position`` axis lives here.
+
+A layer is a list of sublayers F (self-attention, cross-attention, FFN), each
+wrapped in a residual connection whose form is the norm placement (seed 004):
+
+  post      x <- Norm(x + F(x))                     (Vaswani et al. 2017, BERT)
+  pre       x <- x + F(Norm(x)), final Norm          (GPT-2, LLaMA)
+  sandwich  x <- x + Norm(F(Norm(x))), final Norm    (CogView, Ding et al. 2021)
+  deepnorm  x <- Norm(alpha * x + F(x))              (DeepNet, Wang et al. 2022)
+
+Dropout is applied to F(x) before it joins the residual stream (the paper's
+"residual dropout"); for sandwich it is applied after the inner norm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from tfx_jax.layers.attention import Attention
+from tfx_jax.layers.ffn import FeedForward
+
+
+# ------------------------------------------------------------- norm placement
+def _post(x, f, norm, drop, alpha, name):
+  return norm(name=f"{name}_norm")(x + drop(f(x)))
+
+
+def _pre(x, f, norm, drop, alpha, name):
+  return x + drop(f(norm(name=f"{name}_norm")(x)))
+
+
+def _sandwich(x, f, norm, drop, alpha, name):
+  return x + drop(norm(name=f"{name}_post_norm")(f(norm(name=f"{name}_norm")(x))))
+
+
+def _deepnorm(x, f, norm, drop, alpha, name):
+  # DeepNet uses LayerNorm here; with norm_type=rmsnorm this is the RMSNorm variant.
+  return norm(name=f"{name}_norm")(alpha * x + drop(f(x)))
+
+
+_RESIDUALS = {"post": _post, "pre": _pre, "sandwich": _sandwich, "deepnorm": _deepnorm}
+# Placements whose residual stream is un-normalised at the top of the stack.
+_FINAL_NORM = {"post": False, "pre": True, "sandwich": True, "deepnorm": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+  """Resolved (not raw-config) hyper-parameters of one stack's layers."""
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  d_ff: int
+  act: Callable[[jax.Array], jax.Array]
+  gated: bool
+  norm: Callable[..., nn.Module]  # norm_factory(...) partial: norm(name=...)
+  residual: Callable[..., jax.Array]
+  final_norm: bool
+  alpha: float  # DeepNorm residual scale; 1.0 otherwise
+  qk_init: Any
+  vo_gain: float  # DeepNorm beta; 1.0 otherwise
+  vo_distribution: str  # "normal" for DeepNorm (Xavier-normal), else "uniform"
+  use_bias: bool
+  dropout: float
+  attention_dropout: float
+  rope_base: float | None
+  cross_attention: bool
+  dtype: Any
+
+
+def residual_for(norm_position: str):
+  """The one dispatch point of ``model.norm_position``: (residual fn, final norm?)."""
+  return _RESIDUALS[norm_position], _FINAL_NORM[norm_position]
+
+
+class TransformerLayer(nn.Module):
+  """Self-attention, optional cross-attention, FFN; scan-compatible signature."""
+  spec: LayerSpec
+  decode: bool = False
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD, cross_mask,
+               cache_index):
+    s = self.spec
+    drop = lambda y: nn.Dropout(s.dropout)(y, deterministic=self.deterministic)
+
+    def attention(name, rope_base):
+      return Attention(
+          num_heads=s.num_heads, num_kv_heads=s.num_kv_heads, head_dim=s.head_dim,
+          use_bias=s.use_bias, dropout=s.attention_dropout, rope_base=rope_base,
+          qk_init=s.qk_init, vo_gain=s.vo_gain, vo_distribution=s.vo_distribution,
+          decode=self.decode, deterministic=self.deterministic, dtype=s.dtype, name=name)
+
+    self_attn = attention("self_attention", s.rope_base)
+    x_BLD = s.residual(
+        x_BLD, lambda y: self_attn(y, mask=mask, bias=bias, positions_BL=positions_BL,
+                                   cache_index=cache_index),
+        s.norm, drop, s.alpha, "self_attention")
+    if s.cross_attention:
+      cross_attn = attention("cross_attention", None)
+      x_BLD = s.residual(
+          x_BLD, lambda y: cross_attn(y, encoded_BSD, mask=cross_mask),
+          s.norm, drop, s.alpha, "cross_attention")
+    ffn = FeedForward(
+        d_ff=s.d_ff, act=s.act, gated=s.gated, use_bias=s.use_bias, dropout=s.dropout,
+        deterministic=self.deterministic,
+        kernel_init=nn.initializers.variance_scaling(
+            s.vo_gain**2, "fan_avg", s.vo_distribution), dtype=s.dtype, name="ffn")
+    x_BLD = s.residual(x_BLD, ffn, s.norm, drop, s.alpha, "ffn")
+    return x_BLD.astype(s.dtype), None
+
+
+_REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_with_no_batch_dims": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+}
+
+
+class Stack(nn.Module):
+  """``num_layers`` layers (a Python loop or one ``nn.scan``) and the final norm."""
+  spec: LayerSpec
+  num_layers: int
+  scan_layers: bool = False
+  remat: str = "none"
+  decode: bool = False
+  deterministic: bool = True
+
+  @nn.compact
+  def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD=None, cross_mask=None,
+               cache_index=None):
+    layer_cls = TransformerLayer
+    if self.remat != "none":
+      layer_cls = nn.remat(layer_cls, policy=_REMAT_POLICIES[self.remat],
+                           prevent_cse=not self.scan_layers)
+    args = (mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index)
+    if self.scan_layers:
+      scanned = nn.scan(
+          layer_cls, variable_axes={"params": 0, "cache": 0},
+          split_rngs={"params": True, "dropout": True},
+          in_axes=(nn.broadcast,) * len(args), length=self.num_layers,
+          metadata_params={nn.PARTITION_NAME: "layers"})
+      x_BLD, _ = scanned(self.spec, self.decode, self.deterministic, name="layers")(
+          x_BLD, *args)
+    else:
+      for i in range(self.num_layers):
+        x_BLD, _ = layer_cls(self.spec, self.decode, self.deterministic,
+                             name=f"layer_{i}")(x_BLD, *args)
+    if self.spec.final_norm:
+      x_BLD = self.spec.norm(name="final_norm")(x_BLD)
+    return x_BLD

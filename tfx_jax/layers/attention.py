@@ -1,0 +1,141 @@
+"""Multi-head attention: softmax(Q K^T / sqrt(d_k) + bias) V, with GQA/MQA and a KV cache.
+
+Shapes: B batch, L query length, S key length, H query heads, N key/value
+heads (H = N * G), K head dim, D model dim.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from tfx_jax.layers.positions import rope
+
+Initializer = Callable[..., jax.Array]
+
+# A finite "minus infinity": fully masked rows (padding queries) stay finite.
+NEG_INF = -1e9
+
+
+def xavier(gain: float = 1.0, distribution: str = "uniform"):
+  """Xavier/Glorot init with a gain (variance scale gain^2).
+
+  ``DenseGeneral`` initialises its kernel in the flattened 2-D shape
+  (d_model, heads * head_dim), so fans are those of the fused matrix, as in
+  the seed's PyTorch code and DeepNet.
+  """
+  return nn.initializers.variance_scaling(gain**2, "fan_avg", distribution)
+
+
+def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None,
+                          *, dropout_rng=None, dropout: float = 0.0,
+                          deterministic: bool = True, dtype=jnp.float32):
+  """softmax(Q K^T / sqrt(d_k) + bias) V with grouped key/value heads.
+
+  ``mask`` is boolean, True where attention is allowed; ``mask`` and ``bias``
+  broadcast over heads when their head dim is 1. Logits and softmax are float32.
+  """
+  B, L, H, K = q_BLHK.shape
+  N = k_BSNK.shape[2]
+  G = H // N
+  q_BLNGK = q_BLHK.reshape(B, L, N, G, K)
+  logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLNGK, k_BSNK,
+                            preferred_element_type=jnp.float32)
+  logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
+
+  def grouped(x_BhLS):
+    h = x_BhLS.shape[1]
+    if h == 1:
+      return x_BhLS[:, :, None]
+    return x_BhLS.reshape(x_BhLS.shape[0], N, G, *x_BhLS.shape[2:])
+
+  if bias_BhLS is not None:
+    logits_BNGLS = logits_BNGLS + grouped(bias_BhLS).astype(jnp.float32)
+  if mask_BhLS is not None:
+    logits_BNGLS = jnp.where(grouped(mask_BhLS), logits_BNGLS, NEG_INF)
+  probs = jax.nn.softmax(logits_BNGLS, axis=-1)
+  if not deterministic and dropout > 0.0:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout, probs.shape)
+    probs = jnp.where(keep, probs / (1.0 - dropout), 0.0)
+  out_BLNGK = jnp.einsum("bngls,bsnk->blngk", probs.astype(dtype), v_BSNK)
+  return out_BLNGK.reshape(B, L, H, K)
+
+
+class Attention(nn.Module):
+  """Self- or cross-attention with optional RoPE and an optional KV cache.
+
+  In ``decode`` mode (self-attention only) keys and values are written into a
+  cache at ``cache_index`` and the queries attend over the whole cache; the
+  caller's mask hides the slots not yet written. Keys are rotated (RoPE) with
+  their own positions before they are cached.
+  """
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  use_bias: bool = True
+  dropout: float = 0.0
+  rope_base: float | None = None  # None: no RoPE
+  qk_init: Initializer = xavier()
+  vo_gain: float = 1.0
+  vo_distribution: str = "uniform"
+  decode: bool = False
+  deterministic: bool = True
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, positions_BL=None,
+               cache_index=None):
+    D = x_BLD.shape[-1]
+    is_self = kv_BSD is None
+    kv_BSD = x_BLD if is_self else kv_BSD
+
+    def proj(name, heads, init):
+      return nn.DenseGeneral(
+          (heads, self.head_dim), axis=-1, use_bias=self.use_bias, dtype=self.dtype,
+          name=name,
+          kernel_init=nn.with_logical_partitioning(init, ("embed", "heads", "kv")),
+          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
+
+    vo_in = xavier(self.vo_gain, self.vo_distribution)
+    q = proj("query", self.num_heads, self.qk_init)(x_BLD)
+    k = proj("key", self.num_kv_heads, self.qk_init)(kv_BSD)
+    v = proj("value", self.num_kv_heads, vo_in)(kv_BSD)
+    if self.rope_base is not None:
+      q = rope(q, positions_BL, self.rope_base)
+      k = rope(k, positions_BL, self.rope_base)
+
+    if self.decode and is_self:
+      k, v = self._update_cache(k, v, cache_index)
+
+    dropout_rng = None
+    if not self.deterministic and self.dropout > 0.0:
+      dropout_rng = self.make_rng("dropout")
+    out_BLHK = dot_product_attention(
+        q, k, v, mask, bias, dropout_rng=dropout_rng, dropout=self.dropout,
+        deterministic=self.deterministic, dtype=self.dtype)
+    return nn.DenseGeneral(
+        D, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype, name="out",
+        kernel_init=nn.with_logical_partitioning(
+            xavier(self.vo_gain, self.vo_distribution),
+            ("heads", "kv", "embed")),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+    )(out_BLHK)
+
+  def _update_cache(self, k_BLNK, v_BLNK, cache_index):
+    """Writes the new keys/values at ``cache_index``; returns the whole cache.
+
+    On the initialising call (``cache_index`` None) the cache is created with
+    the input's length as its capacity and the inputs are used as they are.
+    """
+    ck = self.variable("cache", "cached_key", jnp.zeros, k_BLNK.shape, k_BLNK.dtype)
+    cv = self.variable("cache", "cached_value", jnp.zeros, v_BLNK.shape, v_BLNK.dtype)
+    if cache_index is None:
+      return k_BLNK, v_BLNK
+    ck.value = jax.lax.dynamic_update_slice(ck.value, k_BLNK.astype(ck.value.dtype),
+                                            (0, cache_index, 0, 0))
+    cv.value = jax.lax.dynamic_update_slice(cv.value, v_BLNK.astype(cv.value.dtype),
+                                            (0, cache_index, 0, 0))
+    return ck.value, cv.value

@@ -1,0 +1,64 @@
+"""Position-wise feed-forward networks (the ``model.activation`` axis).
+
+Plain:  FFN(x) = act(x W1 + b1) W2 + b2              (seed formula 2.4)
+Gated:  FFN(x) = (act(x W) * (x V)) W2               (Shazeer 2020, "GLU variants")
+        glu = sigmoid, reglu = relu, geglu = gelu, swiglu = swish, bilinear = identity.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from tfx_jax.model_config import GATED_ACTIVATIONS, Activation
+
+Initializer = Callable[..., jax.Array]
+
+# GELU: the exact erf form (Hendrycks & Gimpel 2016), as BERT and T5's GeGLU
+# ablation use; Swish with beta = 1 (= SiLU), as in SwiGLU and LLaMA.
+_ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "relu": jax.nn.relu,
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "swish": jax.nn.silu,
+    "glu": jax.nn.sigmoid,
+    "reglu": jax.nn.relu,
+    "geglu": lambda x: jax.nn.gelu(x, approximate=False),
+    "swiglu": jax.nn.silu,
+    "bilinear": lambda x: x,
+}
+
+
+def activation_fn(activation: Activation) -> tuple[Callable[[jax.Array], jax.Array], bool]:
+  """The one dispatch point of ``model.activation``: (function, gated?)."""
+  return _ACTIVATIONS[activation], activation in GATED_ACTIVATIONS
+
+
+class FeedForward(nn.Module):
+  """Plain or gated FFN; which one is decided by ``gated``."""
+  d_ff: int
+  act: Callable[[jax.Array], jax.Array]
+  gated: bool
+  use_bias: bool = True
+  dropout: float = 0.0
+  deterministic: bool = True
+  kernel_init: Initializer = nn.initializers.xavier_uniform()
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BLD):
+    d = x_BLD.shape[-1]
+
+    def dense(features, axes, name, use_bias):
+      return nn.Dense(
+          features, use_bias=use_bias, dtype=self.dtype, name=name,
+          kernel_init=nn.with_logical_partitioning(self.kernel_init, axes),
+          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]))
+
+    h_BLF = self.act(dense(self.d_ff, ("embed", "mlp"), "wi", self.use_bias)(x_BLD))
+    if self.gated:
+      h_BLF = h_BLF * dense(self.d_ff, ("embed", "mlp"), "wv", self.use_bias)(x_BLD)
+    h_BLF = nn.Dropout(self.dropout)(h_BLF, deterministic=self.deterministic)
+    return dense(d, ("mlp", "embed"), "wo", self.use_bias)(h_BLF)

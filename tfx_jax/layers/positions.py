@@ -1,0 +1,152 @@
+"""Position schemes (the ``model.position`` axis).
+
+Absolute schemes add a vector to the token embeddings (sinusoidal, learned);
+relative schemes act inside attention: RoPE rotates queries and keys, T5 and
+ALiBi add a per-head bias to the attention logits. The bias functions take
+query and key *positions* (not lengths), so the same code serves training
+(positions within each packed segment) and cached decoding (the query at the
+cache index against every cache slot).
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+# ---------------------------------------------------------------- sinusoidal
+def sinusoidal(positions_BL: jax.Array, d: int) -> jax.Array:
+  """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+
+  Vaswani et al. 2017, section 3.5, interleaved as in the paper (even
+  dimensions sine, odd cosine). The seed text prints a factor 2 in front of
+  sin/cos; the paper has none and the seed's own code and remarks (values in
+  [-1, 1]) agree with the paper, so we follow the paper. Computed from the
+  positions, so it is defined for any length (length extrapolation).
+  """
+  i = jnp.arange(d // 2, dtype=jnp.float32)
+  inv_freq = jnp.exp(-(2.0 * i / d) * math.log(10000.0))
+  angle_BLH = positions_BL[..., None].astype(jnp.float32) * inv_freq
+  pe = jnp.stack([jnp.sin(angle_BLH), jnp.cos(angle_BLH)], axis=-1)
+  pe = pe.reshape(*positions_BL.shape, 2 * (d // 2))
+  if d % 2:  # odd width: the last (sine) column has no cosine partner
+    pe = jnp.concatenate([pe, jnp.sin(positions_BL[..., None] * 0.0)], -1)
+  return pe
+
+
+class LearnedPositions(nn.Module):
+  """A learned absolute table of ``max_len`` rows (GPT, BERT)."""
+  max_len: int
+  d_model: int
+
+  @nn.compact
+  def __call__(self, positions_BL):
+    table = self.param(
+        "embedding",
+        nn.with_logical_partitioning(nn.initializers.normal(0.02), ("max_len", "embed")),
+        (self.max_len, self.d_model))
+    return jnp.take(table, positions_BL, axis=0)
+
+
+# ---------------------------------------------------------------------- RoPE
+def rope(x_BLHK: jax.Array, positions_BL: jax.Array, base: float) -> jax.Array:
+  """Rotary embedding (Su et al. 2021) on queries or keys, per head.
+
+  Pair i of the head dimension is rotated by angle t * theta_i with
+  theta_i = base^(-2i/d). We use the half-split layout, pairing (x_i, x_{i+d/2})
+  ("rotate_half"), as the HF LLaMA code of seed 003 does; the interleaved layout
+  of the paper is the same map up to a fixed permutation of the head dimension,
+  so q.k scores are identical.
+  """
+  d = x_BLHK.shape[-1]
+  inv_freq = base ** (-jnp.arange(0, d // 2, dtype=jnp.float32) * 2.0 / d)
+  angle_BLK = positions_BL[..., None].astype(jnp.float32) * inv_freq
+  cos = jnp.cos(angle_BLK)[:, :, None, :]
+  sin = jnp.sin(angle_BLK)[:, :, None, :]
+  x = x_BLHK.astype(jnp.float32)
+  x1, x2 = x[..., : d // 2], x[..., d // 2:]
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_BLHK.dtype)
+
+
+# --------------------------------------------------------------------- ALiBi
+def alibi_slopes(num_heads: int) -> np.ndarray:
+  """Head slopes of ALiBi (Press et al. 2022).
+
+  For n a power of two: m_k = 2^(-8k/n), k = 1..n. Otherwise the paper's rule:
+  the slopes of the largest power of two p < n, then every other slope of the
+  2p list until there are n.
+  """
+  def power_of_two(n):
+    return [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+
+  if num_heads & (num_heads - 1) == 0:
+    return np.asarray(power_of_two(num_heads), np.float32)
+  p = 2 ** int(math.floor(math.log2(num_heads)))
+  extra = power_of_two(2 * p)[0::2][: num_heads - p]
+  return np.asarray(power_of_two(p) + extra, np.float32)
+
+
+def alibi_bias(q_pos_BQ, k_pos_BK, num_heads: int) -> jax.Array:
+  """-m_h * |i - j|, shape [B, H, Q, K].
+
+  The paper defines the causal case, -m_h * (i - j) for j <= i; future keys are
+  masked anyway, so |i - j| gives the same logits there. For bidirectional
+  encoders (not covered by the paper) the symmetric distance is the usual
+  extension.
+  """
+  m_H = jnp.asarray(alibi_slopes(num_heads))
+  dist_BQK = jnp.abs(q_pos_BQ[:, :, None] - k_pos_BK[:, None, :]).astype(jnp.float32)
+  return -m_H[None, :, None, None] * dist_BQK[:, None]
+
+
+# ------------------------------------------------------------ T5 relative bias
+def t5_bucket(relative_position, *, bidirectional: bool, num_buckets: int = 32,
+              max_distance: int = 128):
+  """T5's bucket of ``relative_position = key_pos - query_pos`` (Raffel et al. 2020).
+
+  n = query_pos - key_pos. Bidirectional: half the buckets for each sign (n < 0
+  adds num_buckets/2), then |n|. Causal: n = max(n, 0). Below max_exact = B/2
+  every distance has its own bucket; above, buckets grow logarithmically up to
+  ``max_distance``, and everything further shares the last bucket.
+  """
+  ret = 0
+  n = -relative_position
+  if bidirectional:
+    num_buckets //= 2
+    ret = ret + (n < 0).astype(jnp.int32) * num_buckets
+    n = jnp.abs(n)
+  else:
+    n = jnp.maximum(n, 0)
+  max_exact = num_buckets // 2
+  is_small = n < max_exact
+  # n / max_exact >= 1 where used; guard log(0) in the discarded branch.
+  large = max_exact + (
+      jnp.log(jnp.maximum(n, 1).astype(jnp.float32) / max_exact)
+      / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+  ).astype(jnp.int32)
+  large = jnp.minimum(large, num_buckets - 1)
+  return ret + jnp.where(is_small, n, large)
+
+
+class T5RelativeBias(nn.Module):
+  """One learned scalar per (bucket, head), shared by all layers of a stack."""
+  num_heads: int
+  bidirectional: bool
+  num_buckets: int = 32
+  max_distance: int = 128
+
+  @nn.compact
+  def __call__(self, q_pos_BQ, k_pos_BK):
+    table = self.param(
+        "rel_embedding",
+        nn.with_logical_partitioning(nn.initializers.normal(1.0), ("relpos_buckets", "heads")),
+        (self.num_buckets, self.num_heads))
+    bucket_BQK = t5_bucket(
+        k_pos_BK[:, None, :] - q_pos_BQ[:, :, None], bidirectional=self.bidirectional,
+        num_buckets=self.num_buckets, max_distance=self.max_distance)
+    return jnp.take(table, bucket_BQK, axis=0).transpose(0, 3, 1, 2)  # [B, H, Q, K]

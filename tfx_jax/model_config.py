@@ -1,0 +1,245 @@
+"""The validated model configuration: one frozen dataclass, checked once.
+
+Flow: ``configs/*.py`` (a locked ``ConfigDict``) -> :func:`model_config_from_dict`
+-> :class:`ModelConfig` -> Linen modules. Every ablation axis is a ``Literal``
+field validated here, before anything is traced or compiled; layers receive the
+resolved values (constants, callables), never the config strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Literal, Mapping, get_args
+
+Family = Literal["encoder_decoder", "decoder_only", "encoder_only"]
+NormPosition = Literal["post", "pre", "sandwich", "deepnorm"]
+NormType = Literal["layernorm", "rmsnorm"]
+Activation = Literal["relu", "gelu", "swish", "glu", "reglu", "geglu", "swiglu", "bilinear"]
+Position = Literal["sinusoidal", "learned", "t5_bias", "rope", "alibi", "none"]
+Remat = Literal["none", "full", "dots", "dots_with_no_batch_dims", "minimal"]
+DType = Literal["float32", "bfloat16"]
+
+GATED_ACTIVATIONS = ("glu", "reglu", "geglu", "swiglu", "bilinear")
+
+
+class ConfigError(ValueError):
+  """Bad user input: names the field, the value and the valid choices."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Everything the model code needs, validated. See ``configs/`` for defaults."""
+
+  family: Family = "decoder_only"
+  norm_position: NormPosition = "pre"
+  norm_type: NormType = "layernorm"
+  activation: Activation = "gelu"
+  position: Position = "learned"
+  num_layers: int = 2
+  num_encoder_layers: int = 0  # encoder_decoder only; 0 = num_layers
+  num_decoder_layers: int = 0  # encoder_decoder only; 0 = num_layers
+  d_model: int = 64
+  num_heads: int = 4
+  num_kv_heads: int = 0  # 0 = num_heads (multi-head); 1 = MQA; else GQA
+  d_ff: int = 0  # 0 = 4 * d_model, scaled by 2/3 for gated activations
+  ff_multiple_of: int = 8  # gated d_ff is rounded up to this (LLaMA: 256)
+  dropout: float = 0.0
+  attention_dropout: float = 0.0
+  vocab_size: int = 256
+  max_len: int = 512
+  tie_embeddings: bool = True
+  use_bias: bool = True
+  norm_eps: float = 1e-6
+  rope_base: float = 10000.0
+  t5_num_buckets: int = 32
+  t5_max_distance: int = 128
+  num_classes: int = 0  # > 0 adds a classification head
+  scan_layers: bool = False
+  remat: Remat = "none"
+  dtype: DType = "float32"  # compute dtype; params stay float32
+
+  # ---- derived quantities -------------------------------------------------
+  @property
+  def head_dim(self) -> int:
+    return self.d_model // self.num_heads
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_kv_heads or self.num_heads
+
+  @property
+  def gated(self) -> bool:
+    return self.activation in GATED_ACTIVATIONS
+
+  @property
+  def ffn_dim(self) -> int:
+    """Hidden size of the FFN.
+
+    Gated variants (Shazeer 2020) have three matrices instead of two, so the
+    default hidden size is 2/3 of the plain one (parameter counts match),
+    rounded up to ``ff_multiple_of`` as LLaMA does (multiple of 256:
+    4096 -> 11008). An explicit ``d_ff`` is used as given.
+    """
+    if self.d_ff:
+      return self.d_ff
+    hidden = 4 * self.d_model
+    if self.gated:
+      hidden = int(2 * hidden / 3)
+      m = self.ff_multiple_of
+      hidden = m * ((hidden + m - 1) // m)
+    return hidden
+
+  @property
+  def encoder_layers(self) -> int:
+    return self.num_encoder_layers or self.num_layers
+
+  @property
+  def decoder_layers(self) -> int:
+    return self.num_decoder_layers or self.num_layers
+
+  @property
+  def embed_scale(self) -> float:
+    # Vaswani et al. 2017, section 3.4: embeddings are multiplied by
+    # sqrt(d_model) before the sinusoidal table is added.
+    return math.sqrt(self.d_model) if self.position == "sinusoidal" else 1.0
+
+
+def deepnorm_constants(family: str, num_encoder_layers: int,
+                       num_decoder_layers: int) -> dict[str, tuple[float, float]]:
+  """DeepNorm (alpha, beta) per stack, from DeepNet (Wang et al. 2022), Table 1.
+
+  encoder-only / decoder-only with N layers: alpha = (2N)^(1/4), beta = (8N)^(-1/4).
+  encoder-decoder with N encoder and M decoder layers:
+    encoder alpha = 0.81 (N^4 M)^(1/16), beta = 0.87 (N^4 M)^(-1/16);
+    decoder alpha = (3M)^(1/4),          beta = (12M)^(-1/4).
+  Returns ``{"encoder": (alpha, beta), "decoder": (alpha, beta)}`` for the
+  stacks the family has.
+  """
+  n, m = num_encoder_layers, num_decoder_layers
+  if family == "encoder_decoder":
+    return {
+        "encoder": (0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)),
+        "decoder": ((3 * m) ** (1 / 4), (12 * m) ** (-1 / 4)),
+    }
+  if family == "encoder_only":
+    return {"encoder": ((2 * n) ** (1 / 4), (8 * n) ** (-1 / 4))}
+  return {"decoder": ((2 * m) ** (1 / 4), (8 * m) ** (-1 / 4))}
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
+
+
+def _choices(field: str) -> tuple[str, ...] | None:
+  return {
+      "family": get_args(Family), "norm_position": get_args(NormPosition),
+      "norm_type": get_args(NormType), "activation": get_args(Activation),
+      "position": get_args(Position), "remat": get_args(Remat),
+      "dtype": get_args(DType),
+  }.get(field)
+
+
+def _check_type(name: str, value: Any) -> Any:
+  default = _FIELDS[name].default
+  kind = type(default)
+  if kind is bool:
+    if not isinstance(value, bool):
+      raise ConfigError(f"model.{name} must be true or false, got {value!r}.")
+  elif kind is int:
+    if isinstance(value, bool) or not isinstance(value, int):
+      raise ConfigError(f"model.{name} must be an integer, got {value!r}.")
+  elif kind is float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      raise ConfigError(f"model.{name} must be a number, got {value!r}.")
+    value = float(value)
+    if not math.isfinite(value):
+      raise ConfigError(f"model.{name} must be finite, got {value!r}.")
+  elif kind is str:
+    choices = _choices(name)
+    if value not in choices:
+      raise ConfigError(
+          f"model.{name}={value!r} is not a valid choice; choose one of: "
+          f"{', '.join(choices)}.")
+  return value
+
+
+def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
+  """Checks cross-field constraints; returns ``cfg`` unchanged if valid."""
+
+  def positive(name, allow_zero=False):
+    v = getattr(cfg, name)
+    if v < 0 or (v == 0 and not allow_zero):
+      raise ConfigError(
+          f"model.{name} must be {'>= 0' if allow_zero else '> 0'}, got {v}.")
+
+  for name in ("num_layers", "d_model", "num_heads", "vocab_size", "max_len",
+               "ff_multiple_of", "t5_num_buckets", "t5_max_distance"):
+    positive(name)
+  for name in ("num_encoder_layers", "num_decoder_layers", "num_kv_heads", "d_ff",
+               "num_classes"):
+    positive(name, allow_zero=True)
+  for name in ("dropout", "attention_dropout"):
+    v = getattr(cfg, name)
+    if not 0.0 <= v < 1.0:
+      raise ConfigError(f"model.{name} must be in [0, 1), got {v}.")
+  if cfg.norm_eps <= 0:
+    raise ConfigError(f"model.norm_eps must be > 0, got {cfg.norm_eps}.")
+  if cfg.rope_base <= 1:
+    raise ConfigError(f"model.rope_base must be > 1, got {cfg.rope_base}.")
+  if cfg.d_model % cfg.num_heads:
+    raise ConfigError(
+        f"model.d_model={cfg.d_model} is not divisible by model.num_heads="
+        f"{cfg.num_heads}; choose num_heads among the divisors of d_model.")
+  if cfg.num_heads % cfg.kv_heads:
+    raise ConfigError(
+        f"model.num_kv_heads={cfg.num_kv_heads} does not divide model.num_heads="
+        f"{cfg.num_heads}; use a divisor of num_heads (1 = multi-query, "
+        f"{cfg.num_heads} or 0 = multi-head).")
+  if cfg.position == "rope" and cfg.head_dim % 2:
+    raise ConfigError(
+        f"model.position='rope' needs an even head dimension, but d_model/num_heads"
+        f" = {cfg.d_model}/{cfg.num_heads} = {cfg.head_dim}.")
+  if cfg.position == "t5_bias" and cfg.t5_num_buckets < 4:
+    raise ConfigError(
+        f"model.t5_num_buckets must be >= 4, got {cfg.t5_num_buckets}.")
+  if cfg.family != "encoder_decoder" and (cfg.num_encoder_layers or
+                                           cfg.num_decoder_layers):
+    raise ConfigError(
+        "model.num_encoder_layers / model.num_decoder_layers apply to "
+        f"family='encoder_decoder' only (family is {cfg.family!r}); "
+        "set model.num_layers instead.")
+  if cfg.family == "encoder_decoder" and cfg.num_classes:
+    raise ConfigError(
+        "model.num_classes (a classification head) is available for "
+        "family='decoder_only' and 'encoder_only', not 'encoder_decoder'.")
+  if seq_len is not None and cfg.position == "learned" and seq_len > cfg.max_len:
+    raise ConfigError(
+        f"sequence length {seq_len} is longer than model.max_len={cfg.max_len}, "
+        "which learned absolute positions cannot represent; raise model.max_len "
+        "or use a relative scheme (model.position = rope, alibi, t5_bias).")
+  return cfg
+
+
+def model_config_from_dict(d: Mapping[str, Any] | Any, *,
+                           seq_len: int | None = None) -> ModelConfig:
+  """Builds and validates a :class:`ModelConfig` from ``config.model``.
+
+  Raises :class:`ConfigError` naming the field, the value and the valid
+  choices for unknown keys, wrong types, out-of-range values and incompatible
+  combinations. Nothing is traced or compiled here.
+  """
+  if hasattr(d, "to_dict"):
+    d = d.to_dict()
+  values = {}
+  for key, value in dict(d).items():
+    if key not in _FIELDS:
+      import difflib
+      close = difflib.get_close_matches(key, _FIELDS, n=1)
+      hint = f" Did you mean {close[0]!r}?" if close else ""
+      raise ConfigError(
+          f"model.{key} is not a model field.{hint} Valid fields: "
+          f"{', '.join(sorted(_FIELDS))}.")
+    if value is None:  # an unset placeholder: keep the default
+      continue
+    values[key] = _check_type(key, value)
+  return validate(ModelConfig(**values), seq_len=seq_len)

@@ -1,0 +1,355 @@
+"""The three Transformer families as Flax Linen modules.
+
+``build_model(cfg, deterministic=..., decode=...)`` is the entry point. Train,
+eval and decode modules of one config share the same parameter tree; they only
+differ in the ``deterministic`` (dropout off) and ``use_cache`` (KV cache) flags,
+as in the Flax WMT example.
+
+Inputs follow the batch contract: int32 token ids with 0 = padding,
+``segment_ids`` (0 = padding, 1..k = packed document) and ``positions``
+(index within the document). Every family returns a dict with ``logits``
+[B, L, V] (the seed's Generator returns log_softmax of these; we keep logits
+and take log_softmax in the loss / decoder), plus ``class_logits`` [B, C] when
+``num_classes > 0``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from tfx_jax.blocks import LayerSpec, Stack, residual_for
+from tfx_jax.layers.attention import xavier
+from tfx_jax.layers.ffn import activation_fn
+from tfx_jax.layers.norms import norm_factory
+from tfx_jax.layers.positions import (LearnedPositions, T5RelativeBias, alibi_bias,
+                                      sinusoidal)
+from tfx_jax.model_config import ModelConfig, deepnorm_constants
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionScheme:
+  """``model.position`` resolved once: what goes where."""
+  absolute: str | None  # "sinusoidal" | "learned" | None: added to embeddings
+  rope_base: float | None  # rotate q/k inside attention
+  bias: str | None  # "t5" | "alibi" | None: added to attention logits
+
+
+def position_scheme(cfg: ModelConfig) -> PositionScheme:
+  """The one dispatch point of ``model.position``."""
+  return {
+      "sinusoidal": PositionScheme("sinusoidal", None, None),
+      "learned": PositionScheme("learned", None, None),
+      "rope": PositionScheme(None, cfg.rope_base, None),
+      "t5_bias": PositionScheme(None, None, "t5"),
+      "alibi": PositionScheme(None, None, "alibi"),
+      "none": PositionScheme(None, None, None),
+  }[cfg.position]
+
+
+def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerSpec:
+  """Resolves the config into the hyper-parameters of one stack's layers."""
+  act, gated = activation_fn(cfg.activation)
+  residual, final_norm = residual_for(cfg.norm_position)
+  alpha, beta, dist = 1.0, 1.0, "uniform"  # Xavier-uniform, as in the seed code
+  qk_init = xavier(1.0, "uniform")
+  if cfg.norm_position == "deepnorm":
+    alpha, beta = deepnorm_constants(cfg.family, cfg.encoder_layers,
+                                     cfg.decoder_layers)[stack]
+    # DeepNet: Xavier-normal, gain beta on FFN / value / output, gain 1 on q, k.
+    dist = "normal"
+    qk_init = xavier(1.0, "normal")
+  return LayerSpec(
+      num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+      d_ff=cfg.ffn_dim, act=act, gated=gated,
+      norm=norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype]),
+      residual=residual, final_norm=final_norm, alpha=alpha, qk_init=qk_init,
+      vo_gain=beta, vo_distribution=dist, use_bias=cfg.use_bias, dropout=cfg.dropout,
+      attention_dropout=cfg.attention_dropout, rope_base=position_scheme(cfg).rope_base,
+      cross_attention=cross_attention, dtype=_DTYPES[cfg.dtype])
+
+
+# ------------------------------------------------------------------- helpers
+def attention_mask(q_seg_BL, k_seg_BS, *, causal: bool):
+  """[B, 1, L, S] boolean: same segment, key not padding, and (causal) key <= query."""
+  mask = (q_seg_BL[:, :, None] == k_seg_BS[:, None, :]) & (k_seg_BS[:, None, :] > 0)
+  if causal:
+    L, S = q_seg_BL.shape[1], k_seg_BS.shape[1]
+    mask = mask & (jnp.arange(S)[None, :] <= jnp.arange(L)[:, None])[None]
+  return mask[:, None]
+
+
+def _defaults(inputs_BL, segment_ids, positions):
+  B, L = inputs_BL.shape
+  if segment_ids is None:
+    segment_ids = jnp.ones((B, L), jnp.int32)
+  if positions is None:
+    positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+  return segment_ids, positions
+
+
+class DecodeIndex(nn.Module):
+  """Where the next tokens go in the KV cache (a ``cache`` variable).
+
+  The initialising call (``model.init`` with decode=True and inputs as long as
+  the cache should be) creates the cache and returns ``(None, capacity)``;
+  later calls return ``(index, capacity)`` and advance the index.
+  """
+
+  @nn.compact
+  def __call__(self, length: int):
+    initialized = self.has_variable("cache", "index")
+    index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+    # Only the shape of this marker is used: it records the cache capacity.
+    marker = self.variable("cache", "capacity", lambda: jnp.zeros((length,), jnp.int8))
+    if not initialized:
+      return None, length
+    i = index.value
+    index.value = i + length
+    return i, marker.value.shape[0]
+
+
+class _Family(nn.Module):
+  """Shared pieces: embeddings, absolute positions, relative biases, output."""
+  cfg: ModelConfig
+  deterministic: bool = True
+  use_cache: bool = False  # decode with a KV cache
+
+  def _make_embedder(self):
+    cfg = self.cfg
+    return nn.Embed(
+        cfg.vocab_size, cfg.d_model, dtype=_DTYPES[cfg.dtype], name="embedding",
+        embedding_init=nn.with_logical_partitioning(
+            nn.initializers.xavier_uniform(), ("vocab", "embed")))
+
+  def _make_positions(self, name):
+    if position_scheme(self.cfg).absolute == "learned":
+      return LearnedPositions(self.cfg.max_len, self.cfg.d_model, name=name)
+    return None
+
+  def _make_bias(self, name, *, bidirectional):
+    cfg = self.cfg
+    if position_scheme(cfg).bias == "t5":
+      return T5RelativeBias(cfg.num_heads, bidirectional, cfg.t5_num_buckets,
+                            cfg.t5_max_distance, name=name)
+    return None
+
+  def _embed(self, ids_BL, positions_BL, learned):
+    cfg = self.cfg
+    x = self.embedding(ids_BL) * cfg.embed_scale
+    kind = position_scheme(cfg).absolute
+    if kind == "sinusoidal":
+      x = x + sinusoidal(positions_BL, cfg.d_model)
+    elif kind == "learned":
+      x = x + learned(positions_BL)
+    x = x.astype(_DTYPES[cfg.dtype])
+    return self.embed_dropout(x, deterministic=self.deterministic)
+
+  def _bias(self, t5, q_pos_BL, k_pos_BS):
+    kind = position_scheme(self.cfg).bias
+    if kind == "t5":
+      return t5(q_pos_BL, k_pos_BS)
+    if kind == "alibi":
+      return alibi_bias(q_pos_BL, k_pos_BS, self.cfg.num_heads)
+    return None
+
+  def _causal_inputs(self, ids_BL, segment_ids, positions, t5):
+    """Mask, bias, positions and cache index of a causal (decoder) stack."""
+    segment_ids, positions = _defaults(ids_BL, segment_ids, positions)
+    index = None
+    if self.use_cache:
+      index, capacity = self.decode_index(ids_BL.shape[1])
+    if index is None:
+      mask = attention_mask(segment_ids, segment_ids, causal=True)
+      return mask, self._bias(t5, positions, positions), positions, None
+    B, L = ids_BL.shape
+    positions = jnp.broadcast_to(index + jnp.arange(L, dtype=jnp.int32), (B, L))
+    k_pos = jnp.broadcast_to(jnp.arange(capacity, dtype=jnp.int32), (B, capacity))
+    mask = (k_pos[:, None, :] <= positions[:, :, None])[:, None]
+    return mask, self._bias(t5, positions, k_pos), positions, index
+
+  def _setup_common(self):
+    """Token embedding, embedding dropout and (untied) output projection."""
+    cfg = self.cfg
+    self.embedding = self._make_embedder()
+    self.embed_dropout = nn.Dropout(cfg.dropout)
+    if not cfg.tie_embeddings:
+      self.output = nn.Dense(
+          cfg.vocab_size, use_bias=False, dtype=_DTYPES[cfg.dtype],
+          kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
+                                                   ("embed", "vocab")))
+
+  def _logits(self, x_BLD):
+    """Final projection to the vocabulary: tied (x E^T) or its own matrix."""
+    if self.cfg.tie_embeddings:
+      return self.embedding.attend(x_BLD).astype(jnp.float32)
+    return self.output(x_BLD).astype(jnp.float32)
+
+  def _stack(self, stack, n, *, cross_attention, decode):
+    cfg = self.cfg
+    return Stack(layer_spec(cfg, stack, cross_attention=cross_attention), n,
+                 scan_layers=cfg.scan_layers, remat=cfg.remat, decode=decode,
+                 deterministic=self.deterministic, name=stack)
+
+
+class DecoderOnly(_Family):
+  """GPT / LLaMA: causal LM; optional classification head on the last real token."""
+
+  def setup(self):
+    cfg = self.cfg
+    self._setup_common()
+    self.learned = self._make_positions("positions")
+    self.t5 = self._make_bias("relative_bias", bidirectional=False)
+    self.decoder = self._stack("decoder", cfg.decoder_layers, cross_attention=False,
+                               decode=self.use_cache)
+    self.decode_index = DecodeIndex()
+    if cfg.num_classes:
+      self.classifier = nn.Dense(
+          cfg.num_classes, name="classifier",
+          kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
+                                                   ("embed", "classes")))
+
+  def __call__(self, inputs, segment_ids=None, positions=None):
+    mask, bias, positions, index = self._causal_inputs(inputs, segment_ids, positions,
+                                                       self.t5)
+    x = self._embed(inputs, positions, self.learned)
+    x = self.decoder(x, mask, bias, positions, cache_index=index)
+    out = {"logits": self._logits(x)}
+    if self.cfg.num_classes:
+      seg, _ = _defaults(inputs, segment_ids, None)
+      # GPT-1 fine-tuning: the last real token's final hidden state.
+      last_B = jnp.maximum(jnp.sum(seg > 0, axis=1) - 1, 0)
+      h_BD = jnp.take_along_axis(x, last_B[:, None, None], axis=1)[:, 0]
+      out["class_logits"] = self.classifier(h_BD.astype(jnp.float32))
+    return out
+
+
+class EncoderOnly(_Family):
+  """BERT: bidirectional encoder, masked-LM head, optional classification head."""
+
+  def setup(self):
+    cfg = self.cfg
+    self._setup_common()
+    self.learned = self._make_positions("positions")
+    self.t5 = self._make_bias("relative_bias", bidirectional=True)
+    self.encoder = self._stack("encoder", cfg.encoder_layers, cross_attention=False,
+                               decode=False)
+    norm = norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype])
+    # BERT's embedding LayerNorm: with post-norm the stream is otherwise
+    # un-normalised at the first layer's input.
+    self.embed_norm = norm(name="embed_norm") if cfg.norm_position == "post" else None
+    dense = lambda n, axes, name: nn.Dense(
+        n, dtype=_DTYPES[cfg.dtype], name=name, use_bias=cfg.use_bias,
+        kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(), axes))
+    # BERT's MLM transform: dense + gelu + norm, then the (tied) vocab projection + bias.
+    self.mlm_dense = dense(cfg.d_model, ("embed", "embed_out"), "mlm_dense")
+    self.mlm_norm = norm(name="mlm_norm")
+    self.mlm_bias = self.param("mlm_bias", nn.with_logical_partitioning(
+        nn.initializers.zeros, ("vocab",)), (cfg.vocab_size,))
+    if cfg.num_classes:
+      self.pooler = dense(cfg.d_model, ("embed", "embed_out"), "pooler")
+      self.classifier = nn.Dense(
+          cfg.num_classes, name="classifier",
+          kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
+                                                   ("embed", "classes")))
+
+  def __call__(self, inputs, segment_ids=None, positions=None):
+    cfg = self.cfg
+    segment_ids, positions = _defaults(inputs, segment_ids, positions)
+    mask = attention_mask(segment_ids, segment_ids, causal=False)
+    bias = self._bias(self.t5, positions, positions)
+    x = self._embed(inputs, positions, self.learned)
+    if self.embed_norm is not None:
+      x = self.embed_norm(x)
+    x = self.encoder(x, mask, bias, positions)
+    h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(x), approximate=False))
+    out = {"logits": self._logits(h) + self.mlm_bias}
+    if cfg.num_classes:
+      # BERT's pooler: tanh(dense) of the first token (BOS / [CLS]).
+      pooled = jnp.tanh(self.pooler(x[:, 0]))
+      out["class_logits"] = self.classifier(pooled.astype(jnp.float32))
+    return out
+
+
+class EncoderDecoder(_Family):
+  """The original Transformer; ``encode`` and ``decode`` are callable on their own.
+
+  One shared vocabulary: the encoder and decoder share the input embedding;
+  ``tie_embeddings`` also ties the output projection to it (the paper's
+  three-way tying).
+  """
+
+  def setup(self):
+    cfg = self.cfg
+    self._setup_common()
+    self.encoder_learned = self._make_positions("encoder_positions")
+    self.decoder_learned = self._make_positions("decoder_positions")
+    self.encoder_t5 = self._make_bias("encoder_relative_bias", bidirectional=True)
+    self.decoder_t5 = self._make_bias("decoder_relative_bias", bidirectional=False)
+    self.encoder = self._stack("encoder", cfg.encoder_layers, cross_attention=False,
+                               decode=False)
+    self.decoder = self._stack("decoder", cfg.decoder_layers, cross_attention=True,
+                               decode=self.use_cache)
+    self.decode_index = DecodeIndex()
+
+  def encode(self, inputs, inputs_segment_ids=None, inputs_positions=None):
+    """Source ids [B, S] -> encoder output [B, S, D]."""
+    if inputs_segment_ids is None:
+      inputs_segment_ids = (inputs > 0).astype(jnp.int32)
+    seg, pos = _defaults(inputs, inputs_segment_ids, inputs_positions)
+    mask = attention_mask(seg, seg, causal=False)
+    bias = self._bias(self.encoder_t5, pos, pos)
+    x = self._embed(inputs, pos, self.encoder_learned)
+    return self.encoder(x, mask, bias, pos)
+
+  def decode(self, decoder_inputs, encoded, inputs_segment_ids,
+             decoder_segment_ids=None, decoder_positions=None):
+    """Target prefix [B, L] attending to ``encoded`` -> {"logits": [B, L, V]}."""
+    mask, bias, pos, index = self._causal_inputs(
+        decoder_inputs, decoder_segment_ids, decoder_positions, self.decoder_t5)
+    B, L = decoder_inputs.shape
+    q_seg = jnp.ones((B, L), jnp.int32) if (decoder_segment_ids is None or
+                                            index is not None) else decoder_segment_ids
+    # Cross-attention: every target position sees every real source token.
+    cross_mask = ((q_seg[:, :, None] > 0) & (inputs_segment_ids[:, None, :] > 0))[:, None]
+    x = self._embed(decoder_inputs, pos, self.decoder_learned)
+    x = self.decoder(x, mask, bias, pos, encoded, cross_mask, index)
+    return {"logits": self._logits(x)}
+
+  def __call__(self, inputs, decoder_inputs, inputs_segment_ids=None,
+               decoder_segment_ids=None, inputs_positions=None, decoder_positions=None):
+    if inputs_segment_ids is None:
+      inputs_segment_ids = (inputs > 0).astype(jnp.int32)
+    encoded = self.encode(inputs, inputs_segment_ids, inputs_positions)
+    return self.decode(decoder_inputs, encoded, inputs_segment_ids, decoder_segment_ids,
+                       decoder_positions)
+
+
+_FAMILIES = {"decoder_only": DecoderOnly, "encoder_only": EncoderOnly,
+             "encoder_decoder": EncoderDecoder}
+
+
+def build_model(cfg: ModelConfig, *, deterministic: bool = True,
+                decode: bool = False) -> nn.Module:
+  """The one dispatch point of ``model.family``."""
+  return _FAMILIES[cfg.family](cfg, deterministic=deterministic, use_cache=decode)
+
+
+def dummy_inputs(cfg: ModelConfig, batch: int = 1, length: int = 8) -> dict:
+  """Keyword inputs of the right structure for ``init`` / ``eval_shape``."""
+  ids = jnp.ones((batch, length), jnp.int32)
+  if cfg.family == "encoder_decoder":
+    return {"inputs": ids, "decoder_inputs": ids}
+  return {"inputs": ids}
+
+
+def init_params(cfg: ModelConfig, rng, batch: int = 1, length: int = 8):
+  """Initialised (boxed, logically-annotated) parameters."""
+  model = build_model(cfg)
+  return model.init({"params": rng}, **dummy_inputs(cfg, batch, length))["params"]
