@@ -66,4 +66,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  from tfx_jax.cli import run_main
+  run_main(main)

@@ -1,0 +1,46 @@
+"""Command line: ``python -m tfx_jax.train --config configs/lm.py:tiny --workdir runs/NAME``.
+
+Any field can be overridden: ``--config.model.activation=swiglu``. Running the
+same command again resumes from the workdir's latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file and preset, e.g. configs/lm.py:tiny.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and logs.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Call jax.distributed.initialize() (multi-host runs).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  import jax
+  from tfx_jax.model_config import ConfigError
+  if _DISTRIBUTED.value:
+    jax.distributed.initialize()
+  logging.set_verbosity(logging.WARNING)
+  from tfx_jax import trainer
+  try:
+    result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  if result.status == "diverged":
+    sys.exit(1)
+
+
+def run():
+  from tfx_jax.cli import run_main
+  run_main(main)
+
+
+if __name__ == "__main__":
+  run()
