@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|train ARGS...}
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+VENV=.venv
+PY="$VENV/bin/python"
+
+usage() {
+  cat >&2 <<'USAGE'
+usage: ./launch.sh COMMAND
+
+  quickstart      set up .venv, build the embedded Shakespeare corpus, train
+                  the tiny language model, evaluate it and sample from it
+  test            set up .venv and run the test suite
+  train ARGS...   python -m tfx_jax.train ARGS... inside .venv
+                  (e.g. --config configs/lm.py:tiny --workdir runs/lm_tiny)
+USAGE
+}
+
+# Creates .venv (reusing packages already installed for the system Python)
+# and installs the project in editable mode with its test extras. The install
+# is redone only when pyproject.toml changes.
+setup_venv() {
+  if [[ ! -x "$PY" ]]; then
+    echo "==> creating $VENV" >&2
+    "${PYTHON:-python3}" -m venv --system-site-packages "$VENV"
+  fi
+  local stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+  if [[ ! -f "$stamp" ]]; then
+    echo "==> installing tfx_jax and its dependencies into $VENV" >&2
+    "$PY" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+    rm -f "$VENV"/.installed-*
+    touch "$stamp"
+  fi
+}
+
+quickstart() {
+  local workdir=runs/quickstart
+  setup_venv
+  echo "==> building the embedded dataset tfx_shakespeare" >&2
+  "$PY" -m tfx_jax.data.prepare --name tfx_shakespeare
+  echo "==> training the tiny language model in $workdir" >&2
+  "$PY" -m tfx_jax.train --config configs/lm.py:tiny --workdir "$workdir"
+  echo "==> evaluating" >&2
+  "$PY" -m tfx_jax.evaluate --workdir "$workdir"
+  echo "==> sampling" >&2
+  "$PY" -m tfx_jax.generate --workdir "$workdir" --prompt "ROMEO:"
+  echo >&2
+  echo "TensorBoard logs: $workdir  (view with: $VENV/bin/tensorboard --logdir $workdir)" >&2
+}
+
+case "${1:-}" in
+  quickstart)
+    quickstart
+    ;;
+  test)
+    shift
+    setup_venv
+    "$PY" -m pytest -q "$@"
+    ;;
+  train)
+    shift
+    setup_venv
+    "$PY" -m tfx_jax.train "$@"
+    ;;
+  -h|--help|help)
+    usage
+    ;;
+  *)
+    usage
+    exit 2
+    ;;
+esac

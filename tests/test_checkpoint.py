@@ -1,0 +1,253 @@
+"""Checkpointer: round trip, retention, damage, incompatibility, atomicity."""
+
+import logging
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from tfx_jax import checkpoint
+
+
+@flax.struct.dataclass
+class State:
+  step: Any
+  params: Any
+  opt_state: Any
+  rng: Any
+
+
+def _state(step, width=4):
+  params = {"dense": {"kernel": jnp.full((3, width), float(step)),
+                      "bias": jnp.arange(width, dtype=jnp.float32)}}
+  opt_state = optax.adam(1e-3).init(params)
+  return State(step=jnp.int32(step), params=params, opt_state=opt_state,
+               rng=jax.random.fold_in(jax.random.key(0), step))
+
+
+def _abstract(state):
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  return jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+      jax.eval_shape(lambda: state))
+
+
+CONFIG = {"model.d_model": 64, "model.num_layers": 2, "data.name": "tiny",
+          "optim.learning_rate": 1e-3, "model.mlp_dims": (8, 8)}
+
+
+def _save_steps(directory, steps, **kwargs):
+  with checkpoint.Checkpointer(directory, **kwargs) as ckpt:
+    for step in steps:
+      ckpt.save(step, _state(step), {"epoch": 0, "position": step}, CONFIG)
+    ckpt.wait()
+    return ckpt.all_steps()
+
+
+def test_round_trip_restores_state_data_and_config(tmp_path):
+  state = _state(7)
+  with checkpoint.Checkpointer(tmp_path) as ckpt:
+    assert ckpt.latest_step() is None
+    assert ckpt.save(7, state, b'{"next_index": 12}', CONFIG)
+    ckpt.wait()
+    assert ckpt.latest_step() == 7
+    abstract = _abstract(state)
+    restored, data_state, config = ckpt.restore(abstract_state=abstract)
+
+  assert isinstance(restored, State)
+  for got, want, target in zip(jax.tree.leaves(restored),
+                               jax.tree.leaves(state),
+                               jax.tree.leaves(abstract)):
+    if jax.dtypes.issubdtype(want.dtype, jax.dtypes.prng_key):
+      got, want = jax.random.key_data(got), jax.random.key_data(want)
+    np.testing.assert_array_equal(got, want)
+    assert got.sharding == target.sharding
+  assert data_state == b'{"next_index": 12}'
+  assert config == {**CONFIG, "model.mlp_dims": [8, 8]}
+
+
+def test_dict_data_state_and_read_config(tmp_path):
+  _save_steps(tmp_path, [1, 2])
+  with checkpoint.Checkpointer(tmp_path) as ckpt:
+    assert ckpt.read_config()["model.d_model"] == 64
+    restored = ckpt.restore(1, _abstract(_state(1)))
+  assert restored.data_state == {"epoch": 0, "position": 1}
+  assert int(restored.state.step) == 1
+
+
+def test_keeps_last_k_and_respects_interval(tmp_path):
+  assert _save_steps(tmp_path, [1, 2, 3, 4], max_to_keep=2) == [3, 4]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["3", "4"]
+  with checkpoint.Checkpointer(tmp_path / "b", save_interval_steps=5) as ckpt:
+    assert not ckpt.save(3, _state(3), None, CONFIG)
+    assert ckpt.save(5, _state(5), None, CONFIG)
+    assert ckpt.save(6, _state(6), None, CONFIG, force=True)
+    assert not ckpt.save(6, _state(6), None, CONFIG, force=True)  # exists
+    ckpt.wait()
+    assert ckpt.all_steps() == [5, 6]
+
+
+def _delete_array_files(step_dir: pathlib.Path):
+  for path in (step_dir / "state").rglob("*"):
+    if path.is_dir() and path.name == "d":
+      shutil.rmtree(path)
+
+
+def _truncate_array_files(step_dir: pathlib.Path):
+  for path in (step_dir / "state").rglob("*"):
+    if path.is_file() and path.parent.name == "d":
+      with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def _delete_state_metadata(step_dir: pathlib.Path):
+  (step_dir / "state" / "_METADATA").unlink()
+
+
+@pytest.mark.parametrize("damage", [_delete_array_files, _truncate_array_files,
+                                    _delete_state_metadata])
+def test_damaged_latest_falls_back_with_warning(tmp_path, caplog, damage):
+  _save_steps(tmp_path, [1, 2, 3])
+  damage(tmp_path / "3")
+  with checkpoint.Checkpointer(tmp_path) as ckpt:
+    with caplog.at_level(logging.WARNING):
+      restored = ckpt.restore(abstract_state=_abstract(_state(3)))
+  assert int(restored.state.step) == 2
+  np.testing.assert_array_equal(restored.state.params["dense"]["kernel"], 2.0)
+  assert restored.data_state == {"epoch": 0, "position": 2}
+  assert "step 3" in caplog.text and "falling back to step 2" in caplog.text
+
+
+def test_explicit_damaged_step_does_not_fall_back(tmp_path):
+  _save_steps(tmp_path, [1, 2])
+  _delete_array_files(tmp_path / "2")
+  with checkpoint.Checkpointer(tmp_path) as ckpt:
+    with pytest.raises(checkpoint.ConfigError, match="no readable checkpoint"):
+      ckpt.restore(2, _abstract(_state(2)))
+    with pytest.raises(checkpoint.ConfigError, match=r"available steps: \[1, 2\]"):
+      ckpt.restore(5, _abstract(_state(2)))
+
+
+def test_interrupted_write_is_ignored(tmp_path):
+  _save_steps(tmp_path, [1, 2])
+  # A save of step 3 killed before finalisation leaves only a tmp directory.
+  partial = tmp_path / "3.orbax-checkpoint-tmp-1700000000000000"
+  shutil.copytree(tmp_path / "2", partial)
+  (partial / "commit_success.txt").unlink()
+  _delete_array_files(partial)
+  with checkpoint.Checkpointer(tmp_path) as ckpt:
+    assert ckpt.latest_step() == 2
+    assert ckpt.all_steps() == [1, 2]
+    restored = ckpt.restore(abstract_state=_abstract(_state(2)))
+    assert int(restored.state.step) == 2
+    # The resumed run can write step 3 for real.
+    assert ckpt.save(3, _state(3), None, CONFIG, force=True)
+    ckpt.wait()
+    assert ckpt.latest_step() == 3
+  assert not partial.exists()
+
+
+_SAVE_FOREVER = textwrap.dedent("""
+    import sys
+    import jax.numpy as jnp
+    from tfx_jax import checkpoint
+    ckpt = checkpoint.Checkpointer(sys.argv[1], max_to_keep=2)
+    for step in range(1, 10_000):
+      state = {"step": jnp.int32(step), "w": jnp.full((512, 1024), float(step))}
+      ckpt.save(step, state, {"position": step}, {"model.d_model": 1024})
+""")
+
+
+def test_kill_during_saves_leaves_a_restorable_checkpoint(tmp_path):
+  child = subprocess.Popen([sys.executable, "-c", _SAVE_FOREVER, str(tmp_path)],
+                           stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 60
+    while not (tmp_path / "2").exists():  # let a few saves finish
+      assert child.poll() is None and time.time() < deadline
+      time.sleep(0.05)
+    time.sleep(0.3)
+  finally:
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+
+  abstract = {"step": jax.ShapeDtypeStruct((), jnp.int32),
+              "w": jax.ShapeDtypeStruct((512, 1024), jnp.float32)}
+  with checkpoint.Checkpointer(tmp_path, max_to_keep=2) as ckpt:
+    assert ckpt.all_steps()
+    state, data_state, _ = ckpt.restore(abstract_state=abstract)
+  step = int(state["step"])
+  assert step >= 2 and data_state == {"position": step}
+  np.testing.assert_array_equal(state["w"], float(step))
+  assert not list(tmp_path.glob("*.orbax-checkpoint-tmp*"))
+
+
+def test_check_compatible_names_every_differing_field():
+  new = {**CONFIG, "model.d_model": 128, "data.name": "wmt",
+         "model.dropout": 0.1, "optim.learning_rate": 5.0}
+  del new["model.num_layers"]
+  with pytest.raises(checkpoint.ConfigError) as error:
+    checkpoint.check_compatible(CONFIG, new, ["model", "data.name"])
+  message = str(error.value)
+  assert "model.d_model: saved 64 -> new 128" in message
+  assert "data.name: saved 'tiny' -> new 'wmt'" in message
+  assert "model.num_layers: saved 2 -> new '<absent>'" in message
+  assert "model.dropout: saved '<absent>' -> new 0.1" in message
+  assert "optim" not in message  # not a checked field
+  # Tuples match their JSON (list) form saved in the checkpoint.
+  checkpoint.check_compatible({"model.mlp_dims": [8, 8]}, CONFIG, ["model.mlp_dims"])
+  checkpoint.check_compatible(CONFIG, {**CONFIG, "optim.learning_rate": 1.0},
+                              ["model.", "data.name"])
+
+
+def test_restore_checks_config_and_shapes_before_reading_arrays(tmp_path):
+  _save_steps(tmp_path, [1])
+  wider = {**CONFIG, "model.d_model": 128}
+  with checkpoint.Checkpointer(tmp_path) as ckpt:
+    with pytest.raises(checkpoint.ConfigError, match="model.d_model"):
+      ckpt.restore(abstract_state=_abstract(_state(1, width=8)),
+                   check_config=lambda saved: checkpoint.check_compatible(
+                       saved, wider, ["model"]))
+    # Without the config check, shapes are still compared, field by field.
+    with pytest.raises(checkpoint.ConfigError) as error:
+      ckpt.restore(abstract_state=_abstract(_state(1, width=8)))
+  assert "params.dense.kernel: saved (3, 4) -> new (3, 8)" in str(error.value)
+  assert "params.dense.bias: saved (4,) -> new (8,)" in str(error.value)
+
+
+def test_unwritable_workdir_is_a_config_error(tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("not a directory")
+  with pytest.raises(checkpoint.ConfigError, match="is not writable"):
+    checkpoint.ensure_writable(blocker / "run")
+  with pytest.raises(checkpoint.ConfigError, match="is not writable"):
+    checkpoint.Checkpointer(blocker / "run" / "checkpoints")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permissions")
+def test_read_only_workdir_is_a_config_error(tmp_path):
+  tmp_path.chmod(0o500)
+  try:
+    with pytest.raises(checkpoint.ConfigError, match="is not writable"):
+      checkpoint.ensure_writable(tmp_path)
+  finally:
+    tmp_path.chmod(0o700)
+
+
+def test_no_checkpoint_is_a_config_error(tmp_path):
+  with checkpoint.Checkpointer(tmp_path) as ckpt:
+    with pytest.raises(checkpoint.ConfigError, match="no checkpoint"):
+      ckpt.restore(abstract_state=_abstract(_state(1)))

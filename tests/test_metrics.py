@@ -1,0 +1,65 @@
+"""Event files written by MetricWriter read back without TensorFlow."""
+
+import ml_collections
+import numpy as np
+import pytest
+
+from tfx_jax import metrics
+
+
+def test_scalars_and_texts_round_trip(tmp_path):
+  with metrics.MetricWriter(tmp_path) as writer:
+    writer.write_scalars(1, {"train/loss": 2.5, "train/lr": np.float32(1e-3)})
+    writer.write_scalars(2, {"train/loss": np.array(2.0)})
+    writer.write_scalars(2, {"eval/loss": 3.25})
+    writer.write_texts(2, {"samples": "to be *or* not"})
+
+  scalars = metrics.read_scalars(tmp_path)
+  assert scalars["train/loss"] == [(1, 2.5), (2, 2.0)]
+  assert scalars["eval/loss"] == [(2, 3.25)]
+  assert scalars["train/lr"] == [(1, pytest.approx(1e-3))]
+  assert metrics.read_texts(tmp_path) == {"samples": [(2, "to be *or* not")]}
+  tags = metrics.read_tags(tmp_path)
+  assert tags["scalars"] == ["eval/loss", "train/loss", "train/lr"]
+  assert tags["texts"] == ["samples"]
+  assert tags["hparams"] == []
+
+
+def test_hparams_are_registered_for_the_dashboard(tmp_path):
+  with metrics.MetricWriter(tmp_path) as writer:
+    writer.write_hparams(
+        {"model.d_model": 64, "model.norm_type": "rms", "optim.lr": 1e-3,
+         "model.tie": True, "data.shape": (2, 3), "model.dropout": None},
+        ["eval/loss", "eval/bleu"])
+    writer.write_scalars(10, {"eval/loss": 1.5})
+
+  tags = metrics.read_tags(tmp_path)
+  assert tags["hparams"] == ["_hparams_/experiment",
+                             "_hparams_/session_start_info"]
+  hparams, metric_names = metrics.read_hparams(tmp_path)
+  assert hparams == {"model.d_model": 64.0, "model.norm_type": "rms",
+                     "optim.lr": 1e-3, "model.tie": True,
+                     "data.shape": "(2, 3)", "model.dropout": "None"}
+  assert metric_names == ["eval/loss", "eval/bleu"]
+  # The metric columns read the run's own curves (no hidden sub-run).
+  assert metrics.read_scalars(tmp_path) == {"eval/loss": [(10, 1.5)]}
+  assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
+
+
+def test_config_text_is_written(tmp_path):
+  config = ml_collections.ConfigDict({"model": {"d_model": 64}, "seed": 0})
+  with metrics.MetricWriter(tmp_path) as writer:
+    writer.write_config_text(config)
+  (step, text), = metrics.read_texts(tmp_path)["config"]
+  assert step == 0
+  assert "d_model: 64" in text and "seed: 0" in text
+
+
+def test_non_chief_writes_nothing(tmp_path):
+  writer = metrics.MetricWriter(tmp_path / "logs", is_chief=False)
+  writer.write_scalars(1, {"loss": 1.0})
+  writer.write_hparams({"a": 1}, ["loss"])
+  writer.flush()
+  writer.close()
+  assert not (tmp_path / "logs").exists()
+

@@ -1,0 +1,249 @@
+"""Learning-rate schedules, optimizers and the label-smoothed loss.
+
+Everything is built from the `optim` section of a run config; the fields read
+are listed in `make_schedule` and `make_optimizer`. Invalid values raise
+`ConfigError` naming the field, the value and the valid choices.
+
+Step convention: optax calls a schedule with `count`, the number of updates
+already applied (0 for the first update). The formulas below are written, as in
+the papers, for a step counted from 1, so every schedule evaluates them at
+`step = count + 1`. The first update therefore gets a small non-zero learning
+rate (e.g. `d_model^-0.5 * warmup^-1.5` for the Transformer schedule) and
+`schedule(warmup_steps - 1)` is the peak, i.e. the rate of update number
+`warmup_steps`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from tfx_jax.model_config import ConfigError
+
+
+OPTIMIZERS = ("adam", "adamw", "adafactor")
+SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+
+# Leaf names that never get weight decay, whatever their rank: with scan over
+# layers a bias or norm scale of shape [D] is stored stacked as [layers, D], so
+# rank alone does not identify them.
+NO_DECAY_NAMES = ("bias", "scale")
+
+
+def _choice(cfg: Any, field: str, choices: tuple[str, ...]) -> str:
+  value = getattr(cfg, field)
+  if value not in choices:
+    raise ConfigError(
+        f"optim.{field}={value!r} is not valid; choose one of {list(choices)}")
+  return value
+
+
+def _check(ok: bool, field: str, value: Any, requirement: str) -> None:
+  if not ok:
+    raise ConfigError(f"optim.{field}={value!r} is not valid: {requirement}")
+
+
+def make_schedule(optim_cfg: Any, *, d_model: int,
+                  num_train_steps: int) -> optax.Schedule:
+  """Returns the learning-rate schedule as a function of optax's update count.
+
+  Fields read: schedule, learning_rate, warmup_steps, scale_by_d_model, and
+  for "cosine" also decay_steps (0 = `num_train_steps`), min_lr_ratio.
+  `d_model` (the model width) is used only with scale_by_d_model;
+  `num_train_steps` (the number of optimizer updates) only by "cosine".
+
+  With `step = count + 1` (see the module docstring) and
+  `peak = learning_rate`:
+
+  - "inverse_sqrt": `peak * min(step / warmup, sqrt(warmup / step))`: linear
+    warmup, then decay with the inverse square root of the step. With
+    `scale_by_d_model` the peak is `learning_rate * d_model^-0.5 *
+    warmup^-0.5`, which makes this exactly the schedule of "Attention Is All
+    You Need" (eq. 3), `lr = d_model^-0.5 * min(step^-0.5, step *
+    warmup^-1.5)`, scaled by `learning_rate` (1.0 in the paper recipe).
+  - "cosine": linear warmup to `peak` over `warmup_steps`, then half-cosine
+    decay to `min_lr_ratio * peak` at step `decay_steps` (default: the last
+    update), constant afterwards.
+  - "constant": linear warmup to `peak` (no warmup if warmup_steps is 0),
+    then constant.
+  """
+  kind = _choice(optim_cfg, "schedule", SCHEDULES)
+  lr = float(optim_cfg.learning_rate)
+  warmup = int(optim_cfg.warmup_steps)
+  _check(lr > 0, "learning_rate", lr, "must be > 0")
+  _check(warmup >= 0, "warmup_steps", warmup, "must be >= 0")
+
+  if optim_cfg.scale_by_d_model:
+    _check(kind == "inverse_sqrt", "scale_by_d_model", True,
+           f"only valid with schedule='inverse_sqrt' (got schedule={kind!r})")
+    d_model = int(d_model)
+    if d_model <= 0:
+      raise ConfigError(f"model.d_model={d_model!r} must be > 0")
+    _check(warmup > 0, "warmup_steps", warmup,
+           "must be > 0 when scale_by_d_model is set")
+    lr = lr * d_model**-0.5 * warmup**-0.5
+
+  def warmup_factor(step):
+    if warmup == 0:
+      return jnp.ones_like(step)
+    return jnp.minimum(step / warmup, 1.0)
+
+  if kind == "inverse_sqrt":
+    _check(warmup > 0, "warmup_steps", warmup,
+           "must be > 0 for schedule='inverse_sqrt'")
+
+    def schedule(count):
+      step = jnp.asarray(count, jnp.float32) + 1.0
+      return lr * jnp.minimum(step / warmup, jnp.sqrt(warmup / step))
+
+  elif kind == "cosine":
+    decay_steps = int(optim_cfg.decay_steps) or int(num_train_steps)
+    min_ratio = float(optim_cfg.min_lr_ratio)
+    _check(decay_steps > warmup, "decay_steps", decay_steps,
+           f"must be > warmup_steps ({warmup}) for schedule='cosine'")
+    _check(0.0 <= min_ratio <= 1.0, "min_lr_ratio", min_ratio,
+           "must be in [0, 1]")
+
+    def schedule(count):
+      step = jnp.asarray(count, jnp.float32) + 1.0
+      progress = jnp.clip((step - warmup) / (decay_steps - warmup), 0.0, 1.0)
+      cosine = 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+      decayed = lr * (min_ratio + (1.0 - min_ratio) * cosine)
+      return jnp.where(step <= warmup, lr * warmup_factor(step), decayed)
+
+  else:  # constant
+
+    def schedule(count):
+      step = jnp.asarray(count, jnp.float32) + 1.0
+      return lr * warmup_factor(step)
+
+  return schedule
+
+
+def decay_mask(params: Any) -> Any:
+  """Pytree of bools: True where weight decay applies.
+
+  Biases and norm scales are excluded: every leaf of rank <= 1 and every leaf
+  whose name is in `NO_DECAY_NAMES` (stacked per-layer copies included).
+  """
+
+  def leaf_name(path) -> str:
+    for key in reversed(path):
+      if isinstance(key, jax.tree_util.DictKey):
+        return str(key.key)
+      if isinstance(key, jax.tree_util.GetAttrKey) and key.name != "value":
+        return key.name
+    return ""
+
+  return jax.tree_util.tree_map_with_path(
+      lambda path, p: jnp.ndim(p) > 1 and leaf_name(path) not in NO_DECAY_NAMES,
+      params)
+
+
+def make_optimizer(optim_cfg: Any, *, d_model: int,
+                   num_train_steps: int) -> optax.GradientTransformation:
+  """Returns clip -> optimizer (-> gradient accumulation) built from config.
+
+  Fields read: optimizer, grad_clip_norm (0 = off), weight_decay,
+  accumulate_steps (1 = off), b1, b2, eps (adam / adamw), plus the schedule
+  fields of `make_schedule` (which also takes `d_model`, `num_train_steps`).
+
+  - "adam": Adam without weight decay (weight_decay must be 0; use "adamw").
+  - "adamw": Adam with decoupled weight decay (Loshchilov & Hutter), masked
+    by `decay_mask`. Note that optax multiplies the decay by the learning
+    rate, as in PyTorch's AdamW.
+  - "adafactor": optax's Adafactor defaults (factored second moments,
+    decay_rate 0.8, update clipping 1.0, step scaled by parameter RMS, no
+    momentum); b1, b2, eps are not used. weight_decay becomes
+    `weight_decay_rate`, masked by `decay_mask`.
+
+  With accumulate_steps = k > 1 the whole chain is wrapped in
+  `optax.MultiSteps`: gradients of k consecutive calls are averaged and
+  applied once, so clipping acts on the averaged gradient and the schedule
+  counts real updates, not micro-batches.
+  """
+  name = _choice(optim_cfg, "optimizer", OPTIMIZERS)
+  schedule = make_schedule(optim_cfg, d_model=d_model,
+                           num_train_steps=num_train_steps)
+  weight_decay = float(optim_cfg.weight_decay)
+  clip = float(optim_cfg.grad_clip_norm)
+  accumulate = int(optim_cfg.accumulate_steps)
+  _check(weight_decay >= 0, "weight_decay", weight_decay, "must be >= 0")
+  _check(clip >= 0, "grad_clip_norm", clip, "must be >= 0 (0 = off)")
+  _check(accumulate >= 1, "accumulate_steps", accumulate,
+         "must be >= 1 (1 = off)")
+
+  if name == "adam":
+    _check(weight_decay == 0, "weight_decay", weight_decay,
+           "optimizer='adam' has no weight decay; use optimizer='adamw' or "
+           "set weight_decay=0.0")
+    opt = optax.adam(schedule, b1=optim_cfg.b1, b2=optim_cfg.b2,
+                     eps=optim_cfg.eps)
+  elif name == "adamw":
+    opt = optax.adamw(schedule, b1=optim_cfg.b1, b2=optim_cfg.b2,
+                      eps=optim_cfg.eps, weight_decay=weight_decay,
+                      mask=decay_mask)
+  else:  # adafactor
+    opt = optax.adafactor(
+        schedule,
+        weight_decay_rate=weight_decay or None,
+        weight_decay_mask=decay_mask if weight_decay else None)
+
+  if clip > 0:
+    opt = optax.chain(optax.clip_by_global_norm(clip), opt)
+  if accumulate > 1:
+    opt = optax.MultiSteps(opt, every_k_schedule=accumulate)
+  return opt
+
+
+def label_smoothed_cross_entropy(
+    logits: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array | None = None,
+    smoothing: float = 0.0,
+    vocab_size: int | None = None,
+) -> tuple[jax.Array, jax.Array]:
+  """Weighted, label-smoothed cross entropy, summed over tokens.
+
+  Args:
+    logits: [..., V] (any float dtype; computed in float32).
+    targets: [...] int ids.
+    weights: [...] float, 0 at padding (None = all ones).
+    smoothing: epsilon of label smoothing, in [0, 1); a Python float (static
+      under jit).
+    vocab_size: number of real tokens when the logits' last axis is padded
+      (e.g. to a multiple of 128); the smoothing mass goes to real tokens
+      only. Defaults to `logits.shape[-1]`.
+
+  Returns:
+    (loss_sum, weight_sum): divide for the mean loss per real token.
+
+  Targets are `1 - smoothing` on the true id and `smoothing / (V - 1)` on each
+  other real id. As in the flax WMT example, the entropy of that target
+  distribution (a constant) is subtracted, so the loss is the KL divergence
+  to the smoothed targets: 0 is attainable and smoothing = 0 gives plain
+  cross entropy (the constant is then 0).
+  """
+  if not 0.0 <= smoothing < 1.0:
+    raise ConfigError(f"label_smoothing={smoothing!r} must be in [0, 1)")
+  padded_vocab = logits.shape[-1]
+  vocab = padded_vocab if vocab_size is None else int(vocab_size)
+  logits = logits.astype(jnp.float32)
+
+  confidence = 1.0 - smoothing
+  low_confidence = smoothing / (vocab - 1)
+  real = (jnp.arange(padded_vocab) < vocab).astype(jnp.float32)
+  one_hot = jax.nn.one_hot(targets, padded_vocab, dtype=jnp.float32)
+  soft_targets = one_hot * confidence + (1.0 - one_hot) * low_confidence * real
+  # Entropy of the soft targets; 0 * log(0) is taken as 0.
+  normalizer = -(confidence * jnp.log(confidence) +
+                 (vocab - 1) * low_confidence * jnp.log(low_confidence + 1e-20))
+
+  loss = optax.softmax_cross_entropy(logits, soft_targets) - normalizer
+  if weights is None:
+    weights = jnp.ones(targets.shape, jnp.float32)
+  weights = weights.astype(jnp.float32)
+  return jnp.sum(loss * weights), jnp.sum(weights)
