@@ -339,6 +339,9 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
     _console(f"Resumed from step {int(state.step)} of {workdir / 'checkpoints'}.")
   else:
     state = setup.init_state()
+    if config.finetune.init_checkpoint:
+      state = load_pretrained(state, config.finetune.init_checkpoint, flat_config,
+                              setup.state_shardings.params)
   if is_chief:
     (workdir / "config.json").write_text(json.dumps(config.to_dict(), indent=2,
                                                     default=str))
@@ -444,6 +447,51 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
              f"TensorBoard logs: {workdir / 'tensorboard'}  "
              f"(view with: tensorboard --logdir {workdir})")
   return RunResult(result_status, step, last_eval)
+
+
+# Model fields that may differ between a pretraining run and its fine-tuning.
+_FINETUNE_FREE = ("model.num_classes", "model.dropout", "model.attention_dropout",
+                  "model.remat", "model.dtype")
+
+
+def load_pretrained(state: TrainState, path: str, flat_config: dict,
+                    param_shardings) -> TrainState:
+  """Starts fine-tuning from another run's latest parameters.
+
+  ``path`` is a run's workdir or its ``checkpoints`` directory. Every
+  parameter of the new model that the checkpoint has (same path and shape) is
+  loaded; the rest (the classification head) keeps its fresh initialisation.
+  The optimizer starts afresh.
+  """
+  root = pathlib.Path(path)
+  directory = root / "checkpoints" if (root / "checkpoints").is_dir() else root
+  if not directory.is_dir():
+    raise ConfigError(f"finetune.init_checkpoint={path!r} is neither a run directory "
+                      "nor a checkpoints directory.")
+  source = ckpt_lib.Checkpointer(directory, max_to_keep=10**6)
+  try:
+    if source.latest_step() is None:
+      raise ConfigError(f"finetune.init_checkpoint={path!r} holds no checkpoint.")
+    saved = source.read_config()
+    fields = [k for k in flat_config if k.startswith("model.") and k not in _FINETUNE_FREE]
+    ckpt_lib.check_compatible(saved, flat_config, fields)
+    restored = source.restore()
+  finally:
+    source.close()
+  pretrained = flax.traverse_util.flatten_dict(restored.state["params"], sep="/")
+  fresh = flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
+  merged, loaded = {}, 0
+  for key, value in fresh.items():
+    old = pretrained.get(key)
+    if old is not None and tuple(old.shape) == tuple(value.shape):
+      merged[key], loaded = np.asarray(old, value.dtype), loaded + 1
+    else:
+      merged[key] = value
+  new_keys = sorted(set(fresh) - set(pretrained))
+  _console(f"Loaded {loaded}/{len(fresh)} parameter arrays from {directory}"
+           + (f"; new: {', '.join(new_keys)}" if new_keys else "") + ".")
+  params = flax.traverse_util.unflatten_dict(merged, sep="/")
+  return state.replace(params=jax.device_put(params, param_shardings))
 
 
 def _fmt_time(seconds: float) -> str:

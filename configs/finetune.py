@@ -1,0 +1,55 @@
+"""Classification fine-tuning: which genre of play a passage comes from.
+
+Decoder-only (GPT-1 style, seed 003): the class head reads the last real
+token, and the objective is L = L_FT + lambda * L_PT with lambda =
+``finetune.lambda_pt`` in [0, 1]. Encoder-only (BERT style): the pooled first
+token, L = L_FT. Start from a pretrained run's checkpoint, or from scratch:
+
+  python -m tfx_jax.train --config configs/lm.py:tiny --workdir runs/lm_tiny
+  python -m tfx_jax.train --config configs/finetune.py:tiny --workdir runs/ft_tiny \
+      --config.finetune.init_checkpoint=runs/lm_tiny
+  python -m tfx_jax.train --config configs/finetune.py:mlm_tiny --workdir runs/ft_mlm
+
+The model fields of the preset match the corresponding pretraining preset
+(configs/lm.py:tiny, configs/mlm.py:tiny), so its checkpoint loads; the class
+head is new. Data: the embedded tfx_shakespeare_genre (4 classes: comedy,
+history, tragedy, poetry; whole works held out for validation), tokenized with
+tfx_shakespeare's SentencePiece model.
+"""
+
+import importlib.util
+import os
+
+from tfx_jax.config_base import base_config
+
+PRESETS = ("tiny", "mlm_tiny")
+NUM_GENRES = 4
+
+
+def _pretraining_config(file: str, preset: str):
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), file)
+  spec = importlib.util.spec_from_file_location(f"_tfx_{file[:-3]}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(preset)
+
+
+def get_config(preset: str = "tiny"):
+  if preset not in PRESETS:
+    raise ValueError(f"unknown preset {preset!r} for configs/finetune.py; choose one "
+                     f"of: {', '.join(PRESETS)}")
+  pre = _pretraining_config("lm.py" if preset == "tiny" else "mlm.py", "tiny")
+  c = base_config()
+  c.task = "classify"
+  c.model.update(pre.model.to_dict())
+  c.model.num_classes = NUM_GENRES
+  c.data.update(pre.data.to_dict())
+  c.data.name = "tfx_shakespeare_genre"
+  c.train.update(num_steps=200, batch_size=16, seq_len=pre.train.seq_len,
+                 log_every_steps=20)
+  c.eval.update(every_steps=100, num_batches=8, batch_size=16)
+  c.checkpoint.every_steps = 100
+  c.optim.update(learning_rate=1e-3, warmup_steps=20, schedule="cosine")
+  c.finetune.lambda_pt = 0.5
+  c.lock()
+  return c
