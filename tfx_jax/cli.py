@@ -15,9 +15,15 @@ def run_main(main) -> None:
   flags error or a KeyError/TypeError/ValueError, which we print in one
   paragraph instead of a traceback.
   """
-  from absl import flags
+  def quiet_main(argv):
+    # Library INFO logs (orbax, tfds) drown the console; --verbosity=0 restores them.
+    from absl import flags, logging
+    if flags.FLAGS["verbosity"].using_default_value:
+      logging.set_verbosity(logging.WARNING)
+    return main(argv)
+
   try:
-    app.run(main, flags_parser=_parse)
+    app.run(quiet_main, flags_parser=_parse)
   except _FlagError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -391,6 +391,8 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
     while step < t.num_steps:
       batch = next(train_iter)
       tokens += float(np.sum(batch["inputs"] > 0))
+      if "decoder_inputs" in batch:
+        tokens += float(np.sum(batch["decoder_inputs"] > 0))
       state, metrics = train_step(state, sharding_lib.global_batch(batch, setup.mesh))
       step += 1
       if pending is not None and check(*pending):

@@ -1,0 +1,59 @@
+"""Loading a trained run back from its workdir (config.json + checkpoints)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+import ml_collections
+
+from tfx_jax import checkpoint as ckpt_lib
+from tfx_jax.model_config import ConfigError, ModelConfig
+
+
+@dataclasses.dataclass
+class Run:
+  workdir: pathlib.Path
+  config: ml_collections.ConfigDict
+  model_cfg: ModelConfig
+  tokenizer: Any
+  params: Any
+  step: int
+
+
+def load_config(workdir) -> ml_collections.ConfigDict:
+  path = pathlib.Path(workdir) / "config.json"
+  if not path.exists():
+    raise ConfigError(f"--workdir={workdir}: no config.json there; is it a tfx_jax run "
+                      "directory (python -m tfx_jax.train --workdir ...)?")
+  from tfx_jax.config_base import base_config
+  config = base_config()
+  config.update(json.loads(path.read_text()))
+  return config
+
+
+def load_run(workdir, step: int | None = None) -> Run:
+  """Config, tokenizer and parameters of ``step`` (default: latest) of a run."""
+  from tfx_jax import trainer
+  config = load_config(workdir)
+  model_cfg = trainer.resolve_model_config(config)
+  directory = pathlib.Path(workdir) / "checkpoints"
+  if not directory.is_dir():
+    raise ConfigError(f"--workdir={workdir} has no checkpoints directory.")
+  ckpt = ckpt_lib.Checkpointer(directory, max_to_keep=10**6)
+  try:
+    steps = ckpt.all_steps()
+    if not steps:
+      raise ConfigError(f"--workdir={workdir} holds no checkpoint yet.")
+    if step is not None and step not in steps:
+      raise ConfigError(f"--step={step} is not a checkpoint of {workdir}; "
+                        f"available steps: {', '.join(map(str, steps))}.")
+    setup = trainer.Setup(config, model_cfg)
+    restored = ckpt.restore(step, abstract_state=setup.abstract_state)
+  finally:
+    ckpt.close()
+  tokenizer = trainer.load_tokenizer(config)
+  return Run(pathlib.Path(workdir), config, model_cfg, tokenizer,
+             restored.state.params, int(restored.state.step))
