@@ -17,8 +17,8 @@ def run_main(main) -> None:
   """
   def quiet_main(argv):
     # Library INFO logs (orbax, tfds) drown the console; --verbosity=0 restores them.
-    from absl import flags, logging
-    if flags.FLAGS["verbosity"].using_default_value:
+    from absl import logging
+    if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
       logging.set_verbosity(logging.WARNING)
     return main(argv)
 
