@@ -44,7 +44,7 @@ def get_config(preset: str = "base"):
     c.eval.update(every_steps=200, num_batches=4, batch_size=32, num_bleu_examples=32)
     c.checkpoint.every_steps = 200
     # The paper's schedule at this scale: warmup shortened, same shape.
-    c.optim.update(warmup_steps=100, learning_rate=2.0)
+    c.optim.update(warmup_steps=100, learning_rate=0.5)
   else:
     raise ValueError(f"unknown preset {preset!r} for configs/translate.py; choose one "
                      f"of: {', '.join(PRESETS)}")

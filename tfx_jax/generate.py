@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
-import numpy as np
+from absl import flags
+
+from tfx_jax import inference
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.")
 _PROMPT = flags.DEFINE_multi_string("prompt", None, "decoder_only: prompt text (repeatable).")
@@ -31,44 +32,6 @@ _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
 flags.mark_flag_as_required("workdir")
 
 
-def generate_texts(run, texts, *, max_new_tokens=64, greedy=False, temperature=1.0,
-                   top_k=0, top_p=1.0, beam_size=0, alpha=0.6, seed=0) -> list[str]:
-  """Continuations (decoder_only) or translations (encoder_decoder) of ``texts``."""
-  import jax
-  from tfx_jax import decode
-  from tfx_jax.model_config import ConfigError
-  cfg, tok = run.model_cfg, run.tokenizer
-  if cfg.family == "encoder_decoder":
-    from tfx_jax.evaluate import translate_texts
-    if beam_size <= 1 and not greedy:
-      raise ConfigError("encoder_decoder generation is greedy (--greedy) or beam "
-                        "search (--beam_size N).")
-    return translate_texts(run, texts, beam_size=max(beam_size, 1), alpha=alpha,
-                           batch_size=len(texts))
-  if cfg.family != "decoder_only":
-    raise ConfigError(f"generation needs a decoder; this run's model.family is "
-                      f"{cfg.family!r}.")
-  rows = [[tok.bos_id] + tok.encode(t) for t in texts]
-  width = max(len(r) for r in rows)
-  ids = np.zeros((len(rows), width), np.int32)
-  for i, r in enumerate(rows):
-    ids[i, :len(r)] = r
-  if beam_size > 0:
-    seqs, _ = decode.beam_search(run.params, cfg, ids, beam_size=beam_size, alpha=alpha,
-                                 max_len=max_new_tokens)
-    new = np.asarray(seqs)[:, 0]
-  else:
-    new = np.asarray(decode.generate(
-        run.params, cfg, ids, max_new_tokens, greedy=greedy, temperature=temperature,
-        top_k=top_k, top_p=top_p, rng=jax.random.PRNGKey(seed)))
-  out = []
-  for row in new:
-    row = list(row)
-    row = row[:row.index(tok.eos_id)] if tok.eos_id in row else row
-    out.append(tok.decode([int(t) for t in row]))
-  return out
-
-
 def main(argv):
   del argv
   from tfx_jax.model_config import ConfigError
@@ -83,7 +46,7 @@ def main(argv):
       flag = "--source" if want == "encoder_decoder" else "--prompt"
       raise ConfigError(f"{flag} is for model.family={want!r}; this run is "
                         f"{run.model_cfg.family!r}.")
-    outs = generate_texts(
+    outs = inference.generate_texts(
         run, texts, max_new_tokens=_MAX_NEW.value,
         greedy=_GREEDY.value or (want == "encoder_decoder" and _BEAM.value == 0),
         temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,

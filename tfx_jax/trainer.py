@@ -20,7 +20,7 @@ import os
 import pathlib
 import signal
 import time
-from typing import Any
+from typing import Any, get_args
 
 from absl import logging
 import flax
@@ -36,7 +36,7 @@ from tfx_jax import metrics as metrics_lib
 from tfx_jax import sharding as sharding_lib
 from tfx_jax import status as status_lib
 from tfx_jax import tasks
-from tfx_jax.model_config import ConfigError, ModelConfig, model_config_from_dict
+from tfx_jax.model_config import ConfigError, DType, ModelConfig, model_config_from_dict
 from tfx_jax.models import build_model, dummy_inputs
 from tfx_jax.optim import make_optimizer, make_schedule
 
@@ -73,8 +73,14 @@ def flatten_config(config) -> dict[str, Any]:
 def resolve_model_config(config) -> ModelConfig:
   """``config.model`` (+ compute dtype, task checks) -> validated ModelConfig."""
   model = config.model.to_dict()
-  if config.get("compute_dtype"):
-    model["dtype"] = config.compute_dtype
+  compute_dtype = config.get("compute_dtype")
+  if compute_dtype:
+    # Checked here so that the message names the field the user set.
+    choices = get_args(DType)
+    if compute_dtype not in choices:
+      raise ConfigError(f"compute_dtype={compute_dtype!r} is not a valid choice; "
+                        f"choose one of: {', '.join(choices)}.")
+    model["dtype"] = compute_dtype
   cfg = model_config_from_dict(model, seq_len=config.train.seq_len)
   tasks.check_task(config.task, cfg.family)
   if config.task == "classify" and cfg.num_classes < 2:
@@ -112,12 +118,32 @@ def validate_run_config(config) -> ModelConfig:
        config.optim.learning_rate, "must be > 0")
   need(config.optim.warmup_steps >= 0, "optim.warmup_steps",
        config.optim.warmup_steps, "must be >= 0")
+  _validate_data(config, need)
+  # The mesh is checked against the devices now, not when the state is built.
+  mesh = sharding_lib.make_mesh(config.mesh)
   n_proc = jax.process_count()
-  need(t.batch_size % n_proc == 0, "train.batch_size", t.batch_size,
-       f"must be divisible by the number of processes ({n_proc})")
+  n_batch = math.prod(mesh.shape[a] for a in sharding_lib.BATCH_AXES)
+  for field in ("train.batch_size", "eval.batch_size"):
+    section, name = field.split(".")
+    size = config[section][name]
+    need(size % n_proc == 0, field, size,
+         f"must be divisible by the number of processes ({n_proc})")
+    need(size % n_batch == 0, field, size,
+         f"must be divisible by the batch axes of the mesh (data x fsdp = {n_batch})")
   # Building the optimizer validates every optim.* choice.
   make_optimizer(config.optim, d_model=cfg.d_model, num_train_steps=t.num_steps)
   return cfg
+
+
+def _validate_data(config, need) -> None:
+  """The data fields that can be checked without reading any data."""
+  from tfx_jax.data import tokenizer as tokenizer_lib
+  d = config.data
+  need(d.tokenizer in tokenizer_lib.TOKENIZER_KINDS, "data.tokenizer", d.tokenizer,
+       f"choose one of: {', '.join(tokenizer_lib.TOKENIZER_KINDS)}")
+  need(d.vocab_size > 0, "data.vocab_size", d.vocab_size, "must be > 0")
+  if config.task == "mlm":
+    need(0.0 < d.mask_rate <= 1.0, "data.mask_rate", d.mask_rate, "must be in (0, 1]")
 
 
 # ------------------------------------------------------------------ the steps
@@ -299,10 +325,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunRe
                                max_to_keep=config.checkpoint.max_to_keep)
   try:
     return _train(config, model_cfg, workdir_path, flat_config, ckpt, is_chief)
-  except BaseException as e:
-    if not isinstance(e, (ConfigError, KeyboardInterrupt)):
-      status_lib.write_status(workdir_path, "failed", _last_step(ckpt),
-                              reason=f"{type(e).__name__}: {e}")
+  except KeyboardInterrupt:
+    # A second signal, or one before the loop: nothing new was saved, and the
+    # same command resumes from the last checkpoint.
+    step = _last_step(ckpt)
+    status_lib.write_status(workdir_path, "preempted", step,
+                            reason=f"interrupted; resumes from step {step}")
+    raise
+  except ConfigError:
+    raise  # bad input: the workdir's previous status still holds
+  except Exception as e:
+    status_lib.write_status(workdir_path, "failed", _last_step(ckpt),
+                            reason=f"{type(e).__name__}: {e}")
     raise
   finally:
     ckpt.close()
@@ -364,6 +398,18 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
       raise ConfigError(f"the validation split of {config.data.name} is empty.")
     return eval_metrics(config.task, jax.device_get(sums))
 
+  decode_examples = _decode_examples(config, tokenizer)
+
+  def decode_report(params, at_step):
+    """eval/bleu (translation) and decoded samples as TensorBoard text."""
+    if not decode_examples:
+      return {}
+    from tfx_jax import run_io
+    run = run_io.Run(workdir, config, model_cfg, tokenizer, params, at_step)
+    scalars, texts = _decode_metrics(run, decode_examples, config)
+    writer.write_texts(at_step, texts)
+    return scalars
+
   def save(step, force=False):
     ckpt.save(step, state, train_iter.get_state(), flat_config, force=force)
 
@@ -400,12 +446,18 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
         step = pending[1]
         break
       pending = (metrics, step)
-      if step % t.log_every_steps == 0 or step == t.num_steps:
+      is_log = step % t.log_every_steps == 0 or step == t.num_steps
+      is_eval = step % config.eval.every_steps == 0 or step == t.num_steps
+      is_save = step % config.checkpoint.every_steps == 0
+      stop_signal = preempt.signal  # read once: a later signal waits a step
+      if is_log or is_eval or is_save or stop_signal is not None:
+        # Check this step now: never evaluate or checkpoint non-finite params.
         m = jax.device_get(metrics)
+        pending = None
         if check(m, step):
           result_status, reason = "diverged", f"non-finite loss or gradient at step {step}"
           break
-        pending = None
+      if is_log:
         now = time.time()
         tok_per_sec = tokens * jax.process_count() / max(now - timer_time, 1e-9)
         steps_per_sec = (step - timer_step) / max(now - timer_time, 1e-9)
@@ -416,15 +468,16 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
         _console(f"step {step:>6}/{t.num_steps}  loss {float(m['loss']):.4f}  "
                  f"{tok_per_sec:,.0f} tok/s  ETA {_fmt_time(eta)}")
         timer_step, timer_time, tokens = step, now, 0.0
-      if step % config.eval.every_steps == 0 or step == t.num_steps:
+      if is_eval:
         last_eval = evaluate(state.params)
+        last_eval.update(decode_report(state.params, step))
         writer.write_scalars(step, last_eval)
         _console(f"step {step:>6}  " + "  ".join(
             f"{k} {v:.4f}" for k, v in last_eval.items()))
-      if step % config.checkpoint.every_steps == 0:
+      if is_save:
         save(step)
-      if preempt.signal is not None:
-        result_status, reason = "preempted", f"received {preempt.signal}"
+      if stop_signal is not None:
+        result_status, reason = "preempted", f"received {stop_signal}"
         break
 
   if result_status == "diverged":
@@ -449,6 +502,46 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
              f"TensorBoard logs: {workdir / 'tensorboard'}  "
              f"(view with: tensorboard --logdir {workdir})")
   return RunResult(result_status, step, last_eval)
+
+
+def _decode_examples(config, tokenizer):
+  """A fixed validation subset decoded at every evaluation.
+
+  translate: the first ``eval.num_bleu_examples`` (source, reference) pairs;
+  lm: the first words of a few validation documents as prompts.
+  """
+  from tfx_jax import inference
+  if config.task == "translate" and config.eval.num_bleu_examples > 0:
+    return inference.translation_pairs(config, "validation",
+                                          config.eval.num_bleu_examples)
+  if config.task == "lm" and config.eval.num_samples > 0:
+    from tfx_jax.data import sources
+    keys = sources.resolve_keys(config.data)
+    src = sources.open_source(config.data.name, "validation", config.data.data_dir or None)
+    prompts = []
+    for i in range(min(len(src), 50 * config.eval.num_samples)):
+      words = inference.text_of(src[i], keys.text_key).split()
+      if len(words) >= 4:
+        prompts.append((" ".join(words[:4]), ""))
+      if len(prompts) == config.eval.num_samples:
+        break
+    return prompts
+  return []
+
+
+def _decode_metrics(run, examples, config):
+  """Greedy decoding of the fixed subset: (scalars, texts)."""
+  from tfx_jax import inference
+  sources_txt = [s for s, _ in examples]
+  if config.task == "translate":
+    from tfx_jax import bleu
+    hyps = inference.translate_texts(run, sources_txt, beam_size=1)
+    score, _ = bleu.corpus_bleu(hyps, [r for _, r in examples])
+    shown = "\n\n".join(f"source: {s}  \nhypothesis: {h}  \nreference: {r}"
+                         for (s, r), h in list(zip(examples, hyps))[:config.eval.num_samples])
+    return {"eval/bleu": score}, {"samples": shown}
+  outs = inference.generate_texts(run, sources_txt, max_new_tokens=32, greedy=True)
+  return {}, {"samples": "\n\n".join(f"{p} **{o}**" for p, o in zip(sources_txt, outs))}
 
 
 # Model fields that may differ between a pretraining run and its fine-tuning.
