@@ -9,10 +9,10 @@ pass over the whole prefix.
 Token ids follow the contract: pad 0, bos 2, eos 3.
 
 Prompts (decoder_only) are right-padded with 0 and may have different lengths
-in one batch. The longest prefix that every row has is written into the cache
-in one forward pass (prefill); the rest is fed one token at a time inside the
-loop, which *forces* a row's prompt token wherever the row still has one and
-uses the model's choice after it (the scheme of the Flax lm1b
+in one batch. All but the last token of the shortest prompt are written into
+the cache in one forward pass (prefill); the rest is fed one token at a time
+inside the loop, which *forces* a row's prompt token wherever the row still has
+one and uses the model's choice after it (the scheme of the Flax lm1b
 ``temperature_sampler``). All rows share one cache index, so a row's tokens sit
 at consecutive cache slots from 0 and no key-padding mask is needed.
 
@@ -391,7 +391,7 @@ def _beam_loop(step: StepFn, cache, cache_axes, seq_BT, lengths_B, *, start: int
 
   alive_seq = jnp.broadcast_to(seq_BT[:, None], (B, K, T))
   # Only beam 0 is alive at first, so the K beams do not start as copies.
-  alive_logp = jnp.where(jnp.arange(K)[None] == 0, 0.0, neg_inf) * jnp.ones((B, 1))
+  alive_logp = jnp.tile(jnp.where(jnp.arange(K) == 0, 0.0, neg_inf), (B, 1))
   fin_seq = jnp.zeros((B, K, T), jnp.int32)
   fin_score = jnp.full((B, K), neg_inf)
   state = (jnp.asarray(start - 1, jnp.int32), alive_seq, alive_logp.astype(jnp.float32),
