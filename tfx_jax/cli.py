@@ -89,7 +89,9 @@ def _config_from_argv(argv):
 
 def _clean(msg: str) -> str:
   """One paragraph; for an error raised inside a config file, its last line."""
-  msg = msg.strip().strip('"').strip("'")
+  msg = msg.strip()
+  if len(msg) > 1 and msg[0] == msg[-1] and msg[0] in "'\"":
+    msg = msg[1:-1]  # str(KeyError) quotes the whole message
   if "Traceback (most recent call last)" in msg:
     lines = [l for l in msg.splitlines() if l.strip()]
     head = msg.split("Traceback")[0].strip()

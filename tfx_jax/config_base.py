@@ -82,7 +82,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.mesh.data = -1
   c.mesh.fsdp = 1
   c.mesh.tensor = 1
-  c.compute_dtype = "float32"  # float32 | bfloat16 (sets model.dtype)
+  # float32 | bfloat16: when set, overrides model.dtype (unset: model.dtype).
+  c.compute_dtype = config_dict.placeholder(str)
   return c
 
 

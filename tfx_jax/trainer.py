@@ -118,6 +118,12 @@ def validate_run_config(config) -> ModelConfig:
        config.optim.learning_rate, "must be > 0")
   need(config.optim.warmup_steps >= 0, "optim.warmup_steps",
        config.optim.warmup_steps, "must be >= 0")
+  for name in ("b1", "b2"):
+    need(0.0 <= config.optim[name] < 1.0, f"optim.{name}", config.optim[name],
+         "must be in [0, 1)")
+  need(config.optim.eps > 0, "optim.eps", config.optim.eps, "must be > 0")
+  for name in ("num_bleu_examples", "num_samples"):
+    need(config.eval[name] >= 0, f"eval.{name}", config.eval[name], "must be >= 0")
   _validate_data(config, need)
   # The mesh is checked against the devices now, not when the state is built.
   mesh = sharding_lib.make_mesh(config.mesh)
@@ -166,7 +172,7 @@ def make_train_step(model_cfg: ModelConfig, config, tx: optax.GradientTransforma
                                  lambda_pt=lambda_pt, family=model_cfg.family)
 
     (objective, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(objective) & jnp.isfinite(grad_norm)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
@@ -343,7 +349,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunRe
 
 
 def _last_step(ckpt) -> int:
+  """The step of the newest checkpoint, once the pending saves are written."""
   try:
+    ckpt.wait()
     return int(ckpt.latest_step() or 0)
   except Exception:  # pylint: disable=broad-except
     return 0
@@ -380,11 +388,15 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
     (workdir / "config.json").write_text(json.dumps(config.to_dict(), indent=2,
                                                     default=str))
   train_step, eval_step = setup.compile_steps()
+  if is_chief:
+    _wait_for_a_new_event_file_name(workdir / "tensorboard")
   writer = metrics_lib.MetricWriter(workdir / "tensorboard", is_chief=is_chief)
   start_step = int(state.step)
   if start_step == 0:
     writer.write_config_text(config)
     writer.write_hparams(flat_config, ["eval/loss", "eval/perplexity", "eval/accuracy"])
+  else:
+    _mark_restart(writer, start_step + 1)
   status_lib.write_status(workdir, "running", start_step)
 
   def evaluate(params) -> dict:
@@ -411,6 +423,9 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
     return scalars
 
   def save(step, force=False):
+    # Metrics up to a checkpoint must survive a kill -9 as the checkpoint does:
+    # a resumed run logs only the steps after it.
+    writer.flush()
     ckpt.save(step, state, train_iter.get_state(), flat_config, force=force)
 
   num_skipped = 0
@@ -587,6 +602,34 @@ def load_pretrained(state: TrainState, path: str, flat_config: dict,
            + (f"; new: {', '.join(new_keys)}" if new_keys else "") + ".")
   params = flax.traverse_util.unflatten_dict(merged, sep="/")
   return state.replace(params=jax.device_put(params, param_shardings))
+
+
+def _wait_for_a_new_event_file_name(logdir: pathlib.Path) -> None:
+  """Keeps a quick restart from overwriting the previous run's event file.
+
+  tensorboardX names an event file after the second it is opened in
+  (``events.out.tfevents.<seconds>.<host>``) and opens it with "wb": a run
+  resumed in the same second as the previous writer of ``logdir`` was opened
+  (in-process restarts) would erase the earlier points.
+  """
+  while any(logdir.glob(f"events.out.tfevents.{int(time.time())}.*")):
+    time.sleep(1.001 - time.time() % 1.0)
+
+
+def _mark_restart(writer: metrics_lib.MetricWriter, step: int) -> None:
+  """Drops, in TensorBoard, what an interrupted run logged from ``step`` on.
+
+  A run killed after its last checkpoint may have flushed points past it; the
+  resumed run logs those steps again. A ``SessionLog.START`` event at ``step``
+  makes TensorBoard (and ``metrics.read_scalars``) discard the older points at
+  steps >= ``step``, as TensorFlow's summary writers did after a restart.
+  """
+  if writer._writer is None:  # pylint: disable=protected-access  # not the chief
+    return
+  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+  writer._writer.file_writer.add_event(  # pylint: disable=protected-access
+      event_pb2.Event(session_log=start), step=step)
 
 
 def _fmt_time(seconds: float) -> str:

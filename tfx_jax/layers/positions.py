@@ -28,14 +28,13 @@ def sinusoidal(positions_BL: jax.Array, d: int) -> jax.Array:
   [-1, 1]) agree with the paper, so we follow the paper. Computed from the
   positions, so it is defined for any length (length extrapolation).
   """
-  i = jnp.arange(d // 2, dtype=jnp.float32)
+  # ceil(d/2) frequencies: for odd d the last column is the sine of frequency
+  # (d-1)/2, which has no cosine partner (the cosine is sliced off below).
+  i = jnp.arange((d + 1) // 2, dtype=jnp.float32)
   inv_freq = jnp.exp(-(2.0 * i / d) * math.log(10000.0))
   angle_BLH = positions_BL[..., None].astype(jnp.float32) * inv_freq
   pe = jnp.stack([jnp.sin(angle_BLH), jnp.cos(angle_BLH)], axis=-1)
-  pe = pe.reshape(*positions_BL.shape, 2 * (d // 2))
-  if d % 2:  # odd width: the last (sine) column has no cosine partner
-    pe = jnp.concatenate([pe, jnp.sin(positions_BL[..., None] * 0.0)], -1)
-  return pe
+  return pe.reshape(*positions_BL.shape, 2 * ((d + 1) // 2))[..., :d]
 
 
 class LearnedPositions(nn.Module):

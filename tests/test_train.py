@@ -1,0 +1,207 @@
+"""Training end to end: every family, TensorBoard output, checkpoints, resumption.
+
+All runs use the tiny overrides of test_configs.TINY (1 layer, d_model 32,
+batch 4 x 32 tokens, 20 steps) on the embedded datasets in the default TFDS
+data dir; one 20-step language-model run is shared by most tests.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from tfx_jax import metrics
+from tfx_jax import status as status_lib
+from tfx_jax import trainer
+from tfx_jax.data import embedded_datasets
+from tfx_jax.model_config import ConfigError
+from test_configs import ROOT, cli_flags, compilation_cache, run_cli, tiny_config
+
+# ml_collections loads config files with the deprecated importlib load_module().
+pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+
+TRAIN_TAGS = ("train/loss", "train/learning_rate", "train/grad_norm",
+              "train/tokens_per_sec")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_compilation_cache(tmp_path_factory):
+  with compilation_cache(tmp_path_factory.getbasetemp() / "jax_cache"):
+    yield
+
+
+def train(spec: str, workdir, overrides: dict | None = None) -> trainer.RunResult:
+  return trainer.train_and_evaluate(tiny_config(spec, overrides), str(workdir))
+
+
+def cli(spec: str, workdir, overrides: dict | None = None):
+  """The training command, in this process: (exit code, stdout, stderr)."""
+  return run_cli(["--config", f"{ROOT / 'configs' / spec}", "--workdir", str(workdir),
+                  *cli_flags(overrides)])
+
+
+def checkpoint_steps(workdir: pathlib.Path) -> list[int]:
+  return sorted(int(p.name) for p in (workdir / "checkpoints").iterdir()
+                if p.name.isdigit())
+
+
+def must_not_run(*args, **kwargs):
+  raise AssertionError("bad input must be reported before data is read or "
+                       "anything is built")
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+  """(workdir, result, scalars) of one 20-step language-model run."""
+  workdir = tmp_path_factory.mktemp("lm") / "run"
+  result = train("lm.py:tiny", workdir)
+  return workdir, result, metrics.read_scalars(workdir / "tensorboard")
+
+
+def check_run(workdir: pathlib.Path, result: trainer.RunResult, task: str) -> dict:
+  """The observable outputs of a finished 20-step run; returns its scalars."""
+  assert result.status == "finished" and result.step == 20
+  assert status_lib.read_status(workdir)["state"] == "finished"
+  logdir = workdir / "tensorboard"
+  scalars = metrics.read_scalars(logdir)
+  eval_tags = ["eval/loss"]
+  if task in ("lm", "translate", "mlm"):
+    eval_tags.append("eval/perplexity")
+  if task in ("mlm", "classify"):
+    eval_tags.append("eval/accuracy")
+  assert set(TRAIN_TAGS + tuple(eval_tags)) <= set(scalars)
+  for tag in TRAIN_TAGS:
+    assert [s for s, _ in scalars[tag]] == list(range(1, 21)), tag
+    assert all(math.isfinite(v) for _, v in scalars[tag]), tag
+  for tag in eval_tags:
+    assert [s for s, _ in scalars[tag]] == [10, 20], tag
+    assert np.float32(result.metrics[tag]) == scalars[tag][-1][1], tag
+  losses = [v for _, v in scalars["train/loss"]]
+  assert np.mean(losses[-5:]) < np.mean(losses[:5]), losses
+  assert scalars["eval/loss"][-1][1] < scalars["eval/loss"][0][1] + 0.05
+
+  tags = metrics.read_tags(logdir)
+  assert "config" in tags["texts"]
+  assert f"task: {task}" in metrics.read_texts(logdir)["config"][0][1]
+  hparams, metric_names = metrics.read_hparams(logdir)
+  assert hparams["model.d_model"] == 32 and hparams["task"] == task
+  assert "eval/loss" in metric_names
+  assert checkpoint_steps(workdir) == [10, 20]
+  return scalars
+
+
+# ----------------------------------------------------------------- families
+def test_language_model_end_to_end(lm_run):
+  workdir, result, _ = lm_run
+  check_run(workdir, result, "lm")
+  assert (workdir / "config.json").exists()
+
+
+@pytest.mark.parametrize("spec,task", [
+    ("translate.py:tiny", "translate"),
+    ("mlm.py:tiny", "mlm"),
+    ("finetune.py:mlm_tiny", "classify"),  # encoder_only, from scratch
+])
+def test_family_end_to_end(spec, task, tmp_path):
+  workdir = tmp_path / "run"
+  check_run(workdir, train(spec, workdir), task)
+
+
+def test_classifier_fine_tuned_from_a_language_model(lm_run, tmp_path, capsys):
+  pretrained, _, _ = lm_run
+  workdir = tmp_path / "run"
+  result = train("finetune.py:tiny", workdir,
+                 {"finetune.init_checkpoint": str(pretrained)})
+  out = capsys.readouterr().out
+  # Every pretrained array is loaded; only the class head is new.
+  line = next(l for l in out.splitlines() if l.startswith("Loaded "))
+  loaded, total = map(int, line.split()[1].split("/"))
+  assert loaded == total - 2 and line.endswith("new: classifier/bias, classifier/kernel."), line
+  scalars = check_run(workdir, result, "classify")
+  assert "eval/pt_loss" in scalars  # L = L_FT + lambda * L_PT (decoder_only)
+
+
+# --------------------------------------------------------------- resumption
+def test_resumed_run_matches_a_straight_run_bitwise(lm_run, tmp_path, capsys):
+  _, straight, expected = lm_run
+  workdir = tmp_path / "run"
+  first = train("lm.py:tiny", workdir, {"train.num_steps": 10})
+  assert (first.status, first.step) == ("finished", 10)
+  second = train("lm.py:tiny", workdir)
+  assert "Resumed from step 10" in capsys.readouterr().out
+  got = metrics.read_scalars(workdir / "tensorboard")
+  for tag in ("train/loss", "train/grad_norm", "train/learning_rate", "eval/loss",
+              "eval/perplexity"):
+    assert got[tag] == expected[tag], tag
+  assert second.metrics == straight.metrics
+  assert checkpoint_steps(workdir) == [10, 20]
+
+
+def test_finished_run_started_again_does_nothing(lm_run, monkeypatch, capsys):
+  workdir, _, _ = lm_run
+  event_files = sorted(os.listdir(workdir / "tensorboard"))
+  monkeypatch.setattr(trainer, "Setup", must_not_run)
+  monkeypatch.setattr(trainer, "load_tokenizer", must_not_run)
+  result = train("lm.py:tiny", workdir)
+  assert (result.status, result.step) == ("finished", 20)
+  assert "already finished at step 20" in capsys.readouterr().out
+  assert sorted(os.listdir(workdir / "tensorboard")) == event_files
+  assert checkpoint_steps(workdir) == [10, 20]
+  status = status_lib.read_status(workdir)
+  assert (status["state"], status["step"]) == ("finished", 20)
+
+
+def test_incompatible_config_in_an_existing_workdir(lm_run, monkeypatch):
+  workdir, _, _ = lm_run
+  monkeypatch.setattr(trainer, "Setup", must_not_run)
+  code, _, err = cli("lm.py:tiny", workdir, {"model.d_model": 64, "train.batch_size": 8,
+                                             "optim.learning_rate": 1e-2})
+  assert code == 2 and "Traceback" not in err
+  assert "model.d_model: saved 32 -> new 64" in err
+  assert "train.batch_size: saved 4 -> new 8" in err
+  assert "learning_rate" not in err  # may change between sessions
+  assert status_lib.read_status(workdir)["state"] == "finished"
+
+
+def test_damaged_latest_checkpoint_falls_back_to_the_previous(lm_run, tmp_path, caplog,
+                                                              capsys):
+  source, _, expected = lm_run
+  workdir = tmp_path / "run"
+  shutil.copytree(source, workdir)
+  for path in (workdir / "checkpoints" / "20" / "state").rglob("*"):
+    if path.is_file() and path.parent.name == "d":  # the array data
+      path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+  result = train("lm.py:tiny", workdir, {"train.num_steps": 30})
+  assert "falling back to step 10" in caplog.text
+  assert "Resumed from step 10" in capsys.readouterr().out
+  assert (result.status, result.step) == ("finished", 30)
+  got = dict(metrics.read_scalars(workdir / "tensorboard")["train/loss"])
+  assert [got[s] for s in range(1, 21)] == [v for _, v in expected["train/loss"]]
+
+
+# --------------------------------------------------------------- bad input
+def test_unwritable_workdir_fails_before_any_work(tmp_path, monkeypatch):
+  blocker = tmp_path / "a_file"
+  blocker.write_text("")
+  workdir = blocker / "run"  # cannot be created, even by root
+  monkeypatch.setattr(trainer, "Setup", must_not_run)
+  monkeypatch.setattr(trainer, "load_tokenizer", must_not_run)
+  with pytest.raises(ConfigError, match="not writable") as error:
+    train("lm.py:tiny", workdir)
+  assert str(workdir) in str(error.value)
+  code, _, err = cli("lm.py:tiny", workdir)
+  assert code == 2 and "not writable" in err and "Traceback" not in err
+
+
+def test_unknown_dataset_lists_the_available_ones(tmp_path, monkeypatch):
+  monkeypatch.setattr(trainer, "Setup", must_not_run)
+  code, _, err = cli("lm.py:tiny", tmp_path / "run", {"data.name": "tfx_shakespaere"})
+  assert code == 2 and "Traceback" not in err
+  assert "data.name='tfx_shakespaere'" in err
+  for name in embedded_datasets():
+    assert name in err
