@@ -129,6 +129,14 @@ def test_damaged_latest_falls_back_with_warning(tmp_path, caplog, damage):
   np.testing.assert_array_equal(restored.state.params["dense"]["kernel"], 2.0)
   assert restored.data_state == {"epoch": 0, "position": 2}
   assert "step 3" in caplog.text and "falling back to step 2" in caplog.text
+  # The damaged step is set aside, so it is no longer "latest" and step 3 can
+  # be written again by the resumed run.
+  assert (tmp_path / "3.damaged").is_dir() and not (tmp_path / "3").exists()
+  with checkpoint.Checkpointer(tmp_path) as ckpt:
+    assert ckpt.latest_step() == 2
+    assert ckpt.save(3, _state(3), None, CONFIG, force=True)
+    ckpt.wait()
+    assert ckpt.latest_step() == 3
 
 
 def test_explicit_damaged_step_does_not_fall_back(tmp_path):

@@ -29,6 +29,7 @@ import base64
 import json
 import os
 import pathlib
+import shutil
 import tempfile
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
@@ -262,13 +263,16 @@ class Checkpointer:
         raise
       except Exception as e:  # pylint: disable=broad-except
         # Any failure to read a listed step means a damaged checkpoint.
-        errors.append(f"step {candidate}: {type(e).__name__}: {e}")
+        reason = f"{type(e).__name__}: {str(e)[:300]}"
+        errors.append(f"step {candidate}: {reason}")
         following = candidates[i + 1] if i + 1 < len(candidates) else None
+        moved = self._set_aside(candidate) if step is None else None
         logging.warning(
-            "checkpoint at step %d in %s is unreadable (%s: %s); %s",
-            candidate, self.directory, type(e).__name__, e,
+            "checkpoint at step %d in %s is unreadable (%s); %s%s",
+            candidate, self.directory, reason,
             f"falling back to step {following}" if following is not None
-            else "no older checkpoint left")
+            else "no older checkpoint left",
+            f"; moved it to {moved}" if moved else "")
         continue
       if errors:
         logging.warning("restored step %d instead of step %d", candidate,
@@ -277,6 +281,34 @@ class Checkpointer:
     raise ConfigError(
         f"no readable checkpoint in {str(self.directory)!r}:\n  " +
         "\n  ".join(errors))
+
+  def _set_aside(self, step: int) -> str | None:
+    """Renames a damaged step directory to ``<step>.damaged`` (kept for inspection).
+
+    Otherwise the damaged step would stay the "latest" one: a later save of
+    that step would be skipped, and every restart would fall back again.
+    """
+    if jax.process_index() != 0:
+      return None
+    src = self.directory / str(step)
+    dst = self.directory / f"{step}.damaged"
+    try:
+      if dst.exists():
+        shutil.rmtree(dst)
+      os.replace(src, dst)
+    except OSError:
+      return None
+    self._manager.reload()
+    return str(dst)
+
+  def read_latest_config(self) -> tuple[int, dict[str, Any]]:
+    """(step, flattened config) of the newest readable checkpoint."""
+
+    def read(s):
+      return dict(self._manager.restore(
+          s, args=ocp.args.Composite(config=ocp.args.JsonRestore())).config)
+
+    return self._with_fallback(None, read)
 
   def read_config(self, step: int | None = None) -> dict[str, Any]:
     """Returns the flattened config saved with `step` (default: latest).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -43,8 +44,26 @@ class MetricWriter:
     self._writer = None
     if is_chief:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      # flush_secs: keep event files fresh for a live TensorBoard.
-      self._writer = SummaryWriter(logdir=self.logdir, flush_secs=30)
+      # flush_secs: keep event files fresh for a live TensorBoard. The file
+      # name carries the second it was opened in; the nanosecond suffix keeps a
+      # writer opened in the same second (a quick restart) from overwriting the
+      # previous file, and keeps files in time order when sorted by name.
+      self._writer = SummaryWriter(logdir=self.logdir, flush_secs=30,
+                                   filename_suffix=f".{time.time_ns()}")
+
+  def mark_restart(self, step: int) -> None:
+    """Drops, in TensorBoard, what an interrupted run logged from ``step`` on.
+
+    A run killed after its last checkpoint may have flushed points past it;
+    the resumed run logs those steps again. A ``SessionLog.START`` event at
+    ``step`` makes TensorBoard (and :func:`read_scalars`) discard the older
+    points at steps >= ``step``, as TensorFlow's summary writers did.
+    """
+    if self._writer is None:
+      return
+    from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+    start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+    self._writer.file_writer.add_event(event_pb2.Event(session_log=start), step=step)
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
     """Writes one value per tag at `step`; values may be 0-d arrays."""

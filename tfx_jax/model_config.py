@@ -17,7 +17,9 @@ NormPosition = Literal["post", "pre", "sandwich", "deepnorm"]
 NormType = Literal["layernorm", "rmsnorm"]
 Activation = Literal["relu", "gelu", "swish", "glu", "reglu", "geglu", "swiglu", "bilinear"]
 Position = Literal["sinusoidal", "learned", "t5_bias", "rope", "alibi", "none"]
-Remat = Literal["none", "full", "dots", "dots_with_no_batch_dims", "minimal"]
+# Names of the policies in blocks._REMAT_POLICIES (README, "Sizes"); every
+# choice here must have a policy there.
+Remat = Literal["none", "full", "dots", "dots_with_no_batch_dims"]
 DType = Literal["float32", "bfloat16"]
 
 GATED_ACTIVATIONS = ("glu", "reglu", "geglu", "swiglu", "bilinear")

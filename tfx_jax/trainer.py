@@ -361,7 +361,8 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
   t = config.train
   latest = ckpt.latest_step()
   if latest is not None:
-    saved = ckpt.read_config()
+    # The newest readable checkpoint: damaged ones are set aside with a warning.
+    latest, saved = ckpt.read_latest_config()
     ckpt_lib.check_compatible(saved, flat_config, RESUME_FIELDS)
     if latest >= t.num_steps:
       _console(f"Run in {workdir} already finished at step {latest} "
@@ -388,15 +389,13 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
     (workdir / "config.json").write_text(json.dumps(config.to_dict(), indent=2,
                                                     default=str))
   train_step, eval_step = setup.compile_steps()
-  if is_chief:
-    _wait_for_a_new_event_file_name(workdir / "tensorboard")
   writer = metrics_lib.MetricWriter(workdir / "tensorboard", is_chief=is_chief)
   start_step = int(state.step)
   if start_step == 0:
     writer.write_config_text(config)
     writer.write_hparams(flat_config, ["eval/loss", "eval/perplexity", "eval/accuracy"])
   else:
-    _mark_restart(writer, start_step + 1)
+    writer.mark_restart(start_step + 1)
   status_lib.write_status(workdir, "running", start_step)
 
   def evaluate(params) -> dict:
@@ -602,34 +601,6 @@ def load_pretrained(state: TrainState, path: str, flat_config: dict,
            + (f"; new: {', '.join(new_keys)}" if new_keys else "") + ".")
   params = flax.traverse_util.unflatten_dict(merged, sep="/")
   return state.replace(params=jax.device_put(params, param_shardings))
-
-
-def _wait_for_a_new_event_file_name(logdir: pathlib.Path) -> None:
-  """Keeps a quick restart from overwriting the previous run's event file.
-
-  tensorboardX names an event file after the second it is opened in
-  (``events.out.tfevents.<seconds>.<host>``) and opens it with "wb": a run
-  resumed in the same second as the previous writer of ``logdir`` was opened
-  (in-process restarts) would erase the earlier points.
-  """
-  while any(logdir.glob(f"events.out.tfevents.{int(time.time())}.*")):
-    time.sleep(1.001 - time.time() % 1.0)
-
-
-def _mark_restart(writer: metrics_lib.MetricWriter, step: int) -> None:
-  """Drops, in TensorBoard, what an interrupted run logged from ``step`` on.
-
-  A run killed after its last checkpoint may have flushed points past it; the
-  resumed run logs those steps again. A ``SessionLog.START`` event at ``step``
-  makes TensorBoard (and ``metrics.read_scalars``) discard the older points at
-  steps >= ``step``, as TensorFlow's summary writers did after a restart.
-  """
-  if writer._writer is None:  # pylint: disable=protected-access  # not the chief
-    return
-  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
-  start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
-  writer._writer.file_writer.add_event(  # pylint: disable=protected-access
-      event_pb2.Event(session_log=start), step=step)
 
 
 def _fmt_time(seconds: float) -> str:

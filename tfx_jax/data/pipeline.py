@@ -325,7 +325,8 @@ def make_dataset(
     raise ConfigError(f"shard_index={shard_index} must be in [0, "
                       f"shard_count={shard_count})")
   seed = int(seed) % 2**32
-  mask_rate = float(getattr(data_cfg, "mask_rate", None) or DEFAULT_MASK_RATE)
+  mask_rate = getattr(data_cfg, "mask_rate", None)
+  mask_rate = DEFAULT_MASK_RATE if mask_rate is None else float(mask_rate)
   if task == "mlm" and not 0.0 < mask_rate <= 1.0:
     raise ConfigError(f"data.mask_rate={mask_rate} must be in (0, 1]")
   keys = resolve_keys(data_cfg)
