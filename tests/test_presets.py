@@ -1,0 +1,87 @@
+"""Preset sizes against published parameter counts, and the summary command.
+
+Counts come from ``jax.eval_shape`` of the initialiser (``count_params``), so
+the 65B preset is counted without allocating anything.
+"""
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tfx_jax.model_config import model_config_from_dict
+from tfx_jax.summary import count_params
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# REFERENCES.md, "Published sizes".
+PUBLISHED = {
+    ("translate", "base"): 63.1e6,    # Transformer-base, 37k shared vocab, tied
+    ("translate", "big"): 214.2e6,    # Transformer-big, same
+    ("lm", "gpt2_small"): 124_439_808,
+    ("lm", "llama_7b"): 6_738_415_616,
+    ("lm", "llama_13b"): 13_015_864_320,
+    ("lm", "llama_33b"): 32_528_943_616,
+    ("lm", "llama_65b"): 65_285_660_672,
+    ("mlm", "bert_base"): 109.5e6,
+}
+# Published as exact counts of the same architecture: these must match exactly.
+EXACT = {("lm", "gpt2_small"), ("lm", "llama_7b"), ("lm", "llama_13b"),
+         ("lm", "llama_33b"), ("lm", "llama_65b")}
+
+
+def _config_module(name):
+  spec = importlib.util.spec_from_file_location(f"_tfx_configs_{name}",
+                                                ROOT / "configs" / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _model_cfg(name, preset):
+  config = _config_module(name).get_config(preset)
+  return model_config_from_dict(config.model, seq_len=config.train.seq_len)
+
+
+@pytest.mark.parametrize("name,preset", sorted(PUBLISHED), ids=lambda v: str(v))
+def test_preset_parameter_count(name, preset):
+  count = count_params(_model_cfg(name, preset))
+  want = PUBLISHED[(name, preset)]
+  assert abs(count - want) / want < 0.01, f"{name}:{preset} has {count:,} parameters"
+  if (name, preset) in EXACT:
+    assert count == want
+
+
+@pytest.mark.parametrize("name", ["lm", "translate", "mlm"])
+def test_every_preset_gives_a_valid_model_config(name):
+  module = _config_module(name)
+  assert module.PRESETS
+  for preset in module.PRESETS:
+    cfg = _model_cfg(name, preset)
+    assert cfg.family == {"lm": "decoder_only", "translate": "encoder_decoder",
+                          "mlm": "encoder_only"}[name]
+
+
+def test_llama_feed_forward_sizes():
+  """LLaMA's hidden size: 2/3 * 4d rounded up to a multiple of 256."""
+  sizes = {preset: _model_cfg("lm", preset).ffn_dim
+           for preset in ("llama_7b", "llama_13b", "llama_33b", "llama_65b")}
+  assert sizes == {"llama_7b": 11008, "llama_13b": 13824, "llama_33b": 17920,
+                   "llama_65b": 22016}
+
+
+def test_summary_command_prints_the_table():
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_jax.summary", "--config", "configs/lm.py:llama_7b"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  lines = proc.stdout.strip().splitlines()
+  assert lines[-1] == "params: 6738415616"
+  assert lines[0].split()[:2] == ["module", "params"]
+  body = lines[1:-1]
+  assert any(line.startswith("decoder/") for line in body)
+  assert any(line.startswith("embedding") for line in body)
+  # The per-module rows add up to the total.
+  assert sum(int(line.split()[-2].replace(",", "")) for line in body) == 6738415616
