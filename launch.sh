@@ -39,7 +39,8 @@ quickstart() {
   local workdir=runs/quickstart
   setup_venv
   echo "==> building the embedded dataset tfx_shakespeare" >&2
-  "$PY" -m tfx_jax.data.prepare --name tfx_shakespeare
+  # vocab 1024: the SentencePiece size of configs/lm.py:tiny (data.vocab_size)
+  "$PY" -m tfx_jax.data.prepare --name tfx_shakespeare --vocab_size 1024
   echo "==> training the tiny language model in $workdir" >&2
   "$PY" -m tfx_jax.train --config configs/lm.py:tiny --workdir "$workdir"
   echo "==> evaluating" >&2

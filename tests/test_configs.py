@@ -118,8 +118,7 @@ def run_cli(args: list[str]) -> tuple[int, str, str]:
   """Runs ``python -m tfx_jax.train ARGS`` in this process: (exit code, stdout, stderr).
 
   The real entry point (absl flag parsing, config overrides, error handling)
-  runs; the flags it defines for ``--config.*`` overrides are removed again so
-  that the next call starts clean.
+  runs; ``run_main`` resets the command's own flag registry on every call.
   """
   from tfx_jax import cli, train  # pylint: disable=import-outside-toplevel
   argv = ["tfx_jax.train", *[str(a) for a in args]]
@@ -128,14 +127,11 @@ def run_cli(args: list[str]) -> tuple[int, str, str]:
   code = 0
   try:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-      cli.run_main(train.main)
+      cli.run_main(train.main, train.FLAGS)
   except SystemExit as e:
     code = 0 if e.code is None else e.code
   finally:
     sys.argv = old_argv
-    for name in [n for n in flags.FLAGS if n.startswith("config.")]:
-      delattr(flags.FLAGS, name)
-    flags.FLAGS.unparse_flags()
   return code, out.getvalue(), err.getvalue()
 
 

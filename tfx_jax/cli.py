@@ -4,48 +4,53 @@ from __future__ import annotations
 
 import sys
 
-from absl import app
+from absl import flags
 
 
-def run_main(main) -> None:
-  """``app.run(main)``, turning config-file and override errors into exit code 2.
+def new_flags() -> flags.FlagValues:
+  """A command's own flag registry.
 
-  ml_collections reports a bad ``--config.x=...`` override (unknown field, wrong
-  type) while absl parses flags, before ``main`` runs; those surface here as a
-  flags error or a KeyError/TypeError/ValueError, which we print in one
-  paragraph instead of a traceback.
+  Each command module defines its flags here rather than in absl's global
+  registry, so importing several commands in one process (tests, notebooks,
+  the trainer importing the inference library) never clashes.
   """
-  def quiet_main(argv):
-    # Library INFO logs (orbax, tfds) drown the console; --verbosity=0 restores them.
-    from absl import logging
-    if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
-      logging.set_verbosity(logging.WARNING)
-    return main(argv)
+  fv = flags.FlagValues()
+  flags.DEFINE_integer("verbosity", -1, "absl logging verbosity: -1 warnings only, "
+                       "0 info.", flag_values=fv)
+  return fv
 
+
+def run_main(main, flag_values: flags.FlagValues, argv=None) -> None:
+  """Parses ``argv`` into ``flag_values`` and calls ``main(remaining_argv)``.
+
+  Bad flags and bad ``--config.x=...`` overrides (ml_collections reports them
+  while flags are parsed: unknown field, wrong type) become a one-paragraph
+  ``error: ...`` on stderr and exit code 2, never a traceback.
+  """
+  from absl import logging
+  argv = list(sys.argv if argv is None else argv)
+  # A clean slate when called more than once in a process.
+  for name in [n for n in flag_values if n.startswith("config.")]:
+    delattr(flag_values, name)
+  flag_values.unparse_flags()
+  if any(a in ("--help", "-h", "--helpfull", "-?") for a in argv[1:]):
+    print(flag_values.main_module_help() or flag_values.get_help())
+    sys.exit(0)
   try:
-    app.run(quiet_main, flags_parser=_parse)
-  except _FlagError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-
-
-class _FlagError(Exception):
-  pass
-
-
-def _parse(argv):
-  from absl import flags
-  try:
-    return flags.FLAGS(argv)
+    remaining = flag_values(argv)
   except (flags.Error, KeyError, TypeError, ValueError, AttributeError) as e:
-    unknown = _unknown_field(argv)
-    raise _FlagError(unknown or _clean(str(e))) from None
+    print(f"error: {_unknown_field(argv) or _clean(str(e))}", file=sys.stderr)
+    sys.exit(2)
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()  # absl logging reads the global registry
+  # Library INFO logs (orbax, tfds) drown the console; --verbosity=0 restores them.
+  logging.set_verbosity(flag_values["verbosity"].value)
+  main(remaining)
 
 
 def _unknown_field(argv) -> str | None:
   """Names an override path that is not a config field, with a suggestion."""
   import difflib
-  from absl import flags
   config = _config_from_argv(argv)
   if config is None:
     return None

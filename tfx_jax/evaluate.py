@@ -24,17 +24,24 @@ import sys
 from absl import flags
 
 from tfx_jax import inference
+from tfx_jax.cli import new_flags, run_main
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.")
-_SPLIT = flags.DEFINE_string("split", "validation", "Dataset split.")
-_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
-_LENGTHS = flags.DEFINE_string("lengths", None,
-                               "Length extrapolation, e.g. 1x,2x,4x,8x (decoder_only).")
-_MAX_BATCHES = flags.DEFINE_integer("max_batches", 0, "Evaluate at most this many "
-                                    "batches / windows (0: the whole split).")
-_BEAM = flags.DEFINE_integer("beam_size", 4, "Translation: beam size (1 = greedy).")
-_ALPHA = flags.DEFINE_float("alpha", 0.6, "Translation: GNMT length penalty alpha.")
-flags.mark_flag_as_required("workdir")
+FLAGS = new_flags()
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.", flag_values=FLAGS)
+_SPLIT = flags.DEFINE_string("split", "validation", "Dataset split.", flag_values=FLAGS)
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).",
+                             flag_values=FLAGS)
+_LENGTHS = flags.DEFINE_string(
+    "lengths", None, "Length extrapolation, e.g. 1x,2x,4x,8x (decoder_only).",
+    flag_values=FLAGS)
+_MAX_BATCHES = flags.DEFINE_integer(
+    "max_batches", 0, "Evaluate at most this many batches / windows (0: the whole "
+    "split).", flag_values=FLAGS)
+_BEAM = flags.DEFINE_integer("beam_size", 4, "Translation: beam size (1 = greedy).",
+                             flag_values=FLAGS)
+_ALPHA = flags.DEFINE_float("alpha", 0.6, "Translation: GNMT length penalty alpha.",
+                            flag_values=FLAGS)
+flags.mark_flag_as_required("workdir", flag_values=FLAGS)
 
 
 # ------------------------------------------------------------------- main
@@ -76,5 +83,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfx_jax.cli import run_main
-  run_main(main)
+  run_main(main, FLAGS)

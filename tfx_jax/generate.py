@@ -15,21 +15,27 @@ import sys
 from absl import flags
 
 from tfx_jax import inference
+from tfx_jax.cli import new_flags, run_main
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.")
-_PROMPT = flags.DEFINE_multi_string("prompt", None, "decoder_only: prompt text (repeatable).")
+FLAGS = new_flags()
+_F = {"flag_values": FLAGS}
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.", **_F)
+_PROMPT = flags.DEFINE_multi_string("prompt", None,
+                                    "decoder_only: prompt text (repeatable).", **_F)
 _SOURCE = flags.DEFINE_multi_string("source", None,
-                                    "encoder_decoder: source text (repeatable).")
-_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 64, "Tokens to generate.")
-_GREEDY = flags.DEFINE_bool("greedy", False, "Argmax decoding.")
-_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature.")
-_TOP_K = flags.DEFINE_integer("top_k", 0, "Sample from the k most likely tokens (0: all).")
-_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass.")
-_BEAM = flags.DEFINE_integer("beam_size", 0, "Beam search with this many beams (0: off).")
-_ALPHA = flags.DEFINE_float("alpha", 0.6, "Beam search: GNMT length penalty alpha.")
-_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
-_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
-flags.mark_flag_as_required("workdir")
+                                    "encoder_decoder: source text (repeatable).", **_F)
+_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 64, "Tokens to generate.", **_F)
+_GREEDY = flags.DEFINE_bool("greedy", False, "Argmax decoding.", **_F)
+_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature.", **_F)
+_TOP_K = flags.DEFINE_integer("top_k", 0, "Sample from the k most likely tokens "
+                              "(0: all).", **_F)
+_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass.", **_F)
+_BEAM = flags.DEFINE_integer("beam_size", 0, "Beam search with this many beams "
+                             "(0: off).", **_F)
+_ALPHA = flags.DEFINE_float("alpha", 0.6, "Beam search: GNMT length penalty alpha.", **_F)
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.", **_F)
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).", **_F)
+flags.mark_flag_as_required("workdir", flag_values=FLAGS)
 
 
 def main(argv):
@@ -62,5 +68,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfx_jax.cli import run_main
-  run_main(main)
+  run_main(main, FLAGS)

@@ -11,12 +11,16 @@ from __future__ import annotations
 import collections
 import sys
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:preset].",
-                                          lock_config=True)
-_DEPTH = flags.DEFINE_integer("depth", 3, "How many levels of module names to group by.")
+from tfx_jax.cli import new_flags, run_main
+
+FLAGS = new_flags()
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file[:preset].", lock_config=True, flag_values=FLAGS)
+_DEPTH = flags.DEFINE_integer(
+    "depth", 3, "How many levels of module names to group by.", flag_values=FLAGS)
 
 
 def param_shapes(model_cfg):
@@ -66,5 +70,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfx_jax.cli import run_main
-  run_main(main)
+  run_main(main, FLAGS)

@@ -8,25 +8,31 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags, logging
+from absl import flags
 from ml_collections import config_flags
 
+from tfx_jax.cli import new_flags, run_main
+
+FLAGS = new_flags()
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file and preset, e.g. configs/lm.py:tiny.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and logs.")
+    "config", None, "Config file and preset, e.g. configs/lm.py:tiny.",
+    lock_config=True, flag_values=FLAGS)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Directory for checkpoints and logs.", flag_values=FLAGS)
 _DISTRIBUTED = flags.DEFINE_bool(
-    "distributed", False, "Call jax.distributed.initialize() (multi-host runs).")
-flags.mark_flags_as_required(["config", "workdir"])
+    "distributed", False, "Call jax.distributed.initialize() (multi-host runs).",
+    flag_values=FLAGS)
+flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
 
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
+    sys.exit(2)
   import jax
   from tfx_jax.model_config import ConfigError
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
-  logging.set_verbosity(logging.WARNING)
   from tfx_jax import trainer
   try:
     result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
@@ -37,10 +43,5 @@ def main(argv):
     sys.exit(1)
 
 
-def run():
-  from tfx_jax.cli import run_main
-  run_main(main)
-
-
 if __name__ == "__main__":
-  run()
+  run_main(main, FLAGS)

@@ -10,21 +10,23 @@ Other TFDS datasets are prepared with TFDS itself:
 
 import sys
 
-from absl import app
 from absl import flags
-from absl import logging
 
+from tfx_jax.cli import new_flags, run_main
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.data.errors import ConfigError
 
+FLAGS = new_flags()
 _NAME = flags.DEFINE_string(
-    "name", None, "Embedded dataset name, or 'all'.", required=True)
+    "name", None, "Embedded dataset name, or 'all'.", required=True,
+    flag_values=FLAGS)
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "TFDS data dir (default: $TFDS_DATA_DIR or "
-    "~/tensorflow_datasets).")
+    "~/tensorflow_datasets).", flag_values=FLAGS)
 _VOCAB_SIZE = flags.DEFINE_integer(
-    "vocab_size", 8000, "SentencePiece vocabulary size; 0 skips the tokenizer.")
+    "vocab_size", 8000, "SentencePiece vocabulary size; 0 skips the tokenizer.",
+    flag_values=FLAGS)
 
 
 def prepare(name: str, data_dir: str | None, vocab_size: int) -> None:
@@ -54,5 +56,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  logging.set_verbosity(logging.INFO)
-  app.run(main)
+  run_main(main, FLAGS)
