@@ -46,7 +46,8 @@ quickstart() {
   echo "==> evaluating" >&2
   "$PY" -m tfx_jax.evaluate --workdir "$workdir"
   echo "==> sampling" >&2
-  "$PY" -m tfx_jax.generate --workdir "$workdir" --prompt "ROMEO:"
+  "$PY" -m tfx_jax.generate --workdir "$workdir" --prompt $'ROMEO.\n' \
+      --temperature 0.8 --top_k 40 --max_new_tokens 64
   echo >&2
   echo "TensorBoard logs: $workdir  (view with: $VENV/bin/tensorboard --logdir $workdir)" >&2
 }

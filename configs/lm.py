@@ -30,7 +30,7 @@ def get_config(preset: str = "tiny"):
     set_sizes(m, num_layers=2, d_model=128, num_heads=4, dropout=0.0, max_len=256,
               vocab_size=1024)
     c.data.vocab_size = 1024
-    c.train.update(num_steps=300, batch_size=16, seq_len=64, log_every_steps=25)
+    c.train.update(num_steps=500, batch_size=16, seq_len=64, log_every_steps=25)
     c.eval.update(every_steps=100, num_batches=4, batch_size=16)
     c.checkpoint.every_steps = 100
     c.optim.update(learning_rate=3e-3, warmup_steps=30, schedule="cosine")

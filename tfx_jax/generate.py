@@ -62,7 +62,7 @@ def main(argv):
     sys.exit(2)
   for text, out in zip(texts, outs):
     if want == "decoder_only":
-      print(f"{text}{'' if text.endswith(' ') else ' '}{out}")
+      print(f"{text}{'' if text[-1:].isspace() else ' '}{out}")
     else:
       print(f"{text}\n  -> {out}")
 
