@@ -25,7 +25,7 @@ import pytest
 
 from tfx_jax.model_config import (Activation, NormPosition, NormType, Position, Remat,
                                   model_config_from_dict)
-from tfx_jax.models import build_model
+from tfx_jax.models import build_model, stack_layer_params
 
 FAMILIES = ("decoder_only", "encoder_only", "encoder_decoder")
 TINY = dict(num_layers=1, d_model=8, num_heads=2, vocab_size=11, max_len=4)
@@ -71,16 +71,7 @@ def test_grid_axes_are_the_documented_ones():
 
 
 # ------------------------------------------------------------ outside the grid
-def _stacked(params):
-  """Loop parameters (``layer_i``) in the scanned layout (``layers``, leading axis)."""
-  params = dict(nn.unbox(params))
-  for stack in ("encoder", "decoder"):
-    if stack in params:
-      tree = dict(params[stack])
-      layers = [tree.pop(k) for k in sorted(k for k in tree if k.startswith("layer_"))]
-      tree["layers"] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
-      params[stack] = tree
-  return params
+_stacked = stack_layer_params
 
 
 @pytest.mark.parametrize("remat", get_args(Remat))

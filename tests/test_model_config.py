@@ -81,9 +81,11 @@ def test_invalid_values(overrides, seq_len, needles):
 
 
 def test_learned_positions_accept_max_len_and_relative_schemes_any_length():
-  model_config_from_dict(dict(position="learned", max_len=16), seq_len=16)
+  cfg = model_config_from_dict(dict(position="learned", max_len=16), seq_len=16)
+  assert (cfg.position, cfg.max_len) == ("learned", 16)
   for position in ("rope", "alibi", "t5_bias", "sinusoidal", "none"):
-    model_config_from_dict(dict(position=position, max_len=16), seq_len=64)
+    cfg = model_config_from_dict(dict(position=position, max_len=16), seq_len=64)
+    assert cfg.position == position  # longer than max_len is fine without a table
 
 
 @pytest.mark.parametrize("field,value,needle", [

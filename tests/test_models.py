@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tfx_jax.model_config import model_config_from_dict
-from tfx_jax.models import build_model
+from tfx_jax.models import build_model, stack_layer_params
 
 POSITIONS = ("sinusoidal", "learned", "t5_bias", "rope", "alibi", "none")
 DECODER_FAMILIES = ("decoder_only", "encoder_decoder")
@@ -185,16 +185,7 @@ def test_packed_documents_equal_each_alone(family, position):
 
 
 # ---------------------------------------------------------- cached decoding
-def _stacked(params):
-  """Loop parameters (``layer_i``) in the scanned layout (``layers``, leading axis)."""
-  params = dict(nn.unbox(params))
-  for stack in ("encoder", "decoder"):
-    if stack in params:
-      tree = dict(params[stack])
-      layers = [tree.pop(k) for k in sorted(k for k in tree if k.startswith("layer_"))]
-      tree["layers"] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
-      params[stack] = tree
-  return params
+_stacked = stack_layer_params
 
 
 def _decode_incrementally(cfg, params, tgt_BL, src_BS, chunks):

@@ -341,6 +341,26 @@ def build_model(cfg: ModelConfig, *, deterministic: bool = True,
   return _FAMILIES[cfg.family](cfg, deterministic=deterministic, use_cache=decode)
 
 
+def stack_layer_params(params):
+  """Loop-layout parameters (``layer_0``, ``layer_1``, ...) in the ``scan_layers``
+  layout (one ``layers`` subtree with a leading layer axis).
+
+  Lets a checkpoint trained with ``scan_layers=False`` be used by the same
+  model with ``scan_layers=True``.
+  """
+  params = dict(nn.unbox(params))
+  for stack in ("encoder", "decoder"):
+    if stack in params:
+      tree = dict(params[stack])
+      names = sorted((k for k in tree if k.startswith("layer_")),
+                     key=lambda k: int(k.split("_")[1]))
+      if names:
+        layers = [tree.pop(k) for k in names]
+        tree["layers"] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+      params[stack] = tree
+  return params
+
+
 def dummy_inputs(cfg: ModelConfig, batch: int = 1, length: int = 8) -> dict:
   """Keyword inputs of the right structure for ``init`` / ``eval_shape``."""
   ids = jnp.ones((batch, length), jnp.int32)
