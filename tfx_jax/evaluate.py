@@ -50,14 +50,16 @@ def main(argv):
   from tfx_jax.model_config import ConfigError
   from tfx_jax.run_io import load_run
   try:
-    multiples = inference.parse_lengths(_LENGTHS.value) if _LENGTHS.value else None
+    # `is not None`: an empty --lengths= is a bad spec, not "no extrapolation".
+    multiples = (inference.parse_lengths(_LENGTHS.value)
+                 if _LENGTHS.value is not None else None)
     run = load_run(_WORKDIR.value, _STEP.value)
     out_dir = run.workdir / "eval"
     out_dir.mkdir(exist_ok=True)
     stem = out_dir / f"{_SPLIT.value}-{run.step}"
     if multiples:
       rows = inference.extrapolation(run, _SPLIT.value, multiples, _MAX_BATCHES.value)
-      print(format_extrapolation(rows, run.model_cfg.position))
+      print(inference.format_extrapolation(rows, run.model_cfg.position))
       path = out_dir / f"{_SPLIT.value}-{run.step}.lengths.json"
       path.write_text(json.dumps(rows, indent=2))
       print(f"written: {path}")

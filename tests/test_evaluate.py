@@ -1,0 +1,340 @@
+"""The evaluate and generate commands on tiny checkpoints of every family.
+
+Tiny runs (test_configs.TINY: 1 layer, d_model 32, 20 steps, checkpoints at
+steps 10 and 20) are trained in this process with ``trainer.train_and_evaluate``;
+the real command-line entry points (absl flags, error handling, files written)
+then run in this process too. What ``evaluate`` reports must agree with what
+training logged for the same checkpoint and batches, and greedy ``generate``
+with a slow argmax reference; length extrapolation runs once per position scheme.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import pathlib
+import shutil
+from typing import get_args
+
+import numpy as np
+import pytest
+import sacrebleu
+
+from tfx_jax import cli, decode, evaluate, generate, inference, metrics, run_io, trainer
+from tfx_jax.model_config import Position
+from test_configs import compilation_cache, tiny_config
+
+# ml_collections loads config files with the deprecated importlib load_module().
+pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+
+MAX_BATCHES = 2  # evaluate --max_batches: the same batches as eval.num_batches
+NUM_SAMPLES = 2  # decoded samples written to TensorBoard during training
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_compilation_cache(tmp_path_factory):
+  with compilation_cache(tmp_path_factory.getbasetemp() / "jax_cache"):
+    yield
+
+
+def command(module, *args) -> tuple[int, str, str]:
+  """``python -m tfx_jax.<module> ARGS`` in this process: (exit code, stdout, stderr)."""
+  argv = [module.__name__, *[str(a) for a in args]]
+  out, err = io.StringIO(), io.StringIO()
+  code = 0
+  try:
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      cli.run_main(module.main, module.FLAGS, argv)
+  except SystemExit as e:
+    code = 0 if e.code is None else e.code
+  return code, out.getvalue(), err.getvalue()
+
+
+def ok(module, *args) -> str:
+  code, out, err = command(module, *args)
+  assert code == 0, err
+  return out
+
+
+def fails(module, *args) -> str:
+  """Runs a command that must exit 2 with a one-paragraph message; returns stderr."""
+  code, out, err = command(module, *args)
+  assert code == 2, (out, err)
+  assert err.startswith("error: ") and "Traceback" not in err, err
+  return err
+
+
+def train(spec: str, workdir: pathlib.Path, overrides: dict | None = None):
+  """(workdir, TensorBoard scalars) of a finished tiny run."""
+  result = trainer.train_and_evaluate(tiny_config(spec, overrides), str(workdir))
+  assert result.status == "finished"
+  return workdir, metrics.read_scalars(workdir / "tensorboard")
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+  return train("lm.py:tiny", tmp_path_factory.mktemp("lm") / "run",
+               {"eval.num_samples": NUM_SAMPLES})
+
+
+@pytest.fixture(scope="module")
+def translate_run(tmp_path_factory):
+  return train("translate.py:tiny", tmp_path_factory.mktemp("translate") / "run",
+               {"eval.num_bleu_examples": 4, "eval.num_samples": NUM_SAMPLES})
+
+
+@pytest.fixture(scope="module")
+def mlm_run(tmp_path_factory):
+  return train("mlm.py:tiny", tmp_path_factory.mktemp("mlm") / "run")
+
+
+@pytest.fixture(scope="module")
+def classify_run(tmp_path_factory):
+  return train("finetune.py:tiny", tmp_path_factory.mktemp("classify") / "run")
+
+
+def evaluated(workdir: pathlib.Path, *args) -> tuple[dict, list[str], list[str], str]:
+  """Runs evaluate; returns (json metrics, hypothesis lines, reference lines, stdout)."""
+  out = ok(evaluate, "--workdir", workdir, "--max_batches", MAX_BATCHES, *args)
+  step = int(out.split(" at step ", 1)[1].split()[0])
+  stem = workdir / "eval" / f"validation-{step}"
+  assert f"written: {stem}.hyp.txt, {stem}.ref.txt, {stem}.json" in out
+  result = json.loads(stem.with_suffix(".json").read_text())
+  assert result["step"] == step
+  hyps = stem.with_suffix(".hyp.txt").read_text().splitlines()
+  refs = stem.with_suffix(".ref.txt").read_text().splitlines()
+  assert len(hyps) == len(refs) == result["num_examples"] > 0
+  assert result["split"] == "validation"
+  return result, hyps, refs, out
+
+
+def logged(scalars: dict, tag: str, step: int) -> float:
+  return dict(scalars[tag])[step]
+
+
+def assert_as_logged(value: float, scalars: dict, tag: str, step: int) -> None:
+  """``value`` (evaluate's json) is what training logged for ``step`` (float32).
+
+  Same checkpoint and batches, but two compiled programs (evaluate's unsharded
+  forward pass, the trainer's sharded eval step) whose float32 sums may be
+  ordered differently: a few ulps apart at most, far less than a training step
+  changes (checked in test_evaluate_step_picks_that_checkpoint).
+  """
+  assert np.float32(value) == pytest.approx(logged(scalars, tag, step), rel=1e-5), tag
+
+
+# ------------------------------------------------------------ evaluate
+def test_evaluate_language_model_reports_the_logged_perplexity(lm_run):
+  workdir, scalars = lm_run
+  result, _, _, out = evaluated(workdir)
+  assert result["task"] == "lm" and result["step"] == 20
+  assert {"loss", "perplexity"} <= set(result) and "accuracy" not in result
+  assert result["perplexity"] == pytest.approx(math.exp(result["loss"]))
+  # The same checkpoint on the same validation batches as the in-training eval.
+  assert_as_logged(result["perplexity"], scalars, "eval/perplexity", 20)
+  assert f"lm evaluation of {workdir} at step 20" in out
+  assert f"perplexity: {result['perplexity']:.4f}" in out
+
+
+def test_evaluate_step_picks_that_checkpoint(lm_run):
+  workdir, scalars = lm_run
+  result, _, _, out = evaluated(workdir, "--step", 10)
+  assert result["step"] == 10 and "at step 10" in out
+  assert (workdir / "eval" / "validation-10.json").exists()
+  assert_as_logged(result["perplexity"], scalars, "eval/perplexity", 10)
+  at_10, at_20 = (logged(scalars, "eval/perplexity", s) for s in (10, 20))
+  assert abs(at_10 - at_20) > 1e-3 * at_20
+
+
+def test_evaluate_translation_reports_bleu_chrf_and_signatures(translate_run):
+  workdir, _ = translate_run
+  result, hyps, refs, out = evaluated(workdir)
+  assert result["task"] == "translate" and result["step"] == 20
+  config = run_io.load_config(workdir)
+  n = MAX_BATCHES * config.eval.batch_size
+  pairs = inference.translation_pairs(config, "validation", n)
+  assert refs == [r.replace("\n", " ") for _, r in pairs] and len(hyps) == n
+  # The files hold exactly what was scored (sacrebleu defaults: 13a, mixed case).
+  assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+  assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
+  for metric in ("bleu", "chrf"):
+    signature = result[f"{metric}_signature"]
+    assert signature.startswith("nrefs:1|") and f"version:{sacrebleu.__version__}" in signature
+    assert f"sacrebleu {metric} signature: {signature}" in out
+  assert result["beam_size"] == 4
+
+
+def test_evaluate_masked_language_model_reports_masked_token_accuracy(mlm_run):
+  workdir, scalars = mlm_run
+  result, _, _, _ = evaluated(workdir)
+  assert result["task"] == "mlm"
+  assert {"loss", "perplexity", "accuracy"} <= set(result)
+  assert 0.0 <= result["accuracy"] <= 1.0
+  for tag in ("accuracy", "perplexity"):
+    assert_as_logged(result[tag], scalars, f"eval/{tag}", 20)
+
+
+def test_evaluate_classifier_reports_accuracy_over_the_written_labels(classify_run):
+  workdir, scalars = classify_run
+  result, hyps, refs, _ = evaluated(workdir)
+  assert result["task"] == "classify"
+  assert "accuracy" in result and "perplexity" not in result
+  labels = {str(i) for i in range(run_io.load_config(workdir).model.num_classes)}
+  assert set(hyps) <= labels and set(refs) <= labels
+  assert result["accuracy"] == pytest.approx(np.mean([h == r for h, r in zip(hyps, refs)]))
+  assert_as_logged(result["accuracy"], scalars, "eval/accuracy", 20)
+
+
+def test_evaluate_bad_step_or_workdir_exits_2(lm_run, tmp_path):
+  workdir, _ = lm_run
+  err = fails(evaluate, "--workdir", workdir, "--step", 15)
+  assert "--step=15" in err and "available steps: 10, 20" in err
+  err = fails(evaluate, "--workdir", tmp_path)
+  assert str(tmp_path) in err and "no config.json" in err
+  fails(evaluate, "--workdir", tmp_path / "missing")
+  shutil.copy(workdir / "config.json", tmp_path / "config.json")
+  assert "no checkpoints" in fails(evaluate, "--workdir", tmp_path)
+  assert not (tmp_path / "eval").exists()
+
+
+# ------------------------------------------------------------ generate
+def test_generate_greedy_continues_the_prompt_as_the_argmax_loop(lm_run):
+  workdir, _ = lm_run
+  prompt, n = "ROMEO:", 8
+  out = ok(generate, "--workdir", workdir, "--prompt", prompt, "--greedy",
+           "--max_new_tokens", n)
+  run = run_io.load_run(workdir)
+  tok = run.tokenizer
+  ids = np.asarray([[tok.bos_id] + tok.encode(prompt)], np.int32)
+  new = list(decode.uncached_greedy(run.params, run.model_cfg, ids, n)[0])
+  new = new[:new.index(tok.eos_id)] if tok.eos_id in new else new
+  assert new, "the tiny model's first greedy token is eos: nothing to compare"
+  assert out.splitlines() == [f"{prompt} {tok.decode(new)}"]
+
+
+def test_generate_sampling_and_beam_search_continue_each_prompt(lm_run):
+  workdir, _ = lm_run
+  prompts = ["ROMEO:", "JULIET: O Romeo, Romeo"]
+  args = ["--workdir", workdir, *[a for p in prompts for a in ("--prompt", p)],
+          "--max_new_tokens", 8]
+  for extra in (["--top_k", 20, "--top_p", 0.9, "--temperature", 0.8],
+                ["--beam_size", 2]):
+    lines = ok(generate, *args, *extra).splitlines()
+    assert len(lines) == len(prompts), (extra, lines)
+    for line, prompt in zip(lines, prompts):
+      assert line.startswith(prompt + " "), (extra, line)
+
+
+def test_generate_same_seed_same_sample(lm_run):
+  workdir, _ = lm_run
+  args = ["--workdir", workdir, "--prompt", "ROMEO:", "--temperature", 1.5,
+          "--max_new_tokens", 16]
+  first = ok(generate, *args, "--seed", 7)
+  assert ok(generate, *args, "--seed", 7) == first
+  others = {ok(generate, *args, "--seed", s) for s in (8, 9)}
+  assert others != {first}  # the seed is used
+
+
+def test_generate_translation_of_a_source(translate_run):
+  workdir, _ = translate_run
+  source = "File not found"
+  lines = ok(generate, "--workdir", workdir, "--source", source).splitlines()
+  assert len(lines) == 2 and lines[0] == source and lines[1].startswith("  -> ")
+  # Greedy by default (no beam): the argmax loop's translation.
+  run = run_io.load_run(workdir)
+  tok, seq_len = run.tokenizer, int(run.config.train.seq_len)
+  ids = np.zeros((1, seq_len), np.int32)
+  row = tok.encode(source) + [tok.eos_id]
+  ids[0, :len(row)] = row
+  new = list(decode.uncached_greedy(run.params, run.model_cfg, ids, seq_len)[0])
+  new = new[:new.index(tok.eos_id)] if tok.eos_id in new else new
+  assert lines[1] == f"  -> {tok.decode(new)}"
+  lines = ok(generate, "--workdir", workdir, "--source", source, "--source", "Save as",
+             "--beam_size", 2).splitlines()
+  assert lines[0] == source and lines[2] == "Save as"
+  assert lines[1].startswith("  -> ") and lines[3].startswith("  -> ")
+
+
+def test_generate_wrong_input_for_the_family_exits_2(lm_run, translate_run, mlm_run):
+  err = fails(generate, "--workdir", lm_run[0], "--source", "hello")
+  assert "--source is for model.family='encoder_decoder'" in err and "'decoder_only'" in err
+  err = fails(generate, "--workdir", translate_run[0], "--prompt", "hello")
+  assert "--prompt is for model.family='decoder_only'" in err
+  assert "'encoder_decoder'" in err
+  err = fails(generate, "--workdir", mlm_run[0], "--prompt", "hello")
+  assert "'encoder_only'" in err
+  err = fails(generate, "--workdir", lm_run[0])
+  assert "--prompt" in err and "--source" in err
+
+
+# -------------------------------------------------- length extrapolation
+SEQ_LEN = 16
+LEARNED_MAX_LEN = 32  # 1x and 2x fit the learned table, 4x does not
+
+
+@pytest.mark.parametrize("position", get_args(Position))
+def test_length_extrapolation_for_every_position_scheme(position, tmp_path):
+  overrides = {"model.position": position, "train.seq_len": SEQ_LEN,
+               "train.num_steps": 2, "eval.every_steps": 2, "eval.num_batches": 1,
+               "checkpoint.every_steps": 2}
+  if position == "learned":
+    overrides["model.max_len"] = LEARNED_MAX_LEN
+  workdir, _ = train("lm.py:tiny", tmp_path / "run", overrides)
+  out = ok(evaluate, "--workdir", workdir, "--lengths", "1x,2x,4x",
+           "--max_batches", MAX_BATCHES)
+  assert f"length extrapolation (model.position={position})" in out
+  table = {line.split()[0]: line.split()[1:] for line in out.splitlines()
+           if line.split() and line.split()[0][0].isdigit()}
+  assert list(table) == [f"{k}x={k * SEQ_LEN}" for k in (1, 2, 4)], out
+  rows = json.loads((workdir / "eval" / "validation-2.lengths.json").read_text())
+  assert [r["multiple"] for r in rows] == [1, 2, 4]
+  for row, cells in zip(rows, table.values()):
+    if position == "learned" and row["length"] > LEARNED_MAX_LEN:
+      assert row["perplexity"] is None
+      assert cells[1] == "n/a" and "learned positions end at max_len=32" in " ".join(cells)
+      continue
+    assert math.isfinite(row["perplexity"]) and row["perplexity"] > 1.0, row
+    assert float(cells[1]) == pytest.approx(row["perplexity"], abs=0.01)
+    # Every length scores the same tokens.
+    assert row["tokens"] == rows[0]["tokens"] == 4 * SEQ_LEN * MAX_BATCHES
+
+
+def test_bad_lengths_exit_2(lm_run, translate_run):
+  for spec in ("abc", "0x", "2x,y", ""):
+    assert "--lengths" in fails(evaluate, "--workdir", lm_run[0], f"--lengths={spec}")
+  err = fails(evaluate, "--workdir", translate_run[0], "--lengths", "1x,2x")
+  assert "--lengths evaluates language models" in err and "'encoder_decoder'" in err
+
+
+# ------------------------------------------- decoding during training
+def test_translation_run_logs_bleu_and_samples(translate_run):
+  workdir, scalars = translate_run
+  logdir = workdir / "tensorboard"
+  tags = metrics.read_tags(logdir)
+  assert "eval/bleu" in tags["scalars"] and "samples" in tags["texts"]
+  assert [s for s, _ in scalars["eval/bleu"]] == [10, 20]
+  assert all(0.0 <= v <= 100.0 for _, v in scalars["eval/bleu"])
+  samples = metrics.read_texts(logdir)["samples"]
+  assert [s for s, _ in samples] == [10, 20]
+  pairs = inference.translation_pairs(run_io.load_config(workdir), "validation",
+                                      NUM_SAMPLES)
+  shown = samples[-1][1].split("\n\n")
+  assert len(shown) == NUM_SAMPLES
+  for text, (source, reference) in zip(shown, pairs):
+    assert f"source: {source}" in text and "hypothesis: " in text
+    assert f"reference: {reference}" in text
+
+
+def test_language_model_run_logs_samples(lm_run):
+  workdir, scalars = lm_run
+  logdir = workdir / "tensorboard"
+  assert "eval/bleu" not in scalars
+  samples = metrics.read_texts(logdir)["samples"]
+  assert [s for s, _ in samples] == [10, 20]
+  shown = samples[-1][1].split("\n\n")
+  assert len(shown) == NUM_SAMPLES
+  for text in shown:
+    prompt, _, continuation = text.partition(" **")
+    assert len(prompt.split()) == 4 and continuation.endswith("**"), text
