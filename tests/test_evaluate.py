@@ -211,7 +211,8 @@ def test_generate_greedy_continues_the_prompt_as_the_argmax_loop(lm_run):
   new = list(decode.uncached_greedy(run.params, run.model_cfg, ids, n)[0])
   new = new[:new.index(tok.eos_id)] if tok.eos_id in new else new
   assert new, "the tiny model's first greedy token is eos: nothing to compare"
-  assert out.splitlines() == [f"{prompt} {tok.decode(new)}"]
+  assert out.splitlines() == [tok.decode(tok.encode(prompt) + new)]
+  assert out.startswith(prompt)
 
 
 def test_generate_sampling_and_beam_search_continue_each_prompt(lm_run):
@@ -224,7 +225,8 @@ def test_generate_sampling_and_beam_search_continue_each_prompt(lm_run):
     lines = ok(generate, *args, *extra).splitlines()
     assert len(lines) == len(prompts), (extra, lines)
     for line, prompt in zip(lines, prompts):
-      assert line.startswith(prompt + " "), (extra, line)
+      # The continuation may be empty (eos first): a weak model's best beam often is.
+      assert line.startswith(prompt), (extra, line)
 
 
 def test_generate_same_seed_same_sample(lm_run):
@@ -267,6 +269,8 @@ def test_generate_wrong_input_for_the_family_exits_2(lm_run, translate_run, mlm_
   assert "'encoder_only'" in err
   err = fails(generate, "--workdir", lm_run[0])
   assert "--prompt" in err and "--source" in err
+  err = fails(generate, "--workdir", translate_run[0], "--source", "hello", "--top_k", 5)
+  assert "--top_k" in err and "--beam_size" in err
 
 
 # -------------------------------------------------- length extrapolation

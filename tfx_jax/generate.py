@@ -48,6 +48,10 @@ def main(argv):
     run = load_run(_WORKDIR.value, _STEP.value)
     texts = _PROMPT.value or _SOURCE.value
     want = "encoder_decoder" if _SOURCE.value else "decoder_only"
+    sampling = (_TEMPERATURE.value != 1.0 or _TOP_K.value or _TOP_P.value != 1.0)
+    if want == "encoder_decoder" and sampling:
+      raise ConfigError("--temperature / --top_k / --top_p sample from a decoder_only "
+                        "model; translate with --greedy or --beam_size N.")
     if run.model_cfg.family != want:
       flag = "--source" if want == "encoder_decoder" else "--prompt"
       raise ConfigError(f"{flag} is for model.family={want!r}; this run is "
@@ -56,13 +60,14 @@ def main(argv):
         run, texts, max_new_tokens=_MAX_NEW.value,
         greedy=_GREEDY.value or (want == "encoder_decoder" and _BEAM.value == 0),
         temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
-        beam_size=_BEAM.value, alpha=_ALPHA.value, seed=_SEED.value)
+        beam_size=_BEAM.value, alpha=_ALPHA.value, seed=_SEED.value,
+        include_prompt=True)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   for text, out in zip(texts, outs):
     if want == "decoder_only":
-      print(f"{text}{'' if text[-1:].isspace() else ' '}{out}")
+      print(out)
     else:
       print(f"{text}\n  -> {out}")
 

@@ -217,7 +217,8 @@ def format_extrapolation(rows, position: str) -> str:
 
 
 def generate_texts(run, texts, *, max_new_tokens=64, greedy=False, temperature=1.0,
-                   top_k=0, top_p=1.0, beam_size=0, alpha=0.6, seed=0) -> list[str]:
+                   top_k=0, top_p=1.0, beam_size=0, alpha=0.6, seed=0,
+                   include_prompt=False) -> list[str]:
   """Continuations (decoder_only) or translations (encoder_decoder) of ``texts``."""
   import jax
   from tfx_jax import decode
@@ -232,6 +233,10 @@ def generate_texts(run, texts, *, max_new_tokens=64, greedy=False, temperature=1
   if cfg.family != "decoder_only":
     raise ConfigError(f"generation needs a decoder; this run's model.family is "
                       f"{cfg.family!r}.")
+  if cfg.family == "decoder_only" and not greedy and beam_size <= 0 and (
+      temperature <= 0):
+    raise ConfigError(f"temperature must be > 0, got {temperature}; use greedy "
+                      "decoding (--greedy) for argmax.")
   rows = [[tok.bos_id] + tok.encode(t) for t in texts]
   width = max(len(r) for r in rows)
   ids = np.zeros((len(rows), width), np.int32)
@@ -249,5 +254,8 @@ def generate_texts(run, texts, *, max_new_tokens=64, greedy=False, temperature=1
   for row in new:
     row = list(row)
     row = row[:row.index(tok.eos_id)] if tok.eos_id in row else row
-    out.append(tok.decode([int(t) for t in row]))
+    # include_prompt: decode prompt and continuation together, so the tokenizer
+    # decides the spacing where they meet (a continuation may start mid-word).
+    prefix = rows[len(out)][1:] if include_prompt else []
+    out.append(tok.decode(prefix + [int(t) for t in row]))
   return out
