@@ -45,11 +45,11 @@ def get_config(preset: str = "tiny"):
   c.model.num_classes = NUM_GENRES
   c.data.update(pre.data.to_dict())
   c.data.name = "tfx_shakespeare_genre"
-  c.train.update(num_steps=200, batch_size=16, seq_len=pre.train.seq_len,
+  c.train.update(num_steps=300, batch_size=16, seq_len=pre.train.seq_len,
                  log_every_steps=20)
   c.eval.update(every_steps=100, num_batches=8, batch_size=16)
   c.checkpoint.every_steps = 100
-  c.optim.update(learning_rate=1e-3, warmup_steps=20, schedule="cosine")
+  c.optim.update(learning_rate=3e-3, warmup_steps=20, schedule="cosine")
   c.finetune.lambda_pt = 0.5
   c.lock()
   return c

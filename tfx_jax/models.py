@@ -31,6 +31,10 @@ from tfx_jax.layers.positions import (LearnedPositions, T5RelativeBias, alibi_bi
 from tfx_jax.model_config import ModelConfig, deepnorm_constants
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# A new classification head starts near uniform predictions, as in GPT and BERT
+# (normal, std 0.02): on top of a pretrained stack, whose final hidden states
+# are large, a Xavier head starts out confidently wrong and recovers slowly.
+CLASSIFIER_INIT = nn.initializers.normal(0.02)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,8 +216,7 @@ class DecoderOnly(_Family):
     if cfg.num_classes:
       self.classifier = nn.Dense(
           cfg.num_classes, name="classifier",
-          kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
-                                                   ("embed", "classes")))
+          kernel_init=nn.with_logical_partitioning(CLASSIFIER_INIT, ("embed", "classes")))
 
   def __call__(self, inputs, segment_ids=None, positions=None):
     mask, bias, positions, index = self._causal_inputs(inputs, segment_ids, positions,
@@ -256,8 +259,7 @@ class EncoderOnly(_Family):
       self.pooler = dense(cfg.d_model, ("embed", "embed_out"), "pooler")
       self.classifier = nn.Dense(
           cfg.num_classes, name="classifier",
-          kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
-                                                   ("embed", "classes")))
+          kernel_init=nn.with_logical_partitioning(CLASSIFIER_INIT, ("embed", "classes")))
 
   def __call__(self, inputs, segment_ids=None, positions=None):
     cfg = self.cfg

@@ -46,6 +46,7 @@ RESUME_FIELDS = ("model.", "task", "seed", "data.name", "data.tokenizer",
                  "data.vocab_size", "data.mask_rate", "train.batch_size",
                  "train.seq_len", "optim.optimizer", "optim.accumulate_steps")
 NONFINITE_CHOICES = ("stop", "skip")
+EVAL_SEED = 0
 
 
 @flax.struct.dataclass
@@ -272,10 +273,13 @@ def make_data(config, tokenizer, split: str, *, train: bool):
   from tfx_jax.data import pipeline
   n, i = jax.process_count(), jax.process_index()
   batch = config.train.batch_size if train else config.eval.batch_size
+  # Evaluation reads a fixed shuffle of the split (the same for every run and
+  # seed): eval.num_batches then samples the whole split, not its first
+  # documents (one work, one genre), and runs stay comparable across seeds.
   return pipeline.make_dataset(
       config.data, config.task, split, batch_size=batch // n, seq_len=config.train.seq_len,
-      seed=int(config.seed), tokenizer=tokenizer, shard_index=i, shard_count=n,
-      shuffle=train, num_epochs=None if train else 1)
+      seed=int(config.seed) if train else EVAL_SEED, tokenizer=tokenizer, shard_index=i,
+      shard_count=n, shuffle=True, num_epochs=None if train else 1)
 
 
 def load_tokenizer(config):
