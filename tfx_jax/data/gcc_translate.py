@@ -95,8 +95,17 @@ def find_catalog(lang: str, download_dir: str, fetch: bool = True) -> str:
     os.makedirs(download_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=download_dir) as tmp:
       try:
-        subprocess.run(["apt-get", "download", PACKAGE], cwd=tmp, check=True,
-                       capture_output=True, text=True, timeout=600)
+        try:
+          subprocess.run(["apt-get", "download", PACKAGE], cwd=tmp, check=True,
+                         capture_output=True, text=True, timeout=600)
+        except subprocess.CalledProcessError:
+          if os.geteuid() != 0:
+            raise
+          # Stale package lists (the mirror moved on): refresh them once.
+          subprocess.run(["apt-get", "update", "-qq"], check=True,
+                         capture_output=True, text=True, timeout=600)
+          subprocess.run(["apt-get", "download", PACKAGE], cwd=tmp, check=True,
+                         capture_output=True, text=True, timeout=600)
         debs = glob.glob(os.path.join(tmp, f"{PACKAGE}_*.deb"))
         subprocess.run(["dpkg", "-x", debs[0], os.path.join(tmp, "x")],
                        check=True, capture_output=True, text=True, timeout=600)
