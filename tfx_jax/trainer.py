@@ -487,11 +487,13 @@ def _train(config, model_cfg, workdir: pathlib.Path, flat_config, ckpt, is_chief
                  f"{tok_per_sec:,.0f} tok/s  ETA {_fmt_time(eta)}")
         timer_step, timer_time, tokens = step, now, 0.0
       if is_eval:
+        eval_start = time.time()
         last_eval = evaluate(state.params)
         last_eval.update(decode_report(state.params, step))
         writer.write_scalars(step, last_eval)
         _console(f"step {step:>6}  " + "  ".join(
             f"{k} {v:.4f}" for k, v in last_eval.items()))
+        timer_time += time.time() - eval_start  # train/tokens_per_sec excludes eval
       if is_save:
         save(step)
       if stop_signal is not None:
