@@ -239,7 +239,7 @@ def test_rope_half_split_equals_interleaved_up_to_permutation():
 def _np_attention(q, k, v, mask=None, bias=None):
   """softmax(Q K^T / sqrt(d) + bias) V per head; query head h uses kv head h // (H/N)."""
   B, L, H, K = q.shape
-  S, N = k.shape[1], k.shape[2]
+  N = k.shape[2]
   G = H // N
   out = np.zeros((B, L, H, K))
   for b, h in np.ndindex(B, H):

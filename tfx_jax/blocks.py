@@ -19,7 +19,6 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from tfx_jax.layers.attention import Attention
 from tfx_jax.layers.ffn import FeedForward

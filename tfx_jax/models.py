@@ -16,7 +16,6 @@ and take log_softmax in the loss / decoder), plus ``class_logits`` [B, C] when
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import flax.linen as nn
 import jax

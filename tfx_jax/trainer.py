@@ -13,10 +13,8 @@ checkpoint manager. Everything a run needs to continue lives in its workdir:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
-import os
 import pathlib
 import signal
 import time
