@@ -178,12 +178,31 @@ def test_narrow_beams_score_what_they_return():
   returned = [tuple(s) for s in np.asarray(seqs[0]).tolist()]
   np.testing.assert_allclose(got[0], [by_seq[s] for s in returned], rtol=1e-5)
   assert got[0, 0] >= got[0, 1]
-  # Beam 1 with eos reachable: the greedy sequence is one of its candidates, so
-  # what it returns scores at least as well (it may be an earlier eos branch).
+  # Beam 1 with a length penalty may run past greedy's eos to a longer
+  # hypothesis with a better penalised score, never a worse one.
   _, got = decode.beam_search(params, cfg, BEAM_INPUTS, beam_size=1, alpha=0.6,
                               max_len=3)
   greedy = _greedy(cfg, params, BEAM_INPUTS, 3, decode.EOS_ID)[0]
   assert got[0, 0] >= by_seq[tuple(greedy)] - 1e-5
+
+
+@pytest.mark.parametrize("family", ["encoder_decoder", "decoder_only"])
+@pytest.mark.parametrize("eos_id", [1, 4])
+def test_beam_size_1_equals_greedy_with_eos_reachable(family, eos_id):
+  """Without a length penalty, beam size 1 is greedy decoding, eos included."""
+  cfg = model_config_from_dict(dict(
+      family=family, position="t5_bias", d_model=16, num_heads=4, num_kv_heads=2,
+      num_layers=1, vocab_size=6, max_len=32))
+  # A seed whose greedy rows emit ids 1 and 4 mid-sequence (tiny random models
+  # mostly repeat one token), so eos ends some rows early and is a runner-up
+  # candidate in others.
+  params = init_params(cfg, jax.random.PRNGKey(2))
+  inputs = np.array([[4, 1, 2, 4], [1, 1, 4, 0], [2, 4, 0, 0]], np.int32)
+  greedy = _greedy(cfg, params, inputs, 6, eos_id)
+  seqs, _ = decode.beam_search(params, cfg, inputs, beam_size=1, alpha=0.0, max_len=6,
+                               eos_id=eos_id)
+  np.testing.assert_array_equal(np.asarray(seqs)[:, 0], greedy)
+  assert any(eos_id in row[:-1] for row in greedy.tolist()), greedy
 
 
 @pytest.mark.parametrize("family", ["encoder_decoder", "decoder_only"])

@@ -325,9 +325,11 @@ def _beam_loop(step: StepFn, cache, cache_axes, seq_BT, lengths_B, *, start: int
 
   As in the Flax / T5X beam search: each step extends the K alive beams by
   every token and keeps the 2K best candidates, so that K of them remain alive
-  even if K of them end in eos. Candidates ending in eos (or reaching the
-  row's last position) enter the finished set, ranked by the length-penalised
-  score; the others compete for the K alive slots, and the cache rows follow
+  even if K of them end in eos. Candidates among the K best that end in eos
+  (or reach the row's last position) enter the finished set, ranked by the
+  length-penalised score (endings ranked below K are pruned, as a K-wide beam
+  would, so beam size 1 with alpha 0 is greedy decoding); the others compete
+  for the K alive slots, and the cache rows follow
   their parent beam. While a row still has prompt tokens (decoder_only), only
   its prompt token is allowed, with log-probability 0. A row stops when even
   its best alive beam, at the largest length penalty, cannot beat the worst of
@@ -373,7 +375,11 @@ def _beam_loop(step: StepFn, cache, cache_axes, seq_BT, lengths_B, *, start: int
     ends = (~forced_B[:, None] & (token == eos_id)) | last_B[:, None]
     valid = top_logp > neg_inf
     new_len_B = pos - lengths_B + 1
-    new_score = jnp.where(ends & valid,
+    # Only an ending among the K best candidates is finished (as in fairseq):
+    # a hypothesis that the classic K-wide beam would have pruned stays pruned,
+    # so beam size 1 is exactly greedy decoding when alpha = 0.
+    in_beam = jnp.arange(2 * K)[None, :] < K
+    new_score = jnp.where(ends & valid & in_beam,
                           top_logp / length_penalty(new_len_B, alpha)[:, None], neg_inf)
 
     # Alive: the K best candidates that did not end.
