@@ -22,7 +22,7 @@ from tfx_jax.data import pipeline
 from tfx_jax.data import shakespeare
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
-from tfx_jax.model_config import ConfigError
+from tfx_jax.errors import ConfigError
 
 # Measured on the real sources (shakespeare 0.6, gcc-12-locales 12.2.0-14).
 COUNTS = {

@@ -12,7 +12,8 @@ import pytest
 import sacrebleu
 
 from tfx_jax import bleu, decode
-from tfx_jax.model_config import ConfigError, model_config_from_dict
+from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import model_config_from_dict
 from tfx_jax.models import build_model, init_params
 
 

@@ -14,7 +14,8 @@ import ml_collections
 import pytest
 
 from tfx_jax import config_base
-from tfx_jax.model_config import (Activation, ConfigError, DType, Family, ModelConfig,
+from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import (Activation, DType, Family, ModelConfig,
                                   NormPosition, NormType, Position, Remat,
                                   model_config_from_dict)
 

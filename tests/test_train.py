@@ -19,7 +19,7 @@ from tfx_jax import metrics
 from tfx_jax import status as status_lib
 from tfx_jax import trainer
 from tfx_jax.data import embedded_datasets
-from tfx_jax.model_config import ConfigError
+from tfx_jax.errors import ConfigError
 from test_configs import ROOT, cli_flags, compilation_cache, run_cli, tiny_config
 
 # ml_collections loads config files with the deprecated importlib load_module().

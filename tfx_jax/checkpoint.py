@@ -37,7 +37,7 @@ from absl import logging
 import jax
 import orbax.checkpoint as ocp
 
-from tfx_jax.model_config import ConfigError
+from tfx_jax.errors import ConfigError
 
 
 def ensure_writable(workdir: str | os.PathLike) -> pathlib.Path:

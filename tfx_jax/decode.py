@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfx_jax.model_config import ConfigError, ModelConfig
+from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import ModelConfig
 from tfx_jax.models import build_model
 
 PAD_ID, BOS_ID, EOS_ID = 0, 2, 3

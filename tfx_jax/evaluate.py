@@ -47,7 +47,7 @@ flags.mark_flag_as_required("workdir", flag_values=FLAGS)
 # ------------------------------------------------------------------- main
 def main(argv):
   del argv
-  from tfx_jax.model_config import ConfigError
+  from tfx_jax.errors import ConfigError
   from tfx_jax.run_io import load_run
   try:
     # `is not None`: an empty --lengths= is a bad spec, not "no extrapolation".

@@ -40,7 +40,7 @@ flags.mark_flag_as_required("workdir", flag_values=FLAGS)
 
 def main(argv):
   del argv
-  from tfx_jax.model_config import ConfigError
+  from tfx_jax.errors import ConfigError
   from tfx_jax.run_io import load_run
   try:
     if bool(_PROMPT.value) == bool(_SOURCE.value):

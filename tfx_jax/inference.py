@@ -117,7 +117,7 @@ def evaluate_run(run, split="validation", *, max_batches=0, beam_size=4, alpha=0
         hyps.append(tok.decode([int(t) for t in pred[i][w]]))
         refs.append(tok.decode([int(t) for t in batch["targets"][i][w]]))
   if totals is None:
-    from tfx_jax.model_config import ConfigError
+    from tfx_jax.errors import ConfigError
     raise ConfigError(f"split {split!r} of {config.data.name} yielded no batch.")
   from tfx_jax.trainer import eval_metrics
   metrics = {k.split("/", 1)[1]: v for k, v in eval_metrics(task, totals).items()}
@@ -127,7 +127,7 @@ def evaluate_run(run, split="validation", *, max_batches=0, beam_size=4, alpha=0
 
 # ----------------------------------------------------- length extrapolation
 def parse_lengths(spec: str) -> list[int]:
-  from tfx_jax.model_config import ConfigError
+  from tfx_jax.errors import ConfigError
   out = []
   for part in spec.split(","):
     part = part.strip().lower()
@@ -167,7 +167,7 @@ def extrapolation(run, split: str, multiples: list[int], max_windows: int = 0):
   import jax
   from tfx_jax import tasks
   from tfx_jax.models import build_model
-  from tfx_jax.model_config import ConfigError
+  from tfx_jax.errors import ConfigError
   if run.model_cfg.family != "decoder_only":
     raise ConfigError("--lengths evaluates language models (model.family="
                       f"'decoder_only'); this run is {run.model_cfg.family!r}.")
@@ -222,7 +222,7 @@ def generate_texts(run, texts, *, max_new_tokens=64, greedy=False, temperature=1
   """Continuations (decoder_only) or translations (encoder_decoder) of ``texts``."""
   import jax
   from tfx_jax import decode
-  from tfx_jax.model_config import ConfigError
+  from tfx_jax.errors import ConfigError
   cfg, tok = run.model_cfg, run.tokenizer
   if cfg.family == "encoder_decoder":
     if beam_size <= 1 and not greedy:

@@ -12,6 +12,8 @@ import dataclasses
 import math
 from typing import Any, Literal, Mapping, get_args
 
+from tfx_jax.errors import ConfigError
+
 Family = Literal["encoder_decoder", "decoder_only", "encoder_only"]
 NormPosition = Literal["post", "pre", "sandwich", "deepnorm"]
 NormType = Literal["layernorm", "rmsnorm"]
@@ -23,10 +25,6 @@ Remat = Literal["none", "full", "dots", "dots_with_no_batch_dims"]
 DType = Literal["float32", "bfloat16"]
 
 GATED_ACTIVATIONS = ("glu", "reglu", "geglu", "swiglu", "bilinear")
-
-
-class ConfigError(ValueError):
-  """Bad user input: names the field, the value and the valid choices."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from tfx_jax.model_config import ConfigError
+from tfx_jax.errors import ConfigError
 
 
 OPTIMIZERS = ("adam", "adamw", "adafactor")

@@ -10,7 +10,8 @@ from typing import Any
 import ml_collections
 
 from tfx_jax import checkpoint as ckpt_lib
-from tfx_jax.model_config import ConfigError, ModelConfig
+from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import ModelConfig
 
 
 @dataclasses.dataclass

@@ -60,7 +60,8 @@ def format_table(shapes: dict, depth: int = 3) -> str:
 
 def main(argv):
   del argv
-  from tfx_jax.model_config import ConfigError, model_config_from_dict
+  from tfx_jax.errors import ConfigError
+  from tfx_jax.model_config import model_config_from_dict
   try:
     cfg = model_config_from_dict(_CONFIG.value.model)
   except ConfigError as e:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from tfx_jax.model_config import ConfigError
+from tfx_jax.errors import ConfigError
 from tfx_jax.optim import label_smoothed_cross_entropy
 
 TASKS = ("lm", "translate", "mlm", "classify")

@@ -30,7 +30,7 @@ def main(argv):
     print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
     sys.exit(2)
   import jax
-  from tfx_jax.model_config import ConfigError
+  from tfx_jax.errors import ConfigError
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
   from tfx_jax import trainer

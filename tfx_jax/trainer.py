@@ -34,7 +34,8 @@ from tfx_jax import metrics as metrics_lib
 from tfx_jax import sharding as sharding_lib
 from tfx_jax import status as status_lib
 from tfx_jax import tasks
-from tfx_jax.model_config import ConfigError, DType, ModelConfig, model_config_from_dict
+from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import DType, ModelConfig, model_config_from_dict
 from tfx_jax.models import build_model, dummy_inputs
 from tfx_jax.optim import make_optimizer, make_schedule
 

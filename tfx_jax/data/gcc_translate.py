@@ -44,7 +44,7 @@ from absl import logging
 import tensorflow_datasets as tfds
 
 from tfx_jax.data import builder_base
-from tfx_jax.data.errors import ConfigError
+from tfx_jax.errors import ConfigError
 
 PACKAGE = "gcc-12-locales"
 CATALOG = "gcc-12.mo"

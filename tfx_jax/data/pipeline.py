@@ -43,7 +43,7 @@ import numpy as np
 
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
-from tfx_jax.data.errors import ConfigError
+from tfx_jax.errors import ConfigError
 
 Task = Literal["lm", "translate", "mlm", "classify"]
 TASKS = ("lm", "translate", "mlm", "classify")

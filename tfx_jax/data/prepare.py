@@ -15,7 +15,7 @@ from absl import flags
 from tfx_jax.cli import new_flags, run_main
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
-from tfx_jax.data.errors import ConfigError
+from tfx_jax.errors import ConfigError
 
 FLAGS = new_flags()
 _NAME = flags.DEFINE_string(
