@@ -46,6 +46,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.log_every_steps = 50
   c.train.label_smoothing = 0.0
   c.train.on_nonfinite = "stop"  # stop | skip
+  # Per-layer gradient, parameter and update norms as TensorBoard scalars
+  # (layer_stats/<kind>_norm/<stack>_<NN>), computed inside the jitted step.
+  c.train.log_layer_stats = False
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every_steps = 200

@@ -212,7 +212,8 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
     raise ConfigError(
         "model.num_classes (a classification head) is available for "
         "family='decoder_only' and 'encoder_only', not 'encoder_decoder'.")
-  if seq_len is not None and cfg.position == "learned" and seq_len > cfg.max_len:
+  capacity = position_capacity(cfg)
+  if seq_len is not None and capacity is not None and seq_len > capacity:
     raise ConfigError(
         f"sequence length {seq_len} is longer than model.max_len={cfg.max_len}, "
         "which learned absolute positions cannot represent; raise model.max_len "
@@ -243,3 +244,12 @@ def model_config_from_dict(d: Mapping[str, Any] | Any, *,
       continue
     values[key] = _check_type(key, value)
   return validate(ModelConfig(**values), seq_len=seq_len)
+
+
+def position_capacity(cfg: ModelConfig) -> int | None:
+  """The longest sequence the position scheme can represent, or None (no limit).
+
+  Learned absolute positions end at ``model.max_len``; every other scheme
+  (sinusoidal, relative biases, rotary, none) extends to any length.
+  """
+  return cfg.max_len if cfg.position == "learned" else None
