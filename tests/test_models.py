@@ -184,6 +184,38 @@ def test_packed_documents_equal_each_alone(family, position):
   np.testing.assert_allclose(out[1, 5:], a_alone, **CLOSE)
 
 
+def _pair_losses(logits_LV, labels_L):
+  """Summed cross-entropy of each target position, [L]."""
+  log_probs = jax.nn.log_softmax(jnp.asarray(logits_LV), -1)
+  return -np.take_along_axis(np.asarray(log_probs), labels_L[:, None], -1)[:, 0]
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_packed_translation_pairs_equal_each_alone(position):
+  """Pairs (source A 3 tokens, target 4) and (source B 4, target 3) packed in
+  one row give the per-pair losses of each pair alone: target segment k attends
+  to source segment k only."""
+  _, model, params = _model("encoder_decoder", position)
+  src_a, src_b = _tokens(30, 3), _tokens(31, 4)
+  tgt_a, tgt_b = _tokens(32, 4), _tokens(33, 3)
+  lab_a, lab_b = _tokens(34, 4), _tokens(35, 3)
+  pad = lambda x: np.concatenate([x, np.zeros(L - len(x), np.int32)])
+  seg = lambda *lens: pad(np.concatenate([np.full(n, k + 1) for k, n in enumerate(lens)]))
+  pos = lambda *lens: pad(np.concatenate([np.arange(n) for n in lens]))
+  out = _logits(
+      model, params,
+      _rows(pad(np.concatenate([src_a, src_b])), pad(src_a), pad(src_b)),
+      _rows(pad(np.concatenate([tgt_a, tgt_b])), pad(tgt_a), pad(tgt_b)),
+      inputs_segment_ids=_rows(seg(3, 4), seg(3), seg(4)),
+      decoder_segment_ids=_rows(seg(4, 3), seg(4), seg(3)),
+      inputs_positions=_rows(pos(3, 4), pos(3), pos(4)),
+      decoder_positions=_rows(pos(4, 3), pos(4), pos(3)))
+  packed_a = _pair_losses(out[0, :4], lab_a)
+  packed_b = _pair_losses(out[0, 4:7], lab_b)
+  np.testing.assert_allclose(packed_a, _pair_losses(out[1, :4], lab_a), **CLOSE)
+  np.testing.assert_allclose(packed_b, _pair_losses(out[2, :3], lab_b), **CLOSE)
+
+
 # ---------------------------------------------------------- cached decoding
 _stacked = stack_layer_params
 

@@ -317,8 +317,10 @@ class EncoderDecoder(_Family):
     B, L = decoder_inputs.shape
     q_seg = jnp.ones((B, L), jnp.int32) if (decoder_segment_ids is None or
                                             index is not None) else decoder_segment_ids
-    # Cross-attention: every target position sees every real source token.
-    cross_mask = ((q_seg[:, :, None] > 0) & (inputs_segment_ids[:, None, :] > 0))[:, None]
+    # Cross-attention: target segment k sees the real tokens of source segment k
+    # only (packed pairs stay apart). Unpacked targets are segment 1, as are
+    # unpacked sources (inputs > 0).
+    cross_mask = attention_mask(q_seg, inputs_segment_ids, causal=False)
     x = self._embed(decoder_inputs, pos, self.decoder_learned)
     x = self.decoder(x, mask, bias, pos, encoded, cross_mask, index)
     return {"logits": self._logits(x)}
