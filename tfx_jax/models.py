@@ -139,8 +139,9 @@ class _Family(nn.Module):
   def _make_bias(self, name, *, bidirectional):
     cfg = self.cfg
     if position_scheme(cfg).bias == "t5":
-      return T5RelativeBias(cfg.num_heads, bidirectional, cfg.t5_num_buckets,
-                            cfg.t5_max_distance, name=name)
+      return T5RelativeBias(cfg.num_heads, bidirectional, init_std=cfg.d_model**-0.5,
+                            num_buckets=cfg.t5_num_buckets,
+                            max_distance=cfg.t5_max_distance, name=name)
     return None
 
   def _embed(self, ids_BL, positions_BL, learned):
