@@ -533,7 +533,7 @@ def test_residual_formula(norm_position, norm_type):
   deepnorm Norm(alpha x + F(x))."""
   cfg = model_config_from_dict(dict(
       family="decoder_only", norm_position=norm_position, norm_type=norm_type,
-      num_layers=3, d_model=16, num_heads=4, num_kv_heads=2, d_ff=24,
+      num_layers=3, d_model=16, num_heads=4, num_kv_heads=2, gated_d_ff=24,
       activation="swiglu", position="rope"))
   spec = layer_spec(cfg, "decoder", cross_attention=False)
   B, L = 2, 5
