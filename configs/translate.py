@@ -19,7 +19,7 @@ def get_config(preset: str = "base"):
   c = base_config()
   c.task = "translate"
   c.data.name = "tfx_gcc_translate/de"
-  set_sizes(c.model, family="encoder_decoder", norm_position="post",
+  set_sizes(c.model, family="encoder_decoder", norm_position="post", scale_embeddings=True,
             norm_type="layernorm", activation="relu", position="sinusoidal",
             use_bias=True, tie_embeddings=True, dropout=0.1, norm_eps=1e-6)
   c.optim.update(optimizer="adam", b1=0.9, b2=0.98, eps=1e-9, schedule="inverse_sqrt",

@@ -378,30 +378,71 @@ def _stack_inputs(model, params, *args):
   return seen
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_sinusoidal_embeddings_are_scaled_by_sqrt_d_model(family):
-  """Vaswani et al. 3.4: the stack input is E[id] * sqrt(d_model) + PE(pos)."""
+def _absolute_positions(cfg, params, stack_index):
+  """What the position scheme adds to the token embeddings of one stack."""
   from tfx_jax.layers.positions import sinusoidal
-  cfg, model, params = _model(family, "sinusoidal")
+  if cfg.position == "sinusoidal":
+    return np.asarray(sinusoidal(jnp.arange(L)[None], cfg.d_model))
+  if cfg.position == "learned":
+    name = ("positions" if cfg.family != "encoder_decoder"
+            else ("encoder_positions", "decoder_positions")[stack_index])
+    return np.asarray(nn.unbox(params[name]["embedding"]))[:L]
+  return 0.0
+
+
+@pytest.mark.parametrize("scale", [False, True], ids=["unscaled", "scaled"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_position_scheme_changes_positions_only(family, scale):
+  """With the same embedding table, every position scheme feeds each stack
+  E[id] (x sqrt(d_model) with scale_embeddings, Vaswani et al. 3.4) plus its
+  own absolute positions: the token-embedding part is identical across schemes."""
   ids = _rows(*[_tokens(14 + k, L) for k in range(B)])
   args = (ids,) if family != "encoder_decoder" else (ids, ids)
-  emb = np.asarray(nn.unbox(params["embedding"]["embedding"]))
-  want = emb[ids] * np.sqrt(cfg.d_model) + np.asarray(
-      sinusoidal(jnp.arange(L)[None], cfg.d_model))
-  for got in _stack_inputs(model, params, *args):
-    np.testing.assert_allclose(got, want, **CLOSE)
+  table = None
+  for position in POSITIONS:
+    cfg, model, params = _model(family, position, scale_embeddings=scale)
+    params = dict(params)
+    if table is None:
+      table = params["embedding"]
+    params["embedding"] = table  # the same parameters for every scheme
+    want = np.asarray(nn.unbox(table["embedding"]))[ids] * (
+        np.sqrt(cfg.d_model) if scale else 1.0)
+    got = np.asarray(model.apply({"params": params}, jnp.asarray(ids),
+                                 method="embed_tokens"))
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    inputs = _stack_inputs(model, params, *args)
+    assert len(inputs) == (2 if family == "encoder_decoder" else 1)
+    for i, stack_input in enumerate(inputs):
+      np.testing.assert_allclose(stack_input - _absolute_positions(cfg, params, i), want,
+                                 **CLOSE, err_msg=position)
 
 
-@pytest.mark.parametrize("position", ["learned", "rope"])
-def test_only_sinusoidal_scales_embeddings(position):
-  cfg, model, params = _model("decoder_only", position)
-  ids = _rows(*[_tokens(14 + k, L) for k in range(B)])
-  emb = np.asarray(nn.unbox(params["embedding"]["embedding"]))
-  want = emb[ids]
-  if position == "learned":
-    want = want + np.asarray(nn.unbox(params["positions"]["embedding"]))[:L]
-  (got,) = _stack_inputs(model, params, ids)
-  np.testing.assert_allclose(got, want, **CLOSE)
+def test_bert_embedding_norm_comes_before_dropout():
+  """BERT: LayerNorm(E[id] + P[pos]), then dropout. The stack input is 0 where
+  dropped and the normalised embedding / (1 - p) elsewhere; dropout before the
+  norm would leave no exact zeros."""
+  rate = 0.5
+  cfg, _, params = _model("encoder_only", "learned", norm_position="post", dropout=rate)
+  model = build_model(cfg, deterministic=False)
+  ids = _rows(*[_tokens(20 + k, L) for k in range(B)])
+  seen = []
+
+  def record(next_fun, args, kwargs, context):
+    if context.module.name == "encoder" and context.method_name == "__call__":
+      seen.append(np.asarray(args[0]))
+    return next_fun(*args, **kwargs)
+
+  with nn.intercept_methods(record):
+    model.apply({"params": params}, jnp.asarray(ids), rngs={"dropout": jax.random.PRNGKey(1)})
+  (got,) = seen
+  x = (np.asarray(nn.unbox(params["embedding"]["embedding"]))[ids]
+       + np.asarray(nn.unbox(params["positions"]["embedding"]))[:L])
+  norm = nn.unbox(params["embed_norm"])
+  mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+  normed = (x - mean) / np.sqrt(var + cfg.norm_eps) * norm["scale"] + norm["bias"]
+  kept = got != 0
+  assert 0.3 < kept.mean() < 0.7
+  np.testing.assert_allclose(got[kept], normed[kept] / (1 - rate), **CLOSE)
 
 
 def test_tied_logits_are_hidden_times_embedding_transpose():

@@ -50,6 +50,7 @@ class ModelConfig:
   vocab_size: int = 256
   max_len: int = 512
   tie_embeddings: bool = True
+  scale_embeddings: bool = False  # token embeddings x sqrt(d_model) (Vaswani et al.)
   use_bias: bool = True
   norm_eps: float = 1e-6
   rope_base: float = 10000.0
@@ -104,9 +105,11 @@ class ModelConfig:
 
   @property
   def embed_scale(self) -> float:
-    # Vaswani et al. 2017, section 3.4: embeddings are multiplied by
-    # sqrt(d_model) before the sinusoidal table is added.
-    return math.sqrt(self.d_model) if self.position == "sinusoidal" else 1.0
+    # Vaswani et al. 2017, section 3.4: "we multiply those weights by
+    # sqrt(d_model)", whatever is added to them (fairseq does the same for every
+    # position scheme). GPT-2, BERT and LLaMA do not scale. Its own field, so that
+    # the position axis changes positions only.
+    return math.sqrt(self.d_model) if self.scale_embeddings else 1.0
 
 
 def deepnorm_constants(family: str, num_encoder_layers: int,

@@ -144,15 +144,24 @@ class _Family(nn.Module):
                             max_distance=cfg.t5_max_distance, name=name)
     return None
 
-  def _embed(self, ids_BL, positions_BL, learned):
+  def embed_tokens(self, ids_BL):
+    """Token embeddings before positions are added: E[id], x sqrt(d_model) with
+    ``scale_embeddings``. The same for every position scheme."""
+    return self.embedding(ids_BL) * self.cfg.embed_scale
+
+  def _embed(self, ids_BL, positions_BL, learned, norm=None):
+    """Stack input: token embeddings + absolute positions, then the embedding
+    norm (if any), then dropout, in BERT's order (LayerNorm, then dropout)."""
     cfg = self.cfg
-    x = self.embedding(ids_BL) * cfg.embed_scale
+    x = self.embed_tokens(ids_BL)
     kind = position_scheme(cfg).absolute
     if kind == "sinusoidal":
       x = x + sinusoidal(positions_BL, cfg.d_model)
     elif kind == "learned":
       x = x + learned(positions_BL)
     x = x.astype(_DTYPES[cfg.dtype])
+    if norm is not None:
+      x = norm(x)
     return self.embed_dropout(x, deterministic=self.deterministic)
 
   def _bias(self, t5, q_pos_BL, k_pos_BS):
@@ -266,9 +275,7 @@ class EncoderOnly(_Family):
     segment_ids, positions = _defaults(inputs, segment_ids, positions)
     mask = attention_mask(segment_ids, segment_ids, causal=False)
     bias = self._bias(self.t5, positions, positions)
-    x = self._embed(inputs, positions, self.learned)
-    if self.embed_norm is not None:
-      x = self.embed_norm(x)
+    x = self._embed(inputs, positions, self.learned, self.embed_norm)
     x = self.encoder(x, mask, bias, positions)
     h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(x), approximate=False))
     out = {"logits": self._logits(h) + self.mlm_bias}
