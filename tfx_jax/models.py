@@ -210,17 +210,26 @@ class _Family(nn.Module):
                  scan_layers=cfg.scan_layers, remat=cfg.remat, decode=decode,
                  deterministic=self.deterministic, name=stack)
 
+  def _setup_single_stack(self, *, causal: bool):
+    """Embedding, positions and the one stack of decoder-only / encoder-only."""
+    cfg = self.cfg
+    self._setup_common()
+    self.learned = self._make_positions("positions")
+    self.t5 = self._make_bias("relative_bias", bidirectional=not causal)
+    if causal:
+      self.decoder = self._stack("decoder", cfg.decoder_layers, cross_attention=False,
+                                 decode=self.use_cache)
+    else:
+      self.encoder = self._stack("encoder", cfg.encoder_layers, cross_attention=False,
+                                 decode=False)
+
 
 class DecoderOnly(_Family):
   """GPT / LLaMA: causal LM; optional classification head on the last real token."""
 
   def setup(self):
     cfg = self.cfg
-    self._setup_common()
-    self.learned = self._make_positions("positions")
-    self.t5 = self._make_bias("relative_bias", bidirectional=False)
-    self.decoder = self._stack("decoder", cfg.decoder_layers, cross_attention=False,
-                               decode=self.use_cache)
+    self._setup_single_stack(causal=True)
     self.decode_index = DecodeIndex()
     if cfg.num_classes:
       self.classifier = nn.Dense(
@@ -247,11 +256,7 @@ class EncoderOnly(_Family):
 
   def setup(self):
     cfg = self.cfg
-    self._setup_common()
-    self.learned = self._make_positions("positions")
-    self.t5 = self._make_bias("relative_bias", bidirectional=True)
-    self.encoder = self._stack("encoder", cfg.encoder_layers, cross_attention=False,
-                               decode=False)
+    self._setup_single_stack(causal=False)
     norm = norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype])
     # BERT's embedding LayerNorm: with post-norm the stream is otherwise
     # un-normalised at the first layer's input.
