@@ -61,7 +61,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim = ml_collections.ConfigDict()
   c.optim.optimizer = "adamw"  # adam | adamw | adafactor
   c.optim.learning_rate = 1e-3
-  c.optim.schedule = "cosine"  # inverse_sqrt | cosine | constant
+  c.optim.schedule = "cosine"  # inverse_sqrt | cosine | linear | constant
   c.optim.warmup_steps = 100
   c.optim.scale_by_d_model = False  # the Transformer paper's d_model^-0.5 factor
   c.optim.b1 = 0.9
@@ -69,7 +69,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.eps = 1e-9
   c.optim.weight_decay = 0.0
   c.optim.grad_clip_norm = 1.0
-  c.optim.decay_steps = 0  # cosine: 0 = train.num_steps
+  c.optim.decay_steps = 0  # cosine, linear: 0 = train.num_steps
   c.optim.min_lr_ratio = 0.1
   c.optim.accumulate_steps = 1
 
