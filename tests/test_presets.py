@@ -85,3 +85,26 @@ def test_summary_command_prints_the_table():
   assert any(line.startswith("embedding") for line in body)
   # The per-module rows add up to the total.
   assert sum(int(line.split()[-2].replace(",", "")) for line in body) == 6738415616
+
+
+@pytest.mark.parametrize("name", ["lm", "translate", "mlm", "finetune"])
+def test_every_preset_has_one_vocabulary(name):
+  """Presets are table rows; vocab_size is given once and sets model and data."""
+  module = _config_module(name)
+  for preset in module.PRESETS:
+    config = module.get_config(preset)
+    assert config.model.vocab_size == config.data.vocab_size, preset
+  with pytest.raises(ValueError, match="choose one of"):
+    module.get_config("no_such_preset")
+
+
+def test_a_typo_in_a_preset_table_is_an_error():
+  from tfx_jax.config_base import apply_preset, base_config
+  config = base_config()
+  apply_preset(config, {"vocab_size": 77, "model": {"d_model": 32},
+                        "compute_dtype": "bfloat16"})
+  assert (config.model.vocab_size, config.data.vocab_size) == (77, 77)
+  assert (config.model.d_model, config.compute_dtype) == (32, "bfloat16")
+  for row in ({"model": {"d_modle": 32}}, {"optimm": {"b1": 0.9}}, {"sed": 1}):
+    with pytest.raises(KeyError):
+      apply_preset(config, row)
