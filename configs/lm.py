@@ -57,12 +57,15 @@ _PRESETS = {
         "optim": dict(learning_rate=1e-3, warmup_steps=500),
     },
     # Radford et al. 2019: 12 layers, d 768, 12 heads, learned positions (1024),
-    # GELU, pre-norm LayerNorm, biases, tied embeddings, vocab 50257.
+    # GELU, pre-norm LayerNorm, biases, tied embeddings, vocab 50257; dropout 0.1
+    # on the residual, embedding and attention probabilities (GPT-1, and GPT-2's
+    # released hyper-parameters: resid/embd/attn_pdrop 0.1).
     "gpt2_small": {
         "vocab_size": 50257,
         "model": dict(num_layers=12, d_model=768, num_heads=12, d_ff=3072, max_len=1024,
                       position="learned", activation="gelu", use_bias=True,
-                      norm_eps=1e-5, dropout=0.1, tie_embeddings=True),
+                      norm_eps=1e-5, dropout=0.1, attention_dropout=0.1,
+                      tie_embeddings=True),
         "train": dict(seq_len=1024),
     },
     **{name: _llama(*sizes) for name, sizes in _LLAMA.items()},

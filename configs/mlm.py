@@ -28,13 +28,16 @@ _PRESETS = {
         "checkpoint": dict(every_steps=100),
         "optim": dict(learning_rate=2e-3, warmup_steps=30),
     },
+    # BERT-base: dropout 0.1 everywhere (attention probabilities included);
+    # Adam(0.9, 0.999, eps 1e-6), weight decay 0.01, lr 1e-4 with 10k warmup
+    # steps, then linear decay to 0.
     "bert_base": {
         "vocab_size": 30522,
         "model": dict(num_layers=12, d_model=768, num_heads=12, d_ff=3072, max_len=512,
-                      dropout=0.1, norm_eps=1e-12),
+                      dropout=0.1, attention_dropout=0.1, norm_eps=1e-12),
         "train": dict(num_steps=1_000_000, batch_size=256, seq_len=512),
         "optim": dict(learning_rate=1e-4, warmup_steps=10_000, weight_decay=0.01,
-                      schedule="cosine", b2=0.999, eps=1e-6),
+                      schedule="linear", b2=0.999, eps=1e-6),
     },
 }
 PRESETS = tuple(_PRESETS)

@@ -108,3 +108,13 @@ def test_a_typo_in_a_preset_table_is_an_error():
   for row in ({"model": {"d_modle": 32}}, {"optimm": {"b1": 0.9}}, {"sed": 1}):
     with pytest.raises(KeyError):
       apply_preset(config, row)
+
+
+def test_paper_presets_use_their_papers_training_settings():
+  """BERT and GPT-2 drop attention probabilities at 0.1 like everything else;
+  BERT decays the learning rate linearly to 0."""
+  bert = _config_module("mlm").get_config("bert_base")
+  gpt2 = _config_module("lm").get_config("gpt2_small")
+  for config in (bert, gpt2):
+    assert (config.model.dropout, config.model.attention_dropout) == (0.1, 0.1)
+  assert (bert.optim.schedule, bert.optim.warmup_steps) == ("linear", 10_000)
