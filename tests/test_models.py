@@ -9,6 +9,8 @@ shape (8 rows of 8 tokens, sources too) and the warm-up is shared.
 """
 
 import functools
+import itertools
+from typing import get_args
 
 import flax.linen as nn
 import jax
@@ -16,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax.model_config import model_config_from_dict
+from tfx_jax.model_config import NormPosition, NormType, model_config_from_dict
 from tfx_jax.models import build_model, stack_layer_params
 
 POSITIONS = ("sinusoidal", "learned", "t5_bias", "rope", "alibi", "none")
@@ -342,6 +344,32 @@ def test_norm_placement_structure(norm_position, layer_norms, final_norm, norm_t
   assert any(p.startswith("decoder/final_norm/") for p in paths) == final_norm
   has_bias = any(p.endswith("norm/bias") for p in paths)
   assert has_bias == (norm_type == "layernorm")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_norm_axes_change_only_the_norms_parameters(family):
+  """Across every norm placement and norm type, the parameters outside the
+  norms are the same (names and shapes); a norm owns a [d_model] scale, plus a
+  [d_model] bias for LayerNorm, and nothing else."""
+  from flax import traverse_util
+  outside = {}
+  for norm_position, norm_type in itertools.product(
+      get_args(NormPosition), get_args(NormType)):
+    cfg = _cfg(family, "learned", num_layers=2, norm_position=norm_position,
+               norm_type=norm_type)
+    flat = traverse_util.flatten_dict(nn.unbox(_abstract_params(cfg)))
+    in_norm = lambda path: any(name.endswith("norm") for name in path[:-1])
+    outside[(norm_position, norm_type)] = {
+        "/".join(k): v.shape for k, v in flat.items() if not in_norm(k)}
+    leaves = {"scale", "bias"} if norm_type == "layernorm" else {"scale"}
+    norms = {k[:-1] for k in flat if in_norm(k)}
+    assert norms, (norm_position, norm_type)
+    for norm in norms:
+      own = {k[-1]: v.shape for k, v in flat.items() if k[:-1] == norm}
+      assert own == {leaf: (cfg.d_model,) for leaf in leaves}, norm
+  reference = outside[("pre", "layernorm")]
+  for key, shapes in outside.items():
+    assert shapes == reference, key
 
 
 def test_encoder_decoder_layers_have_cross_attention():
