@@ -395,7 +395,7 @@ BAD_INPUT = [
     ("lm", {"model.dtype": "float16"}, "model.dtype"),
     ("lm", {"compute_dtype": "float16"}, "compute_dtype"),
     ("lm", {"optim.optimizer": "sgd"}, "optim.optimizer"),
-    ("lm", {"optim.schedule": "linear"}, "optim.schedule"),
+    ("lm", {"optim.schedule": "exponential"}, "optim.schedule"),
     ("lm", {"train.on_nonfinite": "ignore"}, "train.on_nonfinite"),
     ("lm", {"task": "summarize"}, "task"),
     ("lm", {"data.tokenizer": "wordpiece"}, "data.tokenizer"),
