@@ -22,6 +22,7 @@ import pytest
 from tfx_jax import metrics
 from tfx_jax import status as status_lib
 from tfx_jax.sweep import cli
+from tfx_jax.sweep import local
 from tfx_jax.sweep import spec as spec_lib
 from test_configs import ROOT, TINY, subprocess_env
 
@@ -154,6 +155,22 @@ def test_bad_zip_and_sweep_file(tmp_path, capsys):
 
 
 # ------------------------------------------------------------- running it
+def test_each_run_gets_its_share_of_cores_gpus_and_the_shared_cache():
+  assert local.core_slots(2, [0, 1, 2, 3]) == [[0, 1], [2, 3]]
+  assert local.core_slots(3, [0, 1]) == [[0], [1], [0]]
+  env = local.child_env(pathlib.Path("runs/x"), [2, 3], "1", {"XLA_FLAGS": "--foo=1"},
+                        sharing=2)
+  assert env["XLA_FLAGS"].startswith("--foo=1 --xla_cpu_multi_thread_eigen=false")
+  assert "intra_op_parallelism_threads=2" in env["XLA_FLAGS"]
+  assert env["JAX_COMPILATION_CACHE_DIR"] == str(pathlib.Path("runs/x/.jax_cache").resolve())
+  assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+  assert env["CUDA_VISIBLE_DEVICES"] == "1"
+  assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.45"
+  # A cache the user chose is kept.
+  assert local.child_env(pathlib.Path("x"), [0], None, {"JAX_COMPILATION_CACHE_DIR": "/c"})[
+      "JAX_COMPILATION_CACHE_DIR"] == "/c"
+
+
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory, env):
   """A 2x2 sweep with 2 seeds, run once: (sweep dir, completed process, args)."""
@@ -183,6 +200,8 @@ def test_grid_runs_every_point_and_writes_the_report(grid):
     assert config["train"]["num_steps"] == TINY["train.num_steps"]
     assert [s for s, _ in final_scalars(workdir, "eval/loss")] == [10, 20]
     assert f"start  {entry['name']}" in proc.stdout
+  if len(os.sched_getaffinity(0)) >= 2:  # one core each
+    assert "(core 0;" in proc.stdout and "(core 1;" in proc.stdout
   report = (sweep_dir / "report.md").read_text()
   assert "| relu | layernorm | 2/2 | 0 |" in report
   assert "### model.activation (base value: relu)" in report

@@ -57,7 +57,7 @@ def execute(args, sweep_dir: pathlib.Path, record: dict[str, Any], header: str,
     print(f"  leaving {len(skipped_failed)} failed run(s) alone (--retry-failed reruns "
           f"them): {', '.join(skipped_failed)}")
   if args.executor == "slurm":
-    return _submit(args, sweep_dir, record, todo, save)
+    return _submit(args, sweep_dir, record, todo, save, user_env)
   start = time.time()
   if todo:
     from tfx_jax.sweep.local import LocalExecutor  # pylint: disable=import-outside-toplevel
@@ -92,7 +92,7 @@ def _write_report(sweep_dir: pathlib.Path) -> None:
           file=sys.stderr)
 
 
-def _submit(args, sweep_dir, record, todo, save) -> int:
+def _submit(args, sweep_dir, record, todo, save, env) -> int:
   from tfx_jax.errors import ConfigError  # pylint: disable=import-outside-toplevel
   from tfx_jax.sweep import slurm  # pylint: disable=import-outside-toplevel
   queued = slurm.queued_runs(record)
@@ -104,7 +104,7 @@ def _submit(args, sweep_dir, record, todo, save) -> int:
     return 0
   try:
     job_id, script = slurm.submit_sweep(sweep_dir, record, todo, sys.executable,
-                                        args.slurm_args, pathlib.Path.cwd())
+                                        args.slurm_args, pathlib.Path.cwd(), env)
   except (ConfigError, RuntimeError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2 if isinstance(e, ConfigError) else 1

@@ -61,8 +61,11 @@ def gpu_slots(parallel: int) -> list[str] | None:
 
 
 def child_env(sweep_dir: pathlib.Path, cores: list[int], gpus: str | None,
-              base_env: dict[str, str]) -> dict[str, str]:
-  """The environment of one run: thread limits, GPUs, the shared compile cache."""
+              base_env: dict[str, str], sharing: int = 1) -> dict[str, str]:
+  """The environment of one run: thread limits, GPUs, the shared compile cache.
+
+  ``sharing``: how many parallel runs share this run's GPUs.
+  """
   env = dict(base_env)
   # Eigen's intra-op pool sized to this run's share (affinity is the hard limit).
   flags = f"--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads={len(cores)}"
@@ -73,6 +76,8 @@ def child_env(sweep_dir: pathlib.Path, cores: list[int], gpus: str | None,
   env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
   if gpus is not None:
     env["CUDA_VISIBLE_DEVICES"] = gpus
+    if sharing > 1:  # JAX preallocates 75% of a GPU: split it between the runs
+      env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / sharing:.2f}")
   return env
 
 
@@ -153,12 +158,13 @@ class LocalExecutor:
     log.write(f"\n=== {state_lib.now()} {' '.join(job.commands[job.phase])}\n".encode())
     log.flush()
     gpus = self.gpus[job.slot] if self.gpus else None
+    sharing = self.gpus.count(gpus) if self.gpus else 1
     launcher = [sys.executable, "-m", "tfx_jax.sweep.child", str(os.getpid()),
                 ",".join(map(str, self.cores[job.slot])), "--"]
     job.proc = subprocess.Popen(
         launcher + job.commands[job.phase], stdout=log, stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL, env=child_env(self.sweep_dir, self.cores[job.slot],
-                                                gpus, self.env),
+                                                gpus, self.env, sharing),
         pass_fds=(job.lock_fd,))
     log.close()
 

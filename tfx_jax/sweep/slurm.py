@@ -81,10 +81,16 @@ def require(command: str) -> str:
   return path
 
 
-def submit(script: pathlib.Path, slurm_args: str = "") -> str:
-  """``sbatch --parsable [slurm_args] script``; returns the job id."""
+def submit(script: pathlib.Path, slurm_args: str = "",
+           env: dict[str, str] | None = None) -> str:
+  """``sbatch --parsable [slurm_args] script``; returns the job id.
+
+  ``env`` is what the tasks inherit (sbatch exports the submitting
+  environment): the user's, not the sweep process's CPU-only validation
+  setting.
+  """
   cmd = [require("sbatch"), "--parsable", *shlex.split(slurm_args), str(script)]
-  proc = subprocess.run(cmd, capture_output=True, text=True)
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
   if proc.returncode != 0:
     raise RuntimeError(f"{shlex.join(cmd)} failed: {proc.stderr.strip()}")
   return proc.stdout.strip().split(";")[0]
@@ -134,13 +140,14 @@ def queued_runs(record: dict[str, Any]) -> dict[str, str]:
 
 def submit_sweep(sweep_dir: pathlib.Path, record: dict[str, Any],
                  entries: Sequence[dict[str, Any]], python: str, slurm_args: str,
-                 cwd: pathlib.Path) -> tuple[str, pathlib.Path]:
+                 cwd: pathlib.Path, env: dict[str, str] | None = None
+                 ) -> tuple[str, pathlib.Path]:
   """Writes the sbatch script of ``entries``, submits it, records the job id."""
   script = sweep_dir / "slurm" / SCRIPT
   script.parent.mkdir(parents=True, exist_ok=True)
   script.write_text(render_script(sweep_dir, record, entries, python, cwd))
   script.chmod(0o755)
-  job_id = submit(script, slurm_args)
+  job_id = submit(script, slurm_args, env)
   record.setdefault("slurm_jobs", []).append(
       {"job_id": job_id, "submitted": state_lib.now(), "slurm_args": slurm_args,
        "runs": [e["name"] for e in entries]})
