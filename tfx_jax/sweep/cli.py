@@ -14,6 +14,7 @@ anything runs (exit 2, nothing written). Exit code 1 if a run failed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pathlib
 import shlex
@@ -82,7 +83,7 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
     changes["seeds"] = spec_lib.parse_seeds(args.seeds)
   if args.name:
     changes["name"] = args.name
-  sweep = spec_lib.Sweep(**{**sweep.__dict__, **changes})
+  sweep = dataclasses.replace(sweep, **changes)
   if spec_lib.safe(sweep.name) != sweep.name:
     raise ConfigError(f"sweep name {sweep.name!r}: use letters, digits, '.', '+', '-', '_'.")
   # Command-line strings become typed values (the fields' own types).
@@ -97,7 +98,7 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
                    for value in norm.values])
     except ConfigError as e:
       raise ConfigError(f"axis {norm.label}: {e}") from None
-  return spec_lib.Sweep(**{**sweep.__dict__, "overrides": overrides, "axes": axes})
+  return dataclasses.replace(sweep, overrides=overrides, axes=axes)
 
 
 def build_record(sweep: spec_lib.Sweep, axes, runs, command: str,
