@@ -186,12 +186,12 @@ class LocalExecutor:
     elif job.proc is not None:
       if rc != 0:
         state_lib.record_failure(
-            job.workdir, f"evaluation {' '.join(job.commands[job.phase][4:])} exited "
+            job.workdir, f"evaluation {' '.join(job.commands[job.phase][5:])} exited "
             f"with code {rc}: {state_lib.log_tail(job.workdir)}")
         return True
       marker = state_lib.eval_marker(job.workdir, job.phase - 1)
       marker.parent.mkdir(exist_ok=True)
-      marker.write_text(" ".join(job.commands[job.phase][4:]) + "\n")
+      marker.write_text(" ".join(job.commands[job.phase][5:]) + "\n")
     job.phase += 1
     if job.phase >= len(job.commands):
       return True

@@ -67,7 +67,7 @@ def render_script(sweep_dir: pathlib.Path, record: dict[str, Any],
     for k, cmd in enumerate(evals):
       marker = q(str(state_lib.eval_marker(workdir, k)))
       lines.append(f'    [ -e {marker} ] || {{ {shlex.join(cmd)} >> "$W/{state_lib.LOG_FILE}" '
-                   f"2>&1 && echo {q(shlex.join(cmd[4:]))} > {marker} || exit 1; }}")
+                   f"2>&1 && echo {q(shlex.join(cmd[5:]))} > {marker} || exit 1; }}")
     lines.append("    ;;")
   lines += ["esac", ""]
   return "\n".join(lines)
