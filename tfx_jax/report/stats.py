@@ -19,7 +19,7 @@ import dataclasses
 import math
 from typing import Sequence
 
-from scipy import stats as scipy_stats  # a dependency of jax
+from scipy import stats as scipy_stats
 
 
 @dataclasses.dataclass(frozen=True)
