@@ -19,13 +19,14 @@ output.
 from __future__ import annotations
 
 import csv
-import itertools
 import math
 import pathlib
 from typing import Any, Sequence
 
 from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import stats
+from tfx_jax.report.points import (context_label, contexts, group_points,
+                                    value_label)
 
 LOWER_IS_BETTER = ("loss", "perplexity", "nll", "ppl")
 METRIC_ORDER = ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/bleu", "train/nll")
@@ -35,19 +36,8 @@ def lower_is_better(metric: str) -> bool:
   return any(word in metric for word in LOWER_IS_BETTER)
 
 
-def value_label(value: dict[str, Any]) -> str:
-  """An axis value as a table cell: ``swiglu``, ``num_heads=1,d_ff=256``, ``base``."""
-  if not value:
-    return "base"
-  if len(value) == 1:
-    return _fmt_value(next(iter(value.values())))
-  return ",".join(f"{k.split('.')[-1]}={_fmt_value(v)}" for k, v in value.items())
 
 
-def _fmt_value(v: Any) -> str:
-  if isinstance(v, bool):
-    return str(v).lower()
-  return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
@@ -67,18 +57,8 @@ def metric_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
   return ordered + rest + ppl
 
 
-def point_key(record: dict[str, Any], entry: dict[str, Any]) -> tuple[int, ...]:
-  """The index of each of the run's axis values."""
-  return tuple(axis["values"].index(value)
-               for axis, value in zip(record["axes"], entry["values"]))
 
 
-def group_points(record, summaries) -> dict[tuple[int, ...], list[tuple[dict, dict]]]:
-  """{point key: [(sweep.json entry, run summary), ...]} in declaration order."""
-  points: dict[tuple[int, ...], list] = {}
-  for entry in record["runs"]:
-    points.setdefault(point_key(record, entry), []).append((entry, summaries[entry["name"]]))
-  return points
 
 
 def finished_values(runs, metric: str) -> list[float]:
@@ -111,17 +91,8 @@ def points_table(record, points, metrics) -> list[list[str]]:
   return rows
 
 
-def contexts(record, axis_index: int) -> list[tuple[int, ...]]:
-  """Every combination of the other axes' value indices (None at ``axis_index``)."""
-  ranges = [[None] if j == axis_index else range(len(a["values"]))
-            for j, a in enumerate(record["axes"])]
-  return [tuple(c) for c in itertools.product(*ranges)]
 
 
-def context_label(record, ctx, axis_index) -> str:
-  parts = [f"{a['label'].split('.')[-1]}={value_label(a['values'][i])}"
-           for j, (a, i) in enumerate(zip(record["axes"], ctx)) if j != axis_index]
-  return ", ".join(parts) or "-"
 
 
 def axis_comparisons(record, points, metrics) -> list[dict[str, Any]]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pathlib
 import re
+
 import numpy as np
 
-from tfx_jax.report import build
+from tfx_jax.report import points as points_lib
 
 MAX_PANELS = 8
 
@@ -39,14 +40,14 @@ def _mean_band(curves: list[list[tuple[int, float]]]):
 
 
 def _point_label(record, key) -> str:
-  return ", ".join(build.value_label(a["values"][i]) for a, i in zip(record["axes"], key))
+  return ", ".join(points_lib.value_label(a["values"][i]) for a, i in zip(record["axes"], key))
 
 
 def curves_plot(path: pathlib.Path, record, points, axis_index: int,
                 tag: str = "train/loss") -> bool:
   plt = _pyplot()
   axis = record["axes"][axis_index]
-  ctxs = build.contexts(record, axis_index)[:MAX_PANELS]
+  ctxs = points_lib.contexts(record, axis_index)[:MAX_PANELS]
   fig, axes = plt.subplots(1, len(ctxs), figsize=(5 * len(ctxs), 3.6), squeeze=False)
   drawn = False
   for panel, ctx in zip(axes[0], ctxs):
@@ -58,10 +59,10 @@ def curves_plot(path: pathlib.Path, record, points, axis_index: int,
       steps, mean, lo, hi = _mean_band(curves)
       if not len(steps):
         continue
-      line, = panel.plot(steps, mean, label=build.value_label(value))
+      line, = panel.plot(steps, mean, label=points_lib.value_label(value))
       panel.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
       drawn = True
-    panel.set_title(build.context_label(record, ctx, axis_index), fontsize=9)
+    panel.set_title(points_lib.context_label(record, ctx, axis_index), fontsize=9)
     panel.set_xlabel("step")
     panel.set_ylabel(tag)
     panel.legend(fontsize=8, title=axis["label"].split(".")[-1], title_fontsize=8)
