@@ -30,12 +30,17 @@ from test_configs import ROOT, TINY, subprocess_env
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
 
 BASE_FLAGS = [f"--config.{k}={v}" for k, v in TINY.items()]
+TINY_VOCAB = 1024  # configs/lm.py:tiny's data.vocab_size
 GRID_AXES = ["--axis", "model.activation=relu,swiglu",
              "--axis", "model.norm_type=layernorm,rmsnorm"]
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
+  # The corpus and tokenizer are prepared once here, before parallel runs
+  # would each try to build them.
+  from tfx_jax.data import prepare  # pylint: disable=import-outside-toplevel
+  prepare.prepare("tfx_shakespeare", None, TINY_VOCAB)
   return subprocess_env(tmp_path_factory.getbasetemp() / "sweep_jax_cache")
 
 

@@ -143,6 +143,8 @@ def sweep(args, env) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_slurm_executor_runs_unfinished_runs_as_one_job_array(slurm_cluster, tmp_path,
                                                                tmp_path_factory):
+  from tfx_jax.data import prepare  # pylint: disable=import-outside-toplevel
+  prepare.prepare("tfx_shakespeare", None, 1024)  # once, before two tasks need it
   env = {**subprocess_env(tmp_path_factory.getbasetemp() / "sweep_jax_cache"),
          **slurm_cluster}
   args = ["--config", "configs/lm.py:tiny", "--axis", "model.activation=relu,swiglu",
