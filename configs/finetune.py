@@ -20,10 +20,24 @@ tfx_shakespeare's SentencePiece model.
 import importlib.util
 import os
 
-from tfx_jax.config_base import base_config
+from tfx_jax.config_base import apply_preset, base_config, select_preset
 
-PRESETS = ("tiny", "mlm_tiny")
+# Preset -> the pretraining preset whose model and data fields it takes over
+# (the vocabulary included), so that preset's checkpoint loads.
+_PRETRAINING = {"tiny": ("lm.py", "tiny"), "mlm_tiny": ("mlm.py", "tiny")}
+PRESETS = tuple(_PRETRAINING)
 NUM_GENRES = 4
+
+# What every fine-tuning preset sets over its pretraining preset.
+_FINETUNE = {
+    "model": dict(num_classes=NUM_GENRES),
+    "data": dict(name="tfx_shakespeare_genre"),
+    "train": dict(num_steps=300, batch_size=16, log_every_steps=20),
+    "eval": dict(every_steps=100, num_batches=8, batch_size=16),
+    "checkpoint": dict(every_steps=100),
+    "optim": dict(learning_rate=3e-3, warmup_steps=20, schedule="cosine"),
+    "finetune": dict(lambda_pt=0.5),
+}
 
 
 def _pretraining_config(file: str, preset: str):
@@ -35,21 +49,11 @@ def _pretraining_config(file: str, preset: str):
 
 
 def get_config(preset: str = "tiny"):
-  if preset not in PRESETS:
-    raise ValueError(f"unknown preset {preset!r} for configs/finetune.py; choose one "
-                     f"of: {', '.join(PRESETS)}")
-  pre = _pretraining_config("lm.py" if preset == "tiny" else "mlm.py", "tiny")
+  pre = _pretraining_config(*select_preset(_PRETRAINING, preset, "finetune.py"))
   c = base_config()
   c.task = "classify"
-  c.model.update(pre.model.to_dict())
-  c.model.num_classes = NUM_GENRES
-  c.data.update(pre.data.to_dict())
-  c.data.name = "tfx_shakespeare_genre"
-  c.train.update(num_steps=300, batch_size=16, seq_len=pre.train.seq_len,
-                 log_every_steps=20)
-  c.eval.update(every_steps=100, num_batches=8, batch_size=16)
-  c.checkpoint.every_steps = 100
-  c.optim.update(learning_rate=3e-3, warmup_steps=20, schedule="cosine")
-  c.finetune.lambda_pt = 0.5
+  apply_preset(c, {"model": pre.model.to_dict(), "data": pre.data.to_dict(),
+                   "train": dict(seq_len=pre.train.seq_len)})
+  apply_preset(c, _FINETUNE)
   c.lock()
   return c

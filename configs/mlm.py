@@ -4,38 +4,50 @@
   python -m tfx_jax.summary --config configs/mlm.py:bert_base
 
 Mask rate 0.15 by default (BERT); ``--config.data.mask_rate=0.2`` as in seed 003.
-Presets: tiny, bert_base.
+Presets: tiny, bert_base. Each preset is one row of ``_PRESETS``, applied over
+``_COMMON``.
 """
 
-from tfx_jax.config_base import base_config, set_sizes
+from tfx_jax.config_base import apply_preset, base_config, select_preset
 
-PRESETS = ("tiny", "bert_base")
+# BERT (Devlin et al. 2019): post-norm, GELU, learned positions, biases, tied,
+# no embedding scaling (the embedding LayerNorm normalises the sum instead).
+_COMMON = {
+    "data": dict(mask_rate=0.15),
+    "model": dict(family="encoder_only", norm_position="post", norm_type="layernorm",
+                  activation="gelu", position="learned", use_bias=True,
+                  tie_embeddings=True, scale_embeddings=False),
+}
+
+_PRESETS = {
+    "tiny": {
+        "vocab_size": 1024,
+        "model": dict(num_layers=2, d_model=128, num_heads=4, max_len=128, dropout=0.0),
+        "train": dict(num_steps=300, batch_size=16, seq_len=64, log_every_steps=25),
+        "eval": dict(every_steps=100, num_batches=4, batch_size=16),
+        "checkpoint": dict(every_steps=100),
+        "optim": dict(learning_rate=2e-3, warmup_steps=30),
+    },
+    # BERT-base: dropout 0.1 everywhere (attention probabilities included);
+    # Adam(0.9, 0.999, eps 1e-6), weight decay 0.01, lr 1e-4 with 10k warmup
+    # steps, then linear decay to 0.
+    "bert_base": {
+        "vocab_size": 30522,
+        "model": dict(num_layers=12, d_model=768, num_heads=12, d_ff=3072, max_len=512,
+                      dropout=0.1, attention_dropout=0.1, norm_eps=1e-12),
+        "train": dict(num_steps=1_000_000, batch_size=256, seq_len=512),
+        "optim": dict(learning_rate=1e-4, warmup_steps=10_000, weight_decay=0.01,
+                      schedule="linear", b2=0.999, eps=1e-6),
+    },
+}
+PRESETS = tuple(_PRESETS)
 
 
 def get_config(preset: str = "tiny"):
+  row = select_preset(_PRESETS, preset, "mlm.py")
   c = base_config()
   c.task = "mlm"
-  c.data.mask_rate = 0.15
-  # BERT (Devlin et al. 2019): post-norm, GELU, learned positions, biases, tied.
-  set_sizes(c.model, family="encoder_only", norm_position="post", norm_type="layernorm",
-            activation="gelu", position="learned", use_bias=True, tie_embeddings=True)
-  if preset == "tiny":
-    set_sizes(c.model, num_layers=2, d_model=128, num_heads=4, vocab_size=1024,
-              max_len=128, dropout=0.0)
-    c.data.vocab_size = 1024
-    c.train.update(num_steps=300, batch_size=16, seq_len=64, log_every_steps=25)
-    c.eval.update(every_steps=100, num_batches=4, batch_size=16)
-    c.checkpoint.every_steps = 100
-    c.optim.update(learning_rate=2e-3, warmup_steps=30)
-  elif preset == "bert_base":
-    set_sizes(c.model, num_layers=12, d_model=768, num_heads=12, d_ff=3072,
-              vocab_size=30522, max_len=512, dropout=0.1, norm_eps=1e-12)
-    c.data.vocab_size = 30522
-    c.train.update(num_steps=1_000_000, batch_size=256, seq_len=512)
-    c.optim.update(learning_rate=1e-4, warmup_steps=10_000, weight_decay=0.01,
-                   schedule="cosine", b2=0.999, eps=1e-6)
-  else:
-    raise ValueError(f"unknown preset {preset!r} for configs/mlm.py; choose one of: "
-                     f"{', '.join(PRESETS)}")
+  apply_preset(c, _COMMON)
+  apply_preset(c, row)
   c.lock()
   return c

@@ -1,4 +1,4 @@
-"""Cached decoding speed: tfx_jax ``decode.generate`` against Hugging Face ``generate()``.
+"""Cached decoding speed: tfx_jax ``search.generate`` against Hugging Face ``generate()``.
 
 Both sides run the same GPT-2-like decoder with random weights (pre-norm
 LayerNorm, learned positions, exact GELU, tied embeddings, biases), greedy,
@@ -28,7 +28,7 @@ import time
 import jax
 import numpy as np
 
-from tfx_jax import decode
+from tfx_jax import search
 from tfx_jax.model_config import model_config_from_dict
 from tfx_jax.models import init_params
 
@@ -54,7 +54,7 @@ def _tfx_runner(args):
 
   def run(prompt, new):
     # eos_id -1 never matches: every row emits exactly `new` tokens.
-    out = decode.generate(params, cfg, prompt, new, greedy=True, eos_id=-1)
+    out = search.generate(params, cfg, prompt, new, greedy=True, eos_id=-1)
     return jax.block_until_ready(out)
 
   return run

@@ -22,6 +22,7 @@ from tfx_jax.data import pipeline
 from tfx_jax.data import shakespeare
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
+from tfx_jax import tasks
 from tfx_jax.errors import ConfigError
 
 # Measured on the real sources (shakespeare 0.6, gcc-12-locales 12.2.0-14).
@@ -235,7 +236,7 @@ def make(task, data_dir, seed=0, batch_size=4, seq_len=32, **kwargs):
                                **kwargs)
 
 
-@pytest.mark.parametrize("task", pipeline.TASKS)
+@pytest.mark.parametrize("task", tasks.TASKS)
 def test_batch_contract(task, data_dir):
   batch = next(iter(make(task, data_dir)))
   assert set(batch) == KEYS[task]
@@ -272,7 +273,7 @@ def test_batch_contract(task, data_dir):
     assert set(batch["label"]) <= {0, 1, 2, 3}
 
 
-@pytest.mark.parametrize("task", pipeline.TASKS)
+@pytest.mark.parametrize("task", tasks.TASKS)
 def test_resume_is_exact(task, data_dir):
   ds = make(task, data_dir, seed=3)
   it = iter(ds)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from tfx_jax import cli, decode, evaluate, generate, inference, metrics, run_io, trainer
+from tfx_jax import cli, evaluate, generate, metrics, saved_run, search, texts, trainer
 from tfx_jax.model_config import Position
 from test_configs import compilation_cache, tiny_config
 
@@ -152,9 +152,9 @@ def test_evaluate_translation_reports_bleu_chrf_and_signatures(translate_run):
   workdir, _ = translate_run
   result, hyps, refs, out = evaluated(workdir)
   assert result["task"] == "translate" and result["step"] == 20
-  config = run_io.load_config(workdir)
+  config = saved_run.load_config(workdir)
   n = MAX_BATCHES * config.eval.batch_size
-  pairs = inference.translation_pairs(config, "validation", n)
+  pairs = texts.translation_pairs(config, "validation", n)
   assert refs == [r.replace("\n", " ") for _, r in pairs] and len(hyps) == n
   # The files hold exactly what was scored (sacrebleu defaults: 13a, mixed case).
   assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
@@ -181,7 +181,7 @@ def test_evaluate_classifier_reports_accuracy_over_the_written_labels(classify_r
   result, hyps, refs, _ = evaluated(workdir)
   assert result["task"] == "classify"
   assert "accuracy" in result and "perplexity" not in result
-  labels = {str(i) for i in range(run_io.load_config(workdir).model.num_classes)}
+  labels = {str(i) for i in range(saved_run.load_config(workdir).model.num_classes)}
   assert set(hyps) <= labels and set(refs) <= labels
   assert result["accuracy"] == pytest.approx(np.mean([h == r for h, r in zip(hyps, refs)]))
   assert_as_logged(result["accuracy"], scalars, "eval/accuracy", 20)
@@ -205,10 +205,10 @@ def test_generate_greedy_continues_the_prompt_as_the_argmax_loop(lm_run):
   prompt, n = "ROMEO:", 8
   out = ok(generate, "--workdir", workdir, "--prompt", prompt, "--greedy",
            "--max_new_tokens", n)
-  run = run_io.load_run(workdir)
+  run = saved_run.load_run(workdir)
   tok = run.tokenizer
   ids = np.asarray([[tok.bos_id] + tok.encode(prompt)], np.int32)
-  new = list(decode.uncached_greedy(run.params, run.model_cfg, ids, n)[0])
+  new = list(search.uncached_greedy(run.params, run.model_cfg, ids, n)[0])
   new = new[:new.index(tok.eos_id)] if tok.eos_id in new else new
   assert new, "the tiny model's first greedy token is eos: nothing to compare"
   assert out.splitlines() == [tok.decode(tok.encode(prompt) + new)]
@@ -245,12 +245,12 @@ def test_generate_translation_of_a_source(translate_run):
   lines = ok(generate, "--workdir", workdir, "--source", source).splitlines()
   assert len(lines) == 2 and lines[0] == source and lines[1].startswith("  -> ")
   # Greedy by default (no beam): the argmax loop's translation.
-  run = run_io.load_run(workdir)
+  run = saved_run.load_run(workdir)
   tok, seq_len = run.tokenizer, int(run.config.train.seq_len)
   ids = np.zeros((1, seq_len), np.int32)
   row = tok.encode(source) + [tok.eos_id]
   ids[0, :len(row)] = row
-  new = list(decode.uncached_greedy(run.params, run.model_cfg, ids, seq_len)[0])
+  new = list(search.uncached_greedy(run.params, run.model_cfg, ids, seq_len)[0])
   new = new[:new.index(tok.eos_id)] if tok.eos_id in new else new
   assert lines[1] == f"  -> {tok.decode(new)}"
   lines = ok(generate, "--workdir", workdir, "--source", source, "--source", "Save as",
@@ -322,7 +322,7 @@ def test_translation_run_logs_bleu_and_samples(translate_run):
   assert all(0.0 <= v <= 100.0 for _, v in scalars["eval/bleu"])
   samples = metrics.read_texts(logdir)["samples"]
   assert [s for s, _ in samples] == [10, 20]
-  pairs = inference.translation_pairs(run_io.load_config(workdir), "validation",
+  pairs = texts.translation_pairs(saved_run.load_config(workdir), "validation",
                                       NUM_SAMPLES)
   shown = samples[-1][1].split("\n\n")
   assert len(shown) == NUM_SAMPLES

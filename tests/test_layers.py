@@ -397,7 +397,7 @@ def test_t5_buckets_every_distance_against_python_formula(bidirectional):
 
 
 def test_t5_relative_bias_looks_up_query_minus_key():
-  module = T5RelativeBias(num_heads=3, bidirectional=False)
+  module = T5RelativeBias(num_heads=3, bidirectional=False, init_std=1.0)
   pos = jnp.arange(5)[None]
   variables = module.init(jax.random.PRNGKey(0), pos, pos)
   table = _params(variables)["rel_embedding"]
@@ -406,6 +406,24 @@ def test_t5_relative_bias_looks_up_query_minus_key():
   for h, i, j in np.ndindex(3, 5, 5):
     # Causal, distances below max_exact = 16: bucket = max(i - j, 0).
     assert got[0, h, i, j] == table[max(i - j, 0), h]
+
+
+@pytest.mark.parametrize("family", ["decoder_only", "encoder_decoder"])
+def test_t5_relative_bias_init_std_is_d_model_to_minus_half(family):
+  """T5 / HF initialise the bias table with std d_model^-0.5 (here 1/8), small
+  next to the content logits at init."""
+  cfg = model_config_from_dict(dict(family=family, position="t5_bias", num_layers=1,
+                                    d_model=64, num_heads=8, t5_num_buckets=128,
+                                    vocab_size=16))
+  ids = jnp.ones((1, 2), jnp.int32)
+  params = _params(build_model(cfg).init(
+      jax.random.PRNGKey(0), ids, *(() if family == "decoder_only" else (ids,))))
+  tables = [v["rel_embedding"] for k, v in params.items() if k.endswith("relative_bias")]
+  assert len(tables) == (1 if family == "decoder_only" else 2)
+  for table in tables:
+    assert table.shape == (128, 8)
+    # 1024 samples: the std estimate is good to ~2%.
+    assert np.std(table) == pytest.approx(64**-0.5, rel=0.1)
 
 
 # --------------------------------------------------------------- DeepNorm
@@ -515,7 +533,7 @@ def test_residual_formula(norm_position, norm_type):
   deepnorm Norm(alpha x + F(x))."""
   cfg = model_config_from_dict(dict(
       family="decoder_only", norm_position=norm_position, norm_type=norm_type,
-      num_layers=3, d_model=16, num_heads=4, num_kv_heads=2, d_ff=24,
+      num_layers=3, d_model=16, num_heads=4, num_kv_heads=2, gated_d_ff=24,
       activation="swiglu", position="rope"))
   spec = layer_spec(cfg, "decoder", cross_attention=False)
   B, L = 2, 5

@@ -128,8 +128,16 @@ def test_derived_sizes():
   assert model_config_from_dict(dict(d_model=64, activation="gelu")).ffn_dim == 256
   # Gated: 2/3 of 4d = 170.67 -> 170, rounded up to a multiple of 8 -> 176.
   assert model_config_from_dict(dict(d_model=64, activation="swiglu")).ffn_dim == 176
+  # An explicit d_ff is the ungated width: gated gets 2/3 of it (66 -> 72), so
+  # the activation axis compares models of equal size; gated_d_ff opts out.
   assert model_config_from_dict(dict(d_model=64, activation="swiglu",
+                                     d_ff=100)).ffn_dim == 72
+  assert model_config_from_dict(dict(d_model=64, activation="relu",
                                      d_ff=100)).ffn_dim == 100
+  assert model_config_from_dict(dict(d_model=64, activation="swiglu", d_ff=100,
+                                     gated_d_ff=100)).ffn_dim == 100
+  assert model_config_from_dict(dict(d_model=64, activation="gelu",
+                                     gated_d_ff=100)).ffn_dim == 256  # ungated: unused
   llama = dict(activation="swiglu", ff_multiple_of=256, num_heads=32)
   for d, hidden in ((4096, 11008), (5120, 13824), (6656, 17920), (8192, 22016)):
     assert model_config_from_dict(dict(llama, d_model=d)).ffn_dim == hidden

@@ -9,6 +9,8 @@ shape (8 rows of 8 tokens, sources too) and the warm-up is shared.
 """
 
 import functools
+import itertools
+from typing import get_args
 
 import flax.linen as nn
 import jax
@@ -16,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax.model_config import model_config_from_dict
+from tfx_jax.model_config import NormPosition, NormType, model_config_from_dict
 from tfx_jax.models import build_model, stack_layer_params
 
 POSITIONS = ("sinusoidal", "learned", "t5_bias", "rope", "alibi", "none")
@@ -184,6 +186,38 @@ def test_packed_documents_equal_each_alone(family, position):
   np.testing.assert_allclose(out[1, 5:], a_alone, **CLOSE)
 
 
+def _pair_losses(logits_LV, labels_L):
+  """Summed cross-entropy of each target position, [L]."""
+  log_probs = jax.nn.log_softmax(jnp.asarray(logits_LV), -1)
+  return -np.take_along_axis(np.asarray(log_probs), labels_L[:, None], -1)[:, 0]
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_packed_translation_pairs_equal_each_alone(position):
+  """Pairs (source A 3 tokens, target 4) and (source B 4, target 3) packed in
+  one row give the per-pair losses of each pair alone: target segment k attends
+  to source segment k only."""
+  _, model, params = _model("encoder_decoder", position)
+  src_a, src_b = _tokens(30, 3), _tokens(31, 4)
+  tgt_a, tgt_b = _tokens(32, 4), _tokens(33, 3)
+  lab_a, lab_b = _tokens(34, 4), _tokens(35, 3)
+  pad = lambda x: np.concatenate([x, np.zeros(L - len(x), np.int32)])
+  seg = lambda *lens: pad(np.concatenate([np.full(n, k + 1) for k, n in enumerate(lens)]))
+  pos = lambda *lens: pad(np.concatenate([np.arange(n) for n in lens]))
+  out = _logits(
+      model, params,
+      _rows(pad(np.concatenate([src_a, src_b])), pad(src_a), pad(src_b)),
+      _rows(pad(np.concatenate([tgt_a, tgt_b])), pad(tgt_a), pad(tgt_b)),
+      inputs_segment_ids=_rows(seg(3, 4), seg(3), seg(4)),
+      decoder_segment_ids=_rows(seg(4, 3), seg(4), seg(3)),
+      inputs_positions=_rows(pos(3, 4), pos(3), pos(4)),
+      decoder_positions=_rows(pos(4, 3), pos(4), pos(3)))
+  packed_a = _pair_losses(out[0, :4], lab_a)
+  packed_b = _pair_losses(out[0, 4:7], lab_b)
+  np.testing.assert_allclose(packed_a, _pair_losses(out[1, :4], lab_a), **CLOSE)
+  np.testing.assert_allclose(packed_b, _pair_losses(out[2, :3], lab_b), **CLOSE)
+
+
 # ---------------------------------------------------------- cached decoding
 _stacked = stack_layer_params
 
@@ -312,6 +346,32 @@ def test_norm_placement_structure(norm_position, layer_norms, final_norm, norm_t
   assert has_bias == (norm_type == "layernorm")
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_norm_axes_change_only_the_norms_parameters(family):
+  """Across every norm placement and norm type, the parameters outside the
+  norms are the same (names and shapes); a norm owns a [d_model] scale, plus a
+  [d_model] bias for LayerNorm, and nothing else."""
+  from flax import traverse_util
+  outside = {}
+  for norm_position, norm_type in itertools.product(
+      get_args(NormPosition), get_args(NormType)):
+    cfg = _cfg(family, "learned", num_layers=2, norm_position=norm_position,
+               norm_type=norm_type)
+    flat = traverse_util.flatten_dict(nn.unbox(_abstract_params(cfg)))
+    in_norm = lambda path: any(name.endswith("norm") for name in path[:-1])
+    outside[(norm_position, norm_type)] = {
+        "/".join(k): v.shape for k, v in flat.items() if not in_norm(k)}
+    leaves = {"scale", "bias"} if norm_type == "layernorm" else {"scale"}
+    norms = {k[:-1] for k in flat if in_norm(k)}
+    assert norms, (norm_position, norm_type)
+    for norm in norms:
+      own = {k[-1]: v.shape for k, v in flat.items() if k[:-1] == norm}
+      assert own == {leaf: (cfg.d_model,) for leaf in leaves}, norm
+  reference = outside[("pre", "layernorm")]
+  for key, shapes in outside.items():
+    assert shapes == reference, key
+
+
 def test_encoder_decoder_layers_have_cross_attention():
   cfg = _cfg("encoder_decoder", "none", num_layers=1, norm_position="sandwich")
   paths = _param_paths(_abstract_params(cfg))
@@ -346,30 +406,71 @@ def _stack_inputs(model, params, *args):
   return seen
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_sinusoidal_embeddings_are_scaled_by_sqrt_d_model(family):
-  """Vaswani et al. 3.4: the stack input is E[id] * sqrt(d_model) + PE(pos)."""
+def _absolute_positions(cfg, params, stack_index):
+  """What the position scheme adds to the token embeddings of one stack."""
   from tfx_jax.layers.positions import sinusoidal
-  cfg, model, params = _model(family, "sinusoidal")
+  if cfg.position == "sinusoidal":
+    return np.asarray(sinusoidal(jnp.arange(L)[None], cfg.d_model))
+  if cfg.position == "learned":
+    name = ("positions" if cfg.family != "encoder_decoder"
+            else ("encoder_positions", "decoder_positions")[stack_index])
+    return np.asarray(nn.unbox(params[name]["embedding"]))[:L]
+  return 0.0
+
+
+@pytest.mark.parametrize("scale", [False, True], ids=["unscaled", "scaled"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_position_scheme_changes_positions_only(family, scale):
+  """With the same embedding table, every position scheme feeds each stack
+  E[id] (x sqrt(d_model) with scale_embeddings, Vaswani et al. 3.4) plus its
+  own absolute positions: the token-embedding part is identical across schemes."""
   ids = _rows(*[_tokens(14 + k, L) for k in range(B)])
   args = (ids,) if family != "encoder_decoder" else (ids, ids)
-  emb = np.asarray(nn.unbox(params["embedding"]["embedding"]))
-  want = emb[ids] * np.sqrt(cfg.d_model) + np.asarray(
-      sinusoidal(jnp.arange(L)[None], cfg.d_model))
-  for got in _stack_inputs(model, params, *args):
-    np.testing.assert_allclose(got, want, **CLOSE)
+  table = None
+  for position in POSITIONS:
+    cfg, model, params = _model(family, position, scale_embeddings=scale)
+    params = dict(params)
+    if table is None:
+      table = params["embedding"]
+    params["embedding"] = table  # the same parameters for every scheme
+    want = np.asarray(nn.unbox(table["embedding"]))[ids] * (
+        np.sqrt(cfg.d_model) if scale else 1.0)
+    got = np.asarray(model.apply({"params": params}, jnp.asarray(ids),
+                                 method="embed_tokens"))
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    inputs = _stack_inputs(model, params, *args)
+    assert len(inputs) == (2 if family == "encoder_decoder" else 1)
+    for i, stack_input in enumerate(inputs):
+      np.testing.assert_allclose(stack_input - _absolute_positions(cfg, params, i), want,
+                                 **CLOSE, err_msg=position)
 
 
-@pytest.mark.parametrize("position", ["learned", "rope"])
-def test_only_sinusoidal_scales_embeddings(position):
-  cfg, model, params = _model("decoder_only", position)
-  ids = _rows(*[_tokens(14 + k, L) for k in range(B)])
-  emb = np.asarray(nn.unbox(params["embedding"]["embedding"]))
-  want = emb[ids]
-  if position == "learned":
-    want = want + np.asarray(nn.unbox(params["positions"]["embedding"]))[:L]
-  (got,) = _stack_inputs(model, params, ids)
-  np.testing.assert_allclose(got, want, **CLOSE)
+def test_bert_embedding_norm_comes_before_dropout():
+  """BERT: LayerNorm(E[id] + P[pos]), then dropout. The stack input is 0 where
+  dropped and the normalised embedding / (1 - p) elsewhere; dropout before the
+  norm would leave no exact zeros."""
+  rate = 0.5
+  cfg, _, params = _model("encoder_only", "learned", norm_position="post", dropout=rate)
+  model = build_model(cfg, deterministic=False)
+  ids = _rows(*[_tokens(20 + k, L) for k in range(B)])
+  seen = []
+
+  def record(next_fun, args, kwargs, context):
+    if context.module.name == "encoder" and context.method_name == "__call__":
+      seen.append(np.asarray(args[0]))
+    return next_fun(*args, **kwargs)
+
+  with nn.intercept_methods(record):
+    model.apply({"params": params}, jnp.asarray(ids), rngs={"dropout": jax.random.PRNGKey(1)})
+  (got,) = seen
+  x = (np.asarray(nn.unbox(params["embedding"]["embedding"]))[ids]
+       + np.asarray(nn.unbox(params["positions"]["embedding"]))[:L])
+  norm = nn.unbox(params["embed_norm"])
+  mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+  normed = (x - mean) / np.sqrt(var + cfg.norm_eps) * norm["scale"] + norm["bias"]
+  kept = got != 0
+  assert 0.3 < kept.mean() < 0.7
+  np.testing.assert_allclose(got[kept], normed[kept] / (1 - rate), **CLOSE)
 
 
 def test_tied_logits_are_hidden_times_embedding_transpose():

@@ -73,6 +73,24 @@ def test_cosine_endpoints_and_midpoint():
   np.testing.assert_allclose(_lr(schedule, 10_000), 1e-4, rtol=1e-5)
 
 
+def test_linear_warmup_then_decay_to_zero():
+  """BERT: linear warmup to the peak, then linear decay to 0 at decay_steps."""
+  schedule = _schedule(_cfg(schedule="linear", learning_rate=1e-3, warmup_steps=10,
+                            decay_steps=110))
+  np.testing.assert_allclose(_lr(schedule, 0), 1e-3 / 10, rtol=1e-6)
+  np.testing.assert_allclose(_lr(schedule, 9), 1e-3, rtol=1e-6)  # peak
+  np.testing.assert_allclose(_lr(schedule, 59), 1e-3 * 0.5, rtol=1e-5)  # midpoint
+  np.testing.assert_allclose(_lr(schedule, 84), 1e-3 * 0.25, rtol=1e-5)
+  assert _lr(schedule, 109) == pytest.approx(0.0, abs=1e-12)  # end
+  assert _lr(schedule, 10_000) == pytest.approx(0.0, abs=1e-12)
+  # decay_steps 0 = num_train_steps
+  default = _schedule(_cfg(schedule="linear", warmup_steps=0, decay_steps=0),
+                      num_train_steps=50)
+  np.testing.assert_allclose(_lr(default, 24), 1e-3 * 0.5, rtol=1e-5)
+  with pytest.raises(optim.ConfigError, match="decay_steps"):
+    _schedule(_cfg(schedule="linear", warmup_steps=10, decay_steps=10))
+
+
 def test_cosine_decay_steps_default_to_num_train_steps():
   schedule = _schedule(_cfg(schedule="cosine", warmup_steps=0, decay_steps=0,
                             min_lr_ratio=0.0), num_train_steps=50)
@@ -94,7 +112,7 @@ def test_schedule_works_under_jit():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("optimizer", "sgd"), ("schedule", "linear"), ("accumulate_steps", 0),
+    ("optimizer", "sgd"), ("schedule", "exponential"), ("accumulate_steps", 0),
     ("grad_clip_norm", -1.0)])
 def test_invalid_values_name_field_and_choices(field, value):
   with pytest.raises(optim.ConfigError, match=f"optim.{field}"):

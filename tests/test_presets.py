@@ -8,10 +8,11 @@ import importlib.util
 import pathlib
 import subprocess
 import sys
+from typing import get_args
 
 import pytest
 
-from tfx_jax.model_config import model_config_from_dict
+from tfx_jax.model_config import GATED_ACTIVATIONS, Activation, model_config_from_dict
 from tfx_jax.summary import count_params
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -85,3 +86,78 @@ def test_summary_command_prints_the_table():
   assert any(line.startswith("embedding") for line in body)
   # The per-module rows add up to the total.
   assert sum(int(line.split()[-2].replace(",", "")) for line in body) == 6738415616
+
+
+@pytest.mark.parametrize("name", ["lm", "translate", "mlm", "finetune"])
+def test_every_preset_has_one_vocabulary(name):
+  """Presets are table rows; vocab_size is given once and sets model and data."""
+  module = _config_module(name)
+  for preset in module.PRESETS:
+    config = module.get_config(preset)
+    assert config.model.vocab_size == config.data.vocab_size, preset
+  with pytest.raises(ValueError, match="choose one of"):
+    module.get_config("no_such_preset")
+
+
+def test_a_typo_in_a_preset_table_is_an_error():
+  from tfx_jax.config_base import apply_preset, base_config
+  config = base_config()
+  apply_preset(config, {"vocab_size": 77, "model": {"d_model": 32},
+                        "compute_dtype": "bfloat16"})
+  assert (config.model.vocab_size, config.data.vocab_size) == (77, 77)
+  assert (config.model.d_model, config.compute_dtype) == (32, "bfloat16")
+  for row in ({"model": {"d_modle": 32}}, {"optimm": {"b1": 0.9}}, {"sed": 1}):
+    with pytest.raises(KeyError):
+      apply_preset(config, row)
+
+
+def test_paper_presets_use_their_papers_training_settings():
+  """BERT and GPT-2 drop attention probabilities at 0.1 like everything else;
+  BERT decays the learning rate linearly to 0."""
+  bert = _config_module("mlm").get_config("bert_base")
+  gpt2 = _config_module("lm").get_config("gpt2_small")
+  for config in (bert, gpt2):
+    assert (config.model.dropout, config.model.attention_dropout) == (0.1, 0.1)
+  assert (bert.optim.schedule, bert.optim.warmup_steps) == ("linear", 10_000)
+
+
+# ------------------------------------------ activations compared at equal size
+CONFIG_FILES = ("lm", "translate", "mlm", "finetune")
+
+
+def _count(config, **model_overrides):
+  """Parameters of a config's model. Counted with scan_layers (one traced layer:
+  same parameters, stacked), so that the big presets count in a second."""
+  model = dict(config.model.to_dict(), scan_layers=True, **model_overrides)
+  return count_params(model_config_from_dict(model))
+
+
+@pytest.mark.parametrize("name", CONFIG_FILES)
+def test_every_activation_has_the_parameters_of_the_ungated_model(name):
+  """Shazeer 2020 compares the FFN variants at matched parameters: on every
+  preset, each gated activation is within 1% of the ungated model (d_ff is the
+  ungated width; gated widths are 2/3 of it)."""
+  module = _config_module(name)
+  for preset in module.PRESETS:
+    config = module.get_config(preset)
+    counts = {a: _count(config, activation=a) for a in get_args(Activation)}
+    assert counts["relu"] == counts["gelu"] == counts["swish"], preset
+    for activation in GATED_ACTIVATIONS:
+      ratio = counts[activation] / counts["relu"]
+      assert abs(ratio - 1) < 0.01, (preset, activation, counts[activation], counts["relu"])
+  # An unmatched gated width is an explicit request.
+  config = module.get_config(module.PRESETS[0])
+  wide = _count(config, activation="swiglu", gated_d_ff=3 * config.model.d_model)
+  assert wide != _count(config, activation="swiglu")
+
+
+def test_summary_shows_the_matched_count_of_a_gated_activation():
+  config = _config_module("translate").get_config("tiny")
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_jax.summary", "--config", "configs/translate.py:tiny",
+       "--config.model.activation=swiglu"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  total = int(proc.stdout.strip().splitlines()[-1].removeprefix("params: "))
+  assert total == _count(config, activation="swiglu")
+  assert abs(total / _count(config, activation="relu") - 1) < 0.01

@@ -24,7 +24,7 @@ import pytest
 from tfx_jax import checkpoint as ckpt_lib
 from tfx_jax import metrics
 from tfx_jax import status as status_lib
-from tfx_jax import trainer
+from tfx_jax import run_setup, trainer
 from test_configs import (ROOT, cli_flags, compilation_cache, run_cli, subprocess_env,
                           tiny_config, train_command)
 
@@ -100,7 +100,7 @@ class _Iterator:
 
 
 def hook_training_data(monkeypatch, hook):
-  make_data = trainer.make_data
+  make_data = run_setup.make_data
 
   class Dataset:
     def __init__(self, dataset):
@@ -113,12 +113,12 @@ def hook_training_data(monkeypatch, hook):
     dataset = make_data(config, tokenizer, split, train=train)
     return Dataset(dataset) if train else dataset
 
-  monkeypatch.setattr(trainer, "make_data", hooked)
+  monkeypatch.setattr(run_setup, "make_data", hooked)
 
 
 def poison_step(monkeypatch, bad_step: int):
   """Makes the loss and gradients of update number ``bad_step`` NaN."""
-  make_train_step = trainer.make_train_step
+  make_train_step = run_setup.make_train_step
 
   def poisoned(*args, **kwargs):
     train_step = make_train_step(*args, **kwargs)
@@ -129,7 +129,7 @@ def poison_step(monkeypatch, bad_step: int):
 
     return step_fn
 
-  monkeypatch.setattr(trainer, "make_train_step", poisoned)
+  monkeypatch.setattr(run_setup, "make_train_step", poisoned)
 
 
 # -------------------------------------------------------------- determinism
@@ -143,10 +143,10 @@ def test_same_config_and_seed_give_identical_metrics(reference, tmp_path):
 def test_seed_changes_initialisation_and_data_order():
   def init_and_first_batch(seed):
     config = tiny_config("lm.py:tiny", {"seed": seed})
-    setup = trainer.Setup(config, trainer.validate_run_config(config))
+    setup = run_setup.ShardedRun(config, run_setup.validate_run_config(config))
     params = jax.device_get(setup.init_state().params)
-    tokenizer = trainer.load_tokenizer(config)
-    batch = next(iter(trainer.make_data(config, tokenizer, "train", train=True)))
+    tokenizer = run_setup.load_tokenizer(config)
+    batch = next(iter(run_setup.make_data(config, tokenizer, "train", train=True)))
     return params, batch
 
   params0, batch0 = init_and_first_batch(0)
@@ -395,7 +395,7 @@ BAD_INPUT = [
     ("lm", {"model.dtype": "float16"}, "model.dtype"),
     ("lm", {"compute_dtype": "float16"}, "compute_dtype"),
     ("lm", {"optim.optimizer": "sgd"}, "optim.optimizer"),
-    ("lm", {"optim.schedule": "linear"}, "optim.schedule"),
+    ("lm", {"optim.schedule": "exponential"}, "optim.schedule"),
     ("lm", {"train.on_nonfinite": "ignore"}, "train.on_nonfinite"),
     ("lm", {"task": "summarize"}, "task"),
     ("lm", {"data.tokenizer": "wordpiece"}, "data.tokenizer"),
@@ -430,8 +430,8 @@ def test_bad_input_exits_2_naming_the_field_before_any_work(case, tmp_path, monk
   def must_not_run(*args, **kwargs):
     raise AssertionError("bad input must fail before data is read or anything built")
 
-  for name in ("load_tokenizer", "make_data", "Setup"):
-    monkeypatch.setattr(trainer, name, must_not_run)
+  for name in ("load_tokenizer", "make_data", "ShardedRun"):
+    monkeypatch.setattr(run_setup, name, must_not_run)
   workdir = tmp_path / "run"
   code, _, err = run_cli(_args(config, overrides, workdir))
   assert code == 2, err

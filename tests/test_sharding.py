@@ -15,7 +15,7 @@ import pytest
 _SCRIPT = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
-    from tfx_jax import config_base, sharding, trainer
+    from tfx_jax import config_base, run_setup, sharding
     c = config_base.base_config()
     c.model.update(dict(family="decoder_only", num_layers=2, d_model=32, num_heads=4,
                         num_kv_heads=2, d_ff=64, vocab_size=64, max_len=16,
@@ -23,8 +23,8 @@ _SCRIPT = textwrap.dedent("""
     c.train.update(batch_size=8, seq_len=16, num_steps=3)
     c.optim.update(warmup_steps=1, learning_rate=1e-2)
     c.mesh.update(json.loads(sys.argv[1]))
-    model_cfg = trainer.validate_run_config(c)
-    setup = trainer.Setup(c, model_cfg)
+    model_cfg = run_setup.validate_run_config(c)
+    setup = run_setup.ShardedRun(c, model_cfg)
     state = setup.init_state()
     train_step, eval_step = setup.compile_steps()
     rng = np.random.default_rng(0)

@@ -17,8 +17,8 @@ import pytest
 
 from tfx_jax import metrics
 from tfx_jax import status as status_lib
-from tfx_jax import trainer
-from tfx_jax.data import embedded_datasets
+from tfx_jax import run_setup, trainer
+from tfx_jax.data.sources import embedded_datasets
 from tfx_jax.errors import ConfigError
 from test_configs import ROOT, cli_flags, compilation_cache, run_cli, tiny_config
 
@@ -145,8 +145,8 @@ def test_resumed_run_matches_a_straight_run_bitwise(lm_run, tmp_path, capsys):
 def test_finished_run_started_again_does_nothing(lm_run, monkeypatch, capsys):
   workdir, _, _ = lm_run
   event_files = sorted(os.listdir(workdir / "tensorboard"))
-  monkeypatch.setattr(trainer, "Setup", must_not_run)
-  monkeypatch.setattr(trainer, "load_tokenizer", must_not_run)
+  monkeypatch.setattr(run_setup, "ShardedRun", must_not_run)
+  monkeypatch.setattr(run_setup, "load_tokenizer", must_not_run)
   result = train("lm.py:tiny", workdir)
   assert (result.status, result.step) == ("finished", 20)
   assert "already finished at step 20" in capsys.readouterr().out
@@ -158,7 +158,7 @@ def test_finished_run_started_again_does_nothing(lm_run, monkeypatch, capsys):
 
 def test_incompatible_config_in_an_existing_workdir(lm_run, monkeypatch):
   workdir, _, _ = lm_run
-  monkeypatch.setattr(trainer, "Setup", must_not_run)
+  monkeypatch.setattr(run_setup, "ShardedRun", must_not_run)
   code, _, err = cli("lm.py:tiny", workdir, {"model.d_model": 64, "train.batch_size": 8,
                                              "optim.learning_rate": 1e-2})
   assert code == 2 and "Traceback" not in err
@@ -189,8 +189,8 @@ def test_unwritable_workdir_fails_before_any_work(tmp_path, monkeypatch):
   blocker = tmp_path / "a_file"
   blocker.write_text("")
   workdir = blocker / "run"  # cannot be created, even by root
-  monkeypatch.setattr(trainer, "Setup", must_not_run)
-  monkeypatch.setattr(trainer, "load_tokenizer", must_not_run)
+  monkeypatch.setattr(run_setup, "ShardedRun", must_not_run)
+  monkeypatch.setattr(run_setup, "load_tokenizer", must_not_run)
   with pytest.raises(ConfigError, match="not writable") as error:
     train("lm.py:tiny", workdir)
   assert str(workdir) in str(error.value)
@@ -199,7 +199,7 @@ def test_unwritable_workdir_fails_before_any_work(tmp_path, monkeypatch):
 
 
 def test_unknown_dataset_lists_the_available_ones(tmp_path, monkeypatch):
-  monkeypatch.setattr(trainer, "Setup", must_not_run)
+  monkeypatch.setattr(run_setup, "ShardedRun", must_not_run)
   code, _, err = cli("lm.py:tiny", tmp_path / "run", {"data.name": "tfx_shakespaere"})
   assert code == 2 and "Traceback" not in err
   assert "data.name='tfx_shakespaere'" in err

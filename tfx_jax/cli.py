@@ -12,7 +12,7 @@ def new_flags() -> flags.FlagValues:
 
   Each command module defines its flags here rather than in absl's global
   registry, so importing several commands in one process (tests, notebooks,
-  the trainer importing the inference library) never clashes.
+  the trainer importing the text library) never clashes.
   """
   fv = flags.FlagValues()
   flags.DEFINE_integer("verbosity", -1, "absl logging verbosity: -1 warnings only, "

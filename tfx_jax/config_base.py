@@ -8,6 +8,7 @@ locked (a typo fails with a suggestion) and overridden from the command line
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Mapping
 
 import ml_collections
 from ml_collections import config_dict
@@ -46,6 +47,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.log_every_steps = 50
   c.train.label_smoothing = 0.0
   c.train.on_nonfinite = "stop"  # stop | skip
+  # Per-layer gradient, parameter and update norms as TensorBoard scalars
+  # (layer_stats/<kind>_norm/<stack>_<NN>), computed inside the jitted step.
+  c.train.log_layer_stats = False
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every_steps = 200
@@ -61,7 +65,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim = ml_collections.ConfigDict()
   c.optim.optimizer = "adamw"  # adam | adamw | adafactor
   c.optim.learning_rate = 1e-3
-  c.optim.schedule = "cosine"  # inverse_sqrt | cosine | constant
+  c.optim.schedule = "cosine"  # inverse_sqrt | cosine | linear | constant
   c.optim.warmup_steps = 100
   c.optim.scale_by_d_model = False  # the Transformer paper's d_model^-0.5 factor
   c.optim.b1 = 0.9
@@ -69,7 +73,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.eps = 1e-9
   c.optim.weight_decay = 0.0
   c.optim.grad_clip_norm = 1.0
-  c.optim.decay_steps = 0  # cosine: 0 = train.num_steps
+  c.optim.decay_steps = 0  # cosine, linear: 0 = train.num_steps
   c.optim.min_lr_ratio = 0.1
   c.optim.accumulate_steps = 1
 
@@ -87,9 +91,37 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
-def set_sizes(model: ml_collections.ConfigDict, **sizes) -> None:
-  """Sets several ``config.model`` fields at once (presets)."""
-  for key, value in sizes.items():
-    if key not in model:
-      raise KeyError(f"model.{key} is not a model field")
-    setattr(model, key, value)
+def apply_preset(config: ml_collections.ConfigDict, row: Mapping[str, Any]) -> None:
+  """Sets the fields of one row of a preset table (``configs/*.py``).
+
+  A row maps section names (``model``, ``data``, ``train``, ...) to
+  ``{field: value}``, and top-level fields (``compute_dtype``) to values.
+  ``vocab_size`` is given once per row and sets both ``model.vocab_size`` and
+  ``data.vocab_size``: the embedding and the tokenizer must agree. A field that
+  the config does not have raises ``KeyError``: a typo in a table never adds one.
+  """
+  for key, value in row.items():
+    if key == "vocab_size":
+      _set(config.model, "model", vocab_size=value)
+      _set(config.data, "data", vocab_size=value)
+    elif isinstance(value, Mapping):
+      if key not in config:
+        raise KeyError(f"{key} is not a config section")
+      _set(config[key], key, **value)
+    else:
+      _set(config, "config", **{key: value})
+
+
+def select_preset(table: Mapping[str, Any], preset: str, file: str) -> Any:
+  """``table[preset]``, or a ValueError listing the presets of ``file``."""
+  if preset not in table:
+    raise ValueError(f"unknown preset {preset!r} for configs/{file}; choose one of: "
+                     f"{', '.join(table)}")
+  return table[preset]
+
+
+def _set(section: ml_collections.ConfigDict, where: str, /, **values) -> None:
+  for key, value in values.items():
+    if key not in section:
+      raise KeyError(f"{where}.{key} is not a config field")
+    setattr(section, key, value)

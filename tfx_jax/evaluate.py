@@ -23,8 +23,9 @@ import sys
 
 from absl import flags
 
-from tfx_jax import inference
+from tfx_jax import scoring
 from tfx_jax.cli import new_flags, run_main
+from tfx_jax.errors import ConfigError
 
 FLAGS = new_flags()
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.", flag_values=FLAGS)
@@ -47,25 +48,26 @@ flags.mark_flag_as_required("workdir", flag_values=FLAGS)
 # ------------------------------------------------------------------- main
 def main(argv):
   del argv
-  from tfx_jax.errors import ConfigError
-  from tfx_jax.run_io import load_run
+  # Deferred: jax, orbax and the model load only when the command runs, so
+  # --help and flag errors answer at once.
+  from tfx_jax.saved_run import load_run
   try:
     # `is not None`: an empty --lengths= is a bad spec, not "no extrapolation".
-    multiples = (inference.parse_lengths(_LENGTHS.value)
+    multiples = (scoring.parse_lengths(_LENGTHS.value)
                  if _LENGTHS.value is not None else None)
     run = load_run(_WORKDIR.value, _STEP.value)
     out_dir = run.workdir / "eval"
     out_dir.mkdir(exist_ok=True)
     stem = out_dir / f"{_SPLIT.value}-{run.step}"
     if multiples:
-      rows = inference.extrapolation(run, _SPLIT.value, multiples, _MAX_BATCHES.value)
-      print(inference.format_extrapolation(rows, run.model_cfg.position))
+      rows = scoring.extrapolation(run, _SPLIT.value, multiples, _MAX_BATCHES.value)
+      print(scoring.format_extrapolation(rows, run.model_cfg.position))
       path = out_dir / f"{_SPLIT.value}-{run.step}.lengths.json"
       path.write_text(json.dumps(rows, indent=2))
       print(f"written: {path}")
       return
-    metrics, hyps, refs = inference.evaluate_run(run, _SPLIT.value, max_batches=_MAX_BATCHES.value,
-                                       beam_size=_BEAM.value, alpha=_ALPHA.value)
+    metrics, hyps, refs = scoring.score_split(run, _SPLIT.value, max_batches=_MAX_BATCHES.value,
+                                              beam_size=_BEAM.value, alpha=_ALPHA.value)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

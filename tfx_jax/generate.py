@@ -14,8 +14,9 @@ import sys
 
 from absl import flags
 
-from tfx_jax import inference
+from tfx_jax import texts as texts_lib
 from tfx_jax.cli import new_flags, run_main
+from tfx_jax.errors import ConfigError
 
 FLAGS = new_flags()
 _F = {"flag_values": FLAGS}
@@ -40,8 +41,9 @@ flags.mark_flag_as_required("workdir", flag_values=FLAGS)
 
 def main(argv):
   del argv
-  from tfx_jax.errors import ConfigError
-  from tfx_jax.run_io import load_run
+  # Deferred: jax, orbax and the model load only when the command runs, so
+  # --help and flag errors answer at once.
+  from tfx_jax.saved_run import load_run
   try:
     if bool(_PROMPT.value) == bool(_SOURCE.value):
       raise ConfigError("give --prompt (decoder_only) or --source (encoder_decoder).")
@@ -56,7 +58,7 @@ def main(argv):
       flag = "--source" if want == "encoder_decoder" else "--prompt"
       raise ConfigError(f"{flag} is for model.family={want!r}; this run is "
                         f"{run.model_cfg.family!r}.")
-    outs = inference.generate_texts(
+    outs = texts_lib.generate_texts(
         run, texts, max_new_tokens=_MAX_NEW.value,
         greedy=_GREEDY.value or (want == "encoder_decoder" and _BEAM.value == 0),
         temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,

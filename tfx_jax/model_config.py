@@ -42,13 +42,15 @@ class ModelConfig:
   d_model: int = 64
   num_heads: int = 4
   num_kv_heads: int = 0  # 0 = num_heads (multi-head); 1 = MQA; else GQA
-  d_ff: int = 0  # 0 = 4 * d_model, scaled by 2/3 for gated activations
-  ff_multiple_of: int = 8  # gated d_ff is rounded up to this (LLaMA: 256)
+  d_ff: int = 0  # ungated FFN width; 0 = 4 * d_model. Gated: see ffn_dim
+  gated_d_ff: int = 0  # gated FFN width as given (unmatched); 0 = derived from d_ff
+  ff_multiple_of: int = 8  # the derived gated width is rounded up to this (LLaMA: 256)
   dropout: float = 0.0
   attention_dropout: float = 0.0
   vocab_size: int = 256
   max_len: int = 512
   tie_embeddings: bool = True
+  scale_embeddings: bool = False  # token embeddings x sqrt(d_model) (Vaswani et al.)
   use_bias: bool = True
   norm_eps: float = 1e-6
   rope_base: float = 10000.0
@@ -76,19 +78,22 @@ class ModelConfig:
   def ffn_dim(self) -> int:
     """Hidden size of the FFN.
 
-    Gated variants (Shazeer 2020) have three matrices instead of two, so the
-    default hidden size is 2/3 of the plain one (parameter counts match),
-    rounded up to ``ff_multiple_of`` as LLaMA does (multiple of 256:
-    4096 -> 11008). An explicit ``d_ff`` is used as given.
+    ``d_ff`` is the width of the plain (ungated) FFN, 4 * d_model when 0, for
+    every activation, so that the activation axis compares models of equal
+    size. Gated variants (Shazeer 2020) have three matrices instead of two;
+    the paper compares them at matched parameters and compute by taking 2/3
+    of the plain width (3072 -> 2048). Here 2/3 of ``d_ff`` is rounded up to
+    ``ff_multiple_of`` as LLaMA does (multiple of 256: 4 * 4096 -> 11008).
+    ``gated_d_ff`` > 0 asks for an unmatched gated width instead; ungated
+    activations ignore it.
     """
-    if self.d_ff:
-      return self.d_ff
-    hidden = 4 * self.d_model
-    if self.gated:
-      hidden = int(2 * hidden / 3)
-      m = self.ff_multiple_of
-      hidden = m * ((hidden + m - 1) // m)
-    return hidden
+    plain = self.d_ff or 4 * self.d_model
+    if not self.gated:
+      return plain
+    if self.gated_d_ff:
+      return self.gated_d_ff
+    m = self.ff_multiple_of
+    return m * -(-(2 * plain // 3) // m)
 
   @property
   def encoder_layers(self) -> int:
@@ -100,9 +105,11 @@ class ModelConfig:
 
   @property
   def embed_scale(self) -> float:
-    # Vaswani et al. 2017, section 3.4: embeddings are multiplied by
-    # sqrt(d_model) before the sinusoidal table is added.
-    return math.sqrt(self.d_model) if self.position == "sinusoidal" else 1.0
+    # Vaswani et al. 2017, section 3.4: "we multiply those weights by
+    # sqrt(d_model)", whatever is added to them (fairseq does the same for every
+    # position scheme). GPT-2, BERT and LLaMA do not scale. Its own field, so that
+    # the position axis changes positions only.
+    return math.sqrt(self.d_model) if self.scale_embeddings else 1.0
 
 
 def deepnorm_constants(family: str, num_encoder_layers: int,
@@ -176,7 +183,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
                "ff_multiple_of", "t5_num_buckets", "t5_max_distance"):
     positive(name)
   for name in ("num_encoder_layers", "num_decoder_layers", "num_kv_heads", "d_ff",
-               "num_classes"):
+               "gated_d_ff", "num_classes"):
     positive(name, allow_zero=True)
   for name in ("dropout", "attention_dropout"):
     v = getattr(cfg, name)
@@ -212,7 +219,8 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
     raise ConfigError(
         "model.num_classes (a classification head) is available for "
         "family='decoder_only' and 'encoder_only', not 'encoder_decoder'.")
-  if seq_len is not None and cfg.position == "learned" and seq_len > cfg.max_len:
+  capacity = position_capacity(cfg)
+  if seq_len is not None and capacity is not None and seq_len > capacity:
     raise ConfigError(
         f"sequence length {seq_len} is longer than model.max_len={cfg.max_len}, "
         "which learned absolute positions cannot represent; raise model.max_len "
@@ -243,3 +251,12 @@ def model_config_from_dict(d: Mapping[str, Any] | Any, *,
       continue
     values[key] = _check_type(key, value)
   return validate(ModelConfig(**values), seq_len=seq_len)
+
+
+def position_capacity(cfg: ModelConfig) -> int | None:
+  """The longest sequence the position scheme can represent, or None (no limit).
+
+  Learned absolute positions end at ``model.max_len``; every other scheme
+  (sinusoidal, relative biases, rotary, none) extends to any length.
+  """
+  return cfg.max_len if cfg.position == "learned" else None

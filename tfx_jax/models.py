@@ -139,19 +139,29 @@ class _Family(nn.Module):
   def _make_bias(self, name, *, bidirectional):
     cfg = self.cfg
     if position_scheme(cfg).bias == "t5":
-      return T5RelativeBias(cfg.num_heads, bidirectional, cfg.t5_num_buckets,
-                            cfg.t5_max_distance, name=name)
+      return T5RelativeBias(cfg.num_heads, bidirectional, init_std=cfg.d_model**-0.5,
+                            num_buckets=cfg.t5_num_buckets,
+                            max_distance=cfg.t5_max_distance, name=name)
     return None
 
-  def _embed(self, ids_BL, positions_BL, learned):
+  def embed_tokens(self, ids_BL):
+    """Token embeddings before positions are added: E[id], x sqrt(d_model) with
+    ``scale_embeddings``. The same for every position scheme."""
+    return self.embedding(ids_BL) * self.cfg.embed_scale
+
+  def _embed(self, ids_BL, positions_BL, learned, norm=None):
+    """Stack input: token embeddings + absolute positions, then the embedding
+    norm (if any), then dropout, in BERT's order (LayerNorm, then dropout)."""
     cfg = self.cfg
-    x = self.embedding(ids_BL) * cfg.embed_scale
+    x = self.embed_tokens(ids_BL)
     kind = position_scheme(cfg).absolute
     if kind == "sinusoidal":
       x = x + sinusoidal(positions_BL, cfg.d_model)
     elif kind == "learned":
       x = x + learned(positions_BL)
     x = x.astype(_DTYPES[cfg.dtype])
+    if norm is not None:
+      x = norm(x)
     return self.embed_dropout(x, deterministic=self.deterministic)
 
   def _bias(self, t5, q_pos_BL, k_pos_BS):
@@ -200,17 +210,26 @@ class _Family(nn.Module):
                  scan_layers=cfg.scan_layers, remat=cfg.remat, decode=decode,
                  deterministic=self.deterministic, name=stack)
 
+  def _setup_single_stack(self, *, causal: bool):
+    """Embedding, positions and the one stack of decoder-only / encoder-only."""
+    cfg = self.cfg
+    self._setup_common()
+    self.learned = self._make_positions("positions")
+    self.t5 = self._make_bias("relative_bias", bidirectional=not causal)
+    if causal:
+      self.decoder = self._stack("decoder", cfg.decoder_layers, cross_attention=False,
+                                 decode=self.use_cache)
+    else:
+      self.encoder = self._stack("encoder", cfg.encoder_layers, cross_attention=False,
+                                 decode=False)
+
 
 class DecoderOnly(_Family):
   """GPT / LLaMA: causal LM; optional classification head on the last real token."""
 
   def setup(self):
     cfg = self.cfg
-    self._setup_common()
-    self.learned = self._make_positions("positions")
-    self.t5 = self._make_bias("relative_bias", bidirectional=False)
-    self.decoder = self._stack("decoder", cfg.decoder_layers, cross_attention=False,
-                               decode=self.use_cache)
+    self._setup_single_stack(causal=True)
     self.decode_index = DecodeIndex()
     if cfg.num_classes:
       self.classifier = nn.Dense(
@@ -237,11 +256,7 @@ class EncoderOnly(_Family):
 
   def setup(self):
     cfg = self.cfg
-    self._setup_common()
-    self.learned = self._make_positions("positions")
-    self.t5 = self._make_bias("relative_bias", bidirectional=True)
-    self.encoder = self._stack("encoder", cfg.encoder_layers, cross_attention=False,
-                               decode=False)
+    self._setup_single_stack(causal=False)
     norm = norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype])
     # BERT's embedding LayerNorm: with post-norm the stream is otherwise
     # un-normalised at the first layer's input.
@@ -265,9 +280,7 @@ class EncoderOnly(_Family):
     segment_ids, positions = _defaults(inputs, segment_ids, positions)
     mask = attention_mask(segment_ids, segment_ids, causal=False)
     bias = self._bias(self.t5, positions, positions)
-    x = self._embed(inputs, positions, self.learned)
-    if self.embed_norm is not None:
-      x = self.embed_norm(x)
+    x = self._embed(inputs, positions, self.learned, self.embed_norm)
     x = self.encoder(x, mask, bias, positions)
     h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(x), approximate=False))
     out = {"logits": self._logits(h) + self.mlm_bias}
@@ -317,8 +330,10 @@ class EncoderDecoder(_Family):
     B, L = decoder_inputs.shape
     q_seg = jnp.ones((B, L), jnp.int32) if (decoder_segment_ids is None or
                                             index is not None) else decoder_segment_ids
-    # Cross-attention: every target position sees every real source token.
-    cross_mask = ((q_seg[:, :, None] > 0) & (inputs_segment_ids[:, None, :] > 0))[:, None]
+    # Cross-attention: target segment k sees the real tokens of source segment k
+    # only (packed pairs stay apart). Unpacked targets are segment 1, as are
+    # unpacked sources (inputs > 0).
+    cross_mask = attention_mask(q_seg, inputs_segment_ids, causal=False)
     x = self._embed(decoder_inputs, pos, self.decoder_learned)
     x = self.decoder(x, mask, bias, pos, encoded, cross_mask, index)
     return {"logits": self._logits(x)}

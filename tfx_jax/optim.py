@@ -25,7 +25,7 @@ from tfx_jax.errors import ConfigError
 
 
 OPTIMIZERS = ("adam", "adamw", "adafactor")
-SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+SCHEDULES = ("inverse_sqrt", "cosine", "linear", "constant")
 
 # Leaf names that never get weight decay, whatever their rank: with scan over
 # layers a bias or norm scale of shape [D] is stored stacked as [layers, D], so
@@ -51,9 +51,10 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
   """Returns the learning-rate schedule as a function of optax's update count.
 
   Fields read: schedule, learning_rate, warmup_steps, scale_by_d_model, and
-  for "cosine" also decay_steps (0 = `num_train_steps`), min_lr_ratio.
-  `d_model` (the model width) is used only with scale_by_d_model;
-  `num_train_steps` (the number of optimizer updates) only by "cosine".
+  for "cosine" also decay_steps (0 = `num_train_steps`), min_lr_ratio; for
+  "linear" also decay_steps. `d_model` (the model width) is used only with
+  scale_by_d_model; `num_train_steps` (the number of optimizer updates) only
+  by "cosine" and "linear".
 
   With `step = count + 1` (see the module docstring) and
   `peak = learning_rate`:
@@ -67,6 +68,10 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
   - "cosine": linear warmup to `peak` over `warmup_steps`, then half-cosine
     decay to `min_lr_ratio * peak` at step `decay_steps` (default: the last
     update), constant afterwards.
+  - "linear": linear warmup to `peak` over `warmup_steps`, then linear decay
+    to 0 at step `decay_steps` (default: the last update), 0 afterwards. BERT's
+    schedule (Devlin et al. 2019; HF `get_linear_schedule_with_warmup`);
+    min_lr_ratio is not read.
   - "constant": linear warmup to `peak` (no warmup if warmup_steps is 0),
     then constant.
   """
@@ -91,6 +96,11 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
       return jnp.ones_like(step)
     return jnp.minimum(step / warmup, 1.0)
 
+  if kind in ("cosine", "linear"):
+    decay_steps = int(optim_cfg.decay_steps) or int(num_train_steps)
+    _check(decay_steps > warmup, "decay_steps", decay_steps,
+           f"must be > warmup_steps ({warmup}) for schedule={kind!r}")
+
   if kind == "inverse_sqrt":
     _check(warmup > 0, "warmup_steps", warmup,
            "must be > 0 for schedule='inverse_sqrt'")
@@ -100,10 +110,7 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
       return lr * jnp.minimum(step / warmup, jnp.sqrt(warmup / step))
 
   elif kind == "cosine":
-    decay_steps = int(optim_cfg.decay_steps) or int(num_train_steps)
     min_ratio = float(optim_cfg.min_lr_ratio)
-    _check(decay_steps > warmup, "decay_steps", decay_steps,
-           f"must be > warmup_steps ({warmup}) for schedule='cosine'")
     _check(0.0 <= min_ratio <= 1.0, "min_lr_ratio", min_ratio,
            "must be in [0, 1]")
 
@@ -113,6 +120,13 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
       cosine = 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
       decayed = lr * (min_ratio + (1.0 - min_ratio) * cosine)
       return jnp.where(step <= warmup, lr * warmup_factor(step), decayed)
+
+  elif kind == "linear":
+
+    def schedule(count):
+      step = jnp.asarray(count, jnp.float32) + 1.0
+      remaining = jnp.clip((decay_steps - step) / (decay_steps - warmup), 0.0, 1.0)
+      return jnp.where(step <= warmup, lr * warmup_factor(step), lr * remaining)
 
   else:  # constant
 

@@ -15,6 +15,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from tfx_jax.cli import new_flags, run_main
+from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import model_config_from_dict
 
 FLAGS = new_flags()
 _CONFIG = config_flags.DEFINE_config_file(
@@ -29,6 +31,7 @@ def param_shapes(model_cfg):
   import jax
   from flax import traverse_util
 
+  # Deferred: jax and the model load only when a table is built (fast --help).
   from tfx_jax.models import build_model, dummy_inputs
   model = build_model(model_cfg)
   abstract = jax.eval_shape(
@@ -60,8 +63,6 @@ def format_table(shapes: dict, depth: int = 3) -> str:
 
 def main(argv):
   del argv
-  from tfx_jax.errors import ConfigError
-  from tfx_jax.model_config import model_config_from_dict
   try:
     cfg = model_config_from_dict(_CONFIG.value.model)
   except ConfigError as e:

@@ -1,4 +1,13 @@
-"""What each task feeds the model and how it is scored (``config.task``).
+"""The tasks, each declared once (``config.task``): the one dispatch point.
+
+A ``Task`` says everything the rest of the code needs to know about a task:
+which families can run it, how one raw example becomes batch rows (and
+whether rows are packed), what the model is fed, the loss, which evaluation
+metrics are meaningful, how evaluation predictions read as text, and what is
+decoded during training. The pipeline, the run setup, the training loop and
+the evaluation command look a task up with ``get(name)`` and never switch on
+its name. Adding a task is one ``Task(...)`` below plus its row builder in
+``data/rows.py``.
 
 lm        decoder_only: next-token cross entropy over real tokens.
 translate encoder_decoder: label-smoothed cross entropy over target tokens.
@@ -12,44 +21,67 @@ Every loss returns sums (not means) so evaluation can add them over batches.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from typing import Any, Callable
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from tfx_jax import texts
+from tfx_jax.data import rows as rows_lib
 from tfx_jax.errors import ConfigError
 from tfx_jax.optim import label_smoothed_cross_entropy
 
-TASKS = ("lm", "translate", "mlm", "classify")
-FAMILY_OF_TASK = {
-    "lm": ("decoder_only",),
-    "translate": ("encoder_decoder",),
-    "mlm": ("encoder_only",),
-    "classify": ("decoder_only", "encoder_only"),
-}
+# (scalars, texts) written to TensorBoard at every evaluation.
+DecodeReport = tuple[dict[str, float], dict[str, str]]
 
 
-def check_task(task: str, family: str) -> None:
-  if task not in TASKS:
-    raise ConfigError(f"task={task!r} is not a valid choice; choose one of: "
-                      f"{', '.join(TASKS)}.")
-  if family not in FAMILY_OF_TASK[task]:
-    raise ConfigError(
-        f"task={task!r} needs model.family in {FAMILY_OF_TASK[task]}, "
-        f"but model.family={family!r}.")
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One task's declaration (see the module docstring)."""
+
+  name: str
+  families: tuple[str, ...]
+  rows: Callable[..., list]          # data/rows.py builder of one example's rows
+  packed: bool                       # documents packed first-fit into rows
+  model_inputs: Callable[[dict], dict]
+  loss: Callable[..., tuple]         # (outputs, batch, *, label_smoothing, lambda_pt, family)
+  perplexity: bool                   # eval/perplexity is meaningful
+  accuracy: bool                     # eval/accuracy is meaningful
+  predictions: Callable[[dict], jax.Array]  # outputs -> argmax ids or labels
+  # (batch, predictions, tokenizer) -> (hypotheses, references) as text.
+  prediction_texts: Callable[..., tuple[list[str], list[str]]]
+  labelled: bool = False             # examples carry a class label (num_classes)
+  # Checks of data.* fields that only this task reads (no data is read).
+  check_data: Callable[[Any], None] | None = None
+  # Optional in-training decoding: config -> examples, then
+  # (run, examples, config) -> DecodeReport.
+  decode_examples: Callable[[Any], list] | None = None
+  decode_report: Callable[..., DecodeReport] | None = None
+  # Optional evaluation of a whole split by decoding instead of the teacher-
+  # forced forward: (run, split, *, max_examples, beam_size, alpha) ->
+  # (metrics, hypotheses, references).
+  decode_split: Callable[..., tuple[dict, list[str], list[str]]] | None = None
 
 
-def model_inputs(task: str, batch: dict) -> dict:
-  """The keyword arguments of ``model.apply`` for one batch."""
-  if task == "translate":
-    return {"inputs": batch["inputs"], "decoder_inputs": batch["decoder_inputs"],
-            "inputs_segment_ids": (batch["inputs"] > 0).astype(jnp.int32)}
+# ------------------------------------------------------------ model inputs
+def _token_inputs(batch: dict) -> dict:
   return {"inputs": batch["inputs"], "segment_ids": batch["segment_ids"],
           "positions": batch["positions"]}
 
 
-def _token_loss(logits, batch, smoothing):
+def _translation_inputs(batch: dict) -> dict:
+  return {"inputs": batch["inputs"], "decoder_inputs": batch["decoder_inputs"],
+          "inputs_segment_ids": (batch["inputs"] > 0).astype(jnp.int32)}
+
+
+# ------------------------------------------------------------------ losses
+def _token_sums(logits, batch, smoothing):
   weights = batch["weights"].astype(jnp.float32)
   loss, denom = label_smoothed_cross_entropy(logits, batch["targets"], weights, smoothing)
-  # Plain (unsmoothed) NLL for perplexity, and accuracy.
+  # Plain (unsmoothed) NLL for perplexity and train/nll, and accuracy.
   if smoothing:
     nll, _ = label_smoothed_cross_entropy(logits, batch["targets"], weights, 0.0)
   else:
@@ -58,17 +90,22 @@ def _token_loss(logits, batch, smoothing):
   return loss, {"loss": loss, "nll": nll, "weight": denom, "correct": correct}
 
 
-def loss_and_sums(task: str, outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
-                  lambda_pt: float = 0.0, family: str = "decoder_only"):
-  """(objective to minimise, per-batch sums) for ``task``.
+def token_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
+               lambda_pt: float = 0.0, family: str = "decoder_only"):
+  """(mean objective, sums) of a token-level task (lm, translate, mlm).
 
   Sums: ``loss`` (objective summed), ``nll`` (unsmoothed, for perplexity),
-  ``weight`` (tokens or examples it was summed over), ``correct``.
+  ``weight`` (tokens it was summed over), ``correct``.
   """
-  if task in ("lm", "translate", "mlm"):
-    loss, sums = _token_loss(outputs["logits"], batch, label_smoothing)
-    return loss / jnp.maximum(sums["weight"], 1.0), sums
-  # classify: rows with no real token are batch padding.
+  del lambda_pt, family
+  loss, sums = _token_sums(outputs["logits"], batch, label_smoothing)
+  return loss / jnp.maximum(sums["weight"], 1.0), sums
+
+
+def classify_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
+                  lambda_pt: float = 0.0, family: str = "decoder_only"):
+  """(objective, sums) of classification; rows with no real token are padding."""
+  del label_smoothing
   real = (batch["segment_ids"].max(-1) > 0).astype(jnp.float32)
   logits = outputs["class_logits"].astype(jnp.float32)
   nll_B = -jnp.take_along_axis(jax.nn.log_softmax(logits), batch["label"][:, None], -1)[:, 0]
@@ -78,17 +115,151 @@ def loss_and_sums(task: str, outputs: dict, batch: dict, *, label_smoothing: flo
   sums = {"loss": ft, "nll": ft, "weight": real.sum(),
           "correct": jnp.sum((jnp.argmax(logits, -1) == batch["label"]) * real)}
   if family == "decoder_only" and lambda_pt:
-    pt, pt_sums = _token_loss(outputs["logits"], batch, 0.0)
+    pt, pt_sums = _token_sums(outputs["logits"], batch, 0.0)
     objective = objective + lambda_pt * pt / jnp.maximum(pt_sums["weight"], 1.0)
     sums["pt_loss"] = pt
     sums["pt_weight"] = pt_sums["weight"]
   return objective, sums
 
 
-def has_accuracy(task: str) -> bool:
-  """Whether ``eval/accuracy`` is meaningful (masked-token or class accuracy)."""
-  return task in ("mlm", "classify")
+# ------------------------------------------------------------- predictions
+def _token_predictions(outputs: dict) -> jax.Array:
+  return jnp.argmax(outputs["logits"], -1)
 
 
-def has_perplexity(task: str) -> bool:
-  return task in ("lm", "translate", "mlm")
+def _class_predictions(outputs: dict) -> jax.Array:
+  return jnp.argmax(outputs["class_logits"], -1)
+
+
+def _token_texts(batch, pred, tok):
+  """Teacher-forced argmax tokens and the targets at the weighted positions."""
+  hyps, refs = [], []
+  for i in range(batch["inputs"].shape[0]):
+    w = batch["weights"][i] > 0
+    if w.any():
+      hyps.append(tok.decode([int(t) for t in pred[i][w]]))
+      refs.append(tok.decode([int(t) for t in batch["targets"][i][w]]))
+  return hyps, refs
+
+
+def _label_texts(batch, pred, tok):
+  del tok
+  real = batch["segment_ids"].max(-1) > 0
+  return ([str(int(p)) for p, r in zip(pred, real) if r],
+          [str(int(l)) for l, r in zip(batch["label"], real) if r])
+
+
+# ------------------------------------------------------ in-training decoding
+def _translation_examples(config):
+  """The first ``eval.num_bleu_examples`` validation (source, reference) pairs."""
+  if config.eval.num_bleu_examples <= 0:
+    return []
+  return texts.translation_pairs(config, "validation", config.eval.num_bleu_examples)
+
+
+def _translation_report(run, examples, config) -> DecodeReport:
+  """eval/bleu of greedy translations, and a few of them as text."""
+  from tfx_jax import bleu  # sacrebleu: only where BLEU is computed
+  hyps = texts.translate_texts(run, [s for s, _ in examples], beam_size=1)
+  score, _ = bleu.corpus_bleu(hyps, [r for _, r in examples])
+  shown = "\n\n".join(f"source: {s}  \nhypothesis: {h}  \nreference: {r}"
+                      for (s, r), h in list(zip(examples, hyps))[:config.eval.num_samples])
+  return {"eval/bleu": score}, {"samples": shown}
+
+
+def _translation_split(run, split, *, max_examples, beam_size, alpha):
+  """BLEU and chrF (sacrebleu) of beam-search translations of a split."""
+  from tfx_jax import bleu  # sacrebleu: only where BLEU is computed
+  pairs = texts.translation_pairs(run.config, split, max_examples)
+  hyps = texts.translate_texts(run, [s for s, _ in pairs], beam_size=beam_size,
+                               alpha=alpha)
+  refs = [r for _, r in pairs]
+  b, b_sig = bleu.corpus_bleu(hyps, refs)
+  c, c_sig = bleu.corpus_chrf(hyps, refs)
+  metrics = {"bleu": b, "chrf": c, "bleu_signature": b_sig, "chrf_signature": c_sig,
+             "num_examples": len(hyps), "beam_size": beam_size}
+  return metrics, hyps, refs
+
+
+def _prompt_examples(config):
+  """The first four words of a few validation documents, as prompts."""
+  n = config.eval.num_samples
+  if n <= 0:
+    return []
+  prompts = []
+  for (text,) in texts.read_texts(config.data, "validation", ("text_key",),
+                                  limit=50 * n):
+    words = text.split()
+    if len(words) >= 4:
+      prompts.append((" ".join(words[:4]), ""))
+    if len(prompts) == n:
+      break
+  return prompts
+
+
+def _continuation_report(run, examples, config) -> DecodeReport:
+  del config
+  prompts = [p for p, _ in examples]
+  outs = texts.generate_texts(run, prompts, max_new_tokens=32, greedy=True)
+  return {}, {"samples": "\n\n".join(f"{p} **{o}**" for p, o in zip(prompts, outs))}
+
+
+# ----------------------------------------------------------- the registry
+_TASKS = (
+    Task("lm", ("decoder_only",), rows_lib.lm_rows, packed=True,
+         model_inputs=_token_inputs, loss=token_loss, perplexity=True, accuracy=False,
+         predictions=_token_predictions, prediction_texts=_token_texts,
+         decode_examples=_prompt_examples, decode_report=_continuation_report),
+    Task("translate", ("encoder_decoder",), rows_lib.translate_rows, packed=False,
+         model_inputs=_translation_inputs, loss=token_loss, perplexity=True,
+         accuracy=False, predictions=_token_predictions, prediction_texts=_token_texts,
+         decode_examples=_translation_examples, decode_report=_translation_report,
+         decode_split=_translation_split),
+    Task("mlm", ("encoder_only",), rows_lib.mlm_rows, packed=True,
+         model_inputs=_token_inputs, loss=token_loss, perplexity=True, accuracy=True,
+         predictions=_token_predictions, prediction_texts=_token_texts,
+         check_data=lambda data: rows_lib.check_mask_rate(
+             getattr(data, "mask_rate", rows_lib.DEFAULT_MASK_RATE))),
+    Task("classify", ("decoder_only", "encoder_only"), rows_lib.classify_rows,
+         packed=False, model_inputs=_token_inputs, loss=classify_loss, perplexity=False,
+         accuracy=True, predictions=_class_predictions, prediction_texts=_label_texts,
+         labelled=True),
+)
+TASKS: dict[str, Task] = {t.name: t for t in _TASKS}
+
+
+def get(name: str) -> Task:
+  """The declaration of task ``name``; ConfigError listing the choices otherwise."""
+  if name not in TASKS:
+    raise ConfigError(f"task={name!r} is not a valid choice; choices: "
+                      f"{', '.join(TASKS)}.")
+  return TASKS[name]
+
+
+def check_task(name: str, family: str) -> Task:
+  """The task, after checking that ``family`` can run it."""
+  task = get(name)
+  if family not in task.families:
+    raise ConfigError(f"task={name!r} needs model.family in {task.families}, "
+                      f"but model.family={family!r}.")
+  return task
+
+
+def metrics_from_sums(task: Task, sums: dict) -> dict[str, float]:
+  """eval/loss, eval/perplexity, eval/accuracy (as the task has them) from sums."""
+  w = max(float(sums["weight"]), 1.0)
+  loss = float(sums["nll"]) / w
+  out = {"eval/loss": loss}
+  if task.perplexity:
+    out["eval/perplexity"] = float(math.exp(min(loss, 50.0)))
+  if task.accuracy:
+    out["eval/accuracy"] = float(sums["correct"]) / w
+  if "pt_loss" in sums:
+    out["eval/pt_loss"] = float(sums["pt_loss"]) / max(float(sums["pt_weight"]), 1.0)
+  return out
+
+
+def add_sums(total: dict | None, sums: dict) -> dict:
+  """Running totals of per-batch sums (host NumPy values)."""
+  sums = {k: np.asarray(v) for k, v in sums.items()}
+  return sums if total is None else {k: total[k] + sums[k] for k in total}

@@ -12,6 +12,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from tfx_jax.cli import new_flags, run_main
+from tfx_jax.errors import ConfigError
 
 FLAGS = new_flags()
 _CONFIG = config_flags.DEFINE_config_file(
@@ -29,8 +30,9 @@ def main(argv):
   if len(argv) > 1:
     print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
     sys.exit(2)
+  # Deferred: jax and the trainer load only when a run starts, so --help and
+  # flag errors answer at once.
   import jax
-  from tfx_jax.errors import ConfigError
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
   from tfx_jax import trainer

@@ -102,6 +102,14 @@ def resolve_keys(data_cfg: Any) -> DatasetSpec:
   return dataclasses.replace(spec, **overrides)
 
 
+def text_of(example: Any, key: str) -> str:
+  """A text feature of an example as ``str`` (TFDS returns ``bytes``)."""
+  value = example[key]
+  if isinstance(value, bytes):
+    return value.decode("utf-8", errors="replace")
+  return str(value)
+
+
 def _is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
   return os.path.exists(os.path.join(os.fspath(builder.data_dir),
                                      "dataset_info.json"))

@@ -136,6 +136,9 @@ class T5RelativeBias(nn.Module):
   """One learned scalar per (bucket, head), shared by all layers of a stack."""
   num_heads: int
   bidirectional: bool
+  # T5 and HF's T5PreTrainedModel initialise the table with std d_model^-0.5,
+  # so that at init the bias is small next to the content logits.
+  init_std: float
   num_buckets: int = 32
   max_distance: int = 128
 
@@ -143,7 +146,8 @@ class T5RelativeBias(nn.Module):
   def __call__(self, q_pos_BQ, k_pos_BK):
     table = self.param(
         "rel_embedding",
-        nn.with_logical_partitioning(nn.initializers.normal(1.0), ("relpos_buckets", "heads")),
+        nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
+                                     ("relpos_buckets", "heads")),
         (self.num_buckets, self.num_heads))
     bucket_BQK = t5_bucket(
         k_pos_BK[:, None, :] - q_pos_BQ[:, :, None], bidirectional=self.bidirectional,

@@ -91,9 +91,10 @@ def apply_overrides(config, overrides: Mapping[str, Any]) -> None:
 
 
 def validate_config(config) -> None:
-  """The trainer's own run-config validation (the one place it is called)."""
-  from tfx_jax import trainer  # pylint: disable=import-outside-toplevel  # imports jax
-  trainer.validate_run_config(config)
+  """The run's own config validation (``run_setup.validate_run_config``)."""
+  # Deferred: jax loads only once a sweep is validated (fast --help, --status).
+  from tfx_jax import run_setup  # pylint: disable=import-outside-toplevel
+  run_setup.validate_run_config(config)
 
 
 def typed_overrides(base_spec: str, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,9 @@
-"""Loading a trained run back from its workdir (config.json + checkpoints)."""
+"""A trained run loaded back from its workdir (config.json + checkpoints).
+
+``load_run(workdir)`` gives what the evaluation and generation commands work
+on: the saved config, the validated model config, the tokenizer, the
+parameters of one checkpoint and the run's ``ShardedRun`` (mesh and steps).
+"""
 
 from __future__ import annotations
 
@@ -10,36 +15,38 @@ from typing import Any
 import ml_collections
 
 from tfx_jax import checkpoint as ckpt_lib
+from tfx_jax import run_setup
+from tfx_jax.config_base import base_config
 from tfx_jax.errors import ConfigError
 from tfx_jax.model_config import ModelConfig
 
 
 @dataclasses.dataclass
-class Run:
+class SavedRun:
   workdir: pathlib.Path
   config: ml_collections.ConfigDict
   model_cfg: ModelConfig
   tokenizer: Any
   params: Any
   step: int
+  sharded: run_setup.ShardedRun | None = None
 
 
 def load_config(workdir) -> ml_collections.ConfigDict:
+  """The full config a run saved (defaults for fields added since)."""
   path = pathlib.Path(workdir) / "config.json"
   if not path.exists():
     raise ConfigError(f"--workdir={workdir}: no config.json there; is it a tfx_jax run "
                       "directory (python -m tfx_jax.train --workdir ...)?")
-  from tfx_jax.config_base import base_config
   config = base_config()
   config.update(json.loads(path.read_text()))
   return config
 
 
-def load_run(workdir, step: int | None = None) -> Run:
+def load_run(workdir, step: int | None = None) -> SavedRun:
   """Config, tokenizer and parameters of ``step`` (default: latest) of a run."""
-  from tfx_jax import trainer
   config = load_config(workdir)
-  model_cfg = trainer.resolve_model_config(config)
+  model_cfg = run_setup.resolve_model_config(config)
   directory = pathlib.Path(workdir) / "checkpoints"
   if not directory.is_dir():
     raise ConfigError(f"--workdir={workdir} has no checkpoints directory.")
@@ -51,10 +58,10 @@ def load_run(workdir, step: int | None = None) -> Run:
     if step is not None and step not in steps:
       raise ConfigError(f"--step={step} is not a checkpoint of {workdir}; "
                         f"available steps: {', '.join(map(str, steps))}.")
-    setup = trainer.Setup(config, model_cfg)
-    restored = ckpt.restore(step, abstract_state=setup.abstract_state)
+    sharded = run_setup.ShardedRun(config, model_cfg)
+    restored = ckpt.restore(step, abstract_state=sharded.abstract_state)
   finally:
     ckpt.close()
-  tokenizer = trainer.load_tokenizer(config)
-  return Run(pathlib.Path(workdir), config, model_cfg, tokenizer,
-             restored.state.params, int(restored.state.step))
+  tokenizer = run_setup.load_tokenizer(config)
+  return SavedRun(pathlib.Path(workdir), config, model_cfg, tokenizer,
+                  restored.state.params, int(restored.state.step), sharded)

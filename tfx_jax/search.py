@@ -6,7 +6,7 @@ values live in the ``cache`` collection and ``DecodeIndex`` holds the write
 position), so a new token costs one single-token forward pass, not a forward
 pass over the whole prefix.
 
-Token ids follow the contract: pad 0, bos 2, eos 3.
+Token ids are the tokenizer's special ids (``data/tokenizer.py``): pad 0, bos 2, eos 3.
 
 Prompts (decoder_only) are right-padded with 0 and may have different lengths
 in one batch. All but the last token of the shortest prompt are written into
@@ -34,10 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfx_jax.errors import ConfigError
-from tfx_jax.model_config import ModelConfig
+from tfx_jax.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tfx_jax.model_config import ModelConfig, position_capacity
 from tfx_jax.models import build_model
-
-PAD_ID, BOS_ID, EOS_ID = 0, 2, 3
 
 # A cached step: tokens [N] and the cache -> (logits [N, V] of the next token, cache).
 StepFn = Callable[[jax.Array, Any], tuple[jax.Array, Any]]
@@ -47,7 +46,8 @@ StepFn = Callable[[jax.Array, Any], tuple[jax.Array, Any]]
 def _check_capacity(cfg: ModelConfig, max_len: int) -> None:
   if max_len < 1:
     raise ConfigError(f"decode length must be >= 1, got {max_len}.")
-  if cfg.position == "learned" and max_len > cfg.max_len:
+  capacity = position_capacity(cfg)
+  if capacity is not None and max_len > capacity:
     raise ConfigError(
         f"decoding needs {max_len} positions (prompt + new tokens), more than "
         f"model.max_len={cfg.max_len}, which learned absolute positions cannot "

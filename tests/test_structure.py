@@ -1,0 +1,127 @@
+"""The package's structure: the import graph of ``tfx_jax`` has no cycle.
+
+The graph is built from the source with ``ast``, so function-local imports
+count as much as module-level ones, and importing a submodule counts as
+importing its parent packages (Python runs their ``__init__`` first).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "tfx_jax"
+
+
+def module_files() -> dict[str, pathlib.Path]:
+  out = {}
+  for path in PACKAGE.rglob("*.py"):
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    if parts[-1] == "__init__":
+      parts = parts[:-1]
+    out[".".join(parts)] = path
+  return out
+
+
+def _with_parents(name: str, modules) -> list[str]:
+  """``a.b.c`` -> the existing modules among a.b.c, a.b (a is the root: skipped)."""
+  parts = name.split(".")
+  return [".".join(parts[:i]) for i in range(len(parts), 1, -1)
+          if ".".join(parts[:i]) in modules]
+
+
+def import_graph() -> dict[str, set[str]]:
+  """{module: the tfx_jax modules it imports anywhere in its source}."""
+  modules = module_files()
+  graph = {}
+  for name, path in modules.items():
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    edges = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+      targets = []
+      if isinstance(node, ast.Import):
+        targets = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+          anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+          base = ".".join(anchor + ([base] if base else []))
+        # `from pkg import mod` imports the module pkg.mod; else a name of pkg.
+        targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                   for a in node.names]
+      for target in targets:
+        if target.split(".")[0] == "tfx_jax":
+          edges.update(m for m in _with_parents(target, modules) if m != name)
+    graph[name] = edges
+  return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+  """One cycle as [a, b, ..., a], or None (depth-first search)."""
+  state: dict[str, int] = {}  # 1 on the current path, 2 done
+  path: list[str] = []
+
+  def visit(node):
+    state[node] = 1
+    path.append(node)
+    for nxt in sorted(graph.get(node, ())):
+      if state.get(nxt) == 1:
+        return path[path.index(nxt):] + [nxt]
+      if nxt not in state:
+        found = visit(nxt)
+        if found:
+          return found
+    path.pop()
+    state[node] = 2
+    return None
+
+  for node in sorted(graph):
+    if node not in state:
+      found = visit(node)
+      if found:
+        return found
+  return None
+
+
+def test_the_cycle_finder_finds_cycles():
+  assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+  assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+  assert find_cycle({"a": {"a"}}) == ["a", "a"]
+
+
+def test_the_graph_sees_function_local_and_parent_package_imports(tmp_path):
+  graph = import_graph()
+  # run_setup imports the data pipeline at module level; the trainer the
+  # run setup; the evaluate command loads runs inside main().
+  assert "tfx_jax.data.pipeline" in graph["tfx_jax.run_setup"]
+  assert "tfx_jax.data" in graph["tfx_jax.run_setup"]  # the parent package
+  assert "tfx_jax.run_setup" in graph["tfx_jax.trainer"]
+  assert "tfx_jax.saved_run" in graph["tfx_jax.evaluate"]  # a local import
+
+
+def test_tfx_jax_import_graph_is_acyclic():
+  cycle = find_cycle(import_graph())
+  assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("lower, upper", [
+    ("tfx_jax.run_setup", "tfx_jax.trainer"),
+    ("tfx_jax.run_setup", "tfx_jax.scoring"),
+    ("tfx_jax.run_setup", "tfx_jax.saved_run"),
+    ("tfx_jax.tasks", "tfx_jax.run_setup"),
+    ("tfx_jax.errors", "tfx_jax.model_config"),
+])
+def test_run_semantics_sit_below_the_commands(lower, upper):
+  """The lower module never reaches the upper one, directly or through others."""
+  graph = import_graph()
+  seen, todo = set(), [lower]
+  while todo:
+    node = todo.pop()
+    for nxt in graph.get(node, ()):
+      if nxt not in seen:
+        seen.add(nxt)
+        todo.append(nxt)
+  assert upper not in seen

@@ -1,0 +1,331 @@
+"""What a run config means, below every command that runs one.
+
+A locked ConfigDict becomes, here and nowhere else: a validated
+``ModelConfig`` (``validate_run_config``), the tokenizer and the data
+pipelines of its splits, and a ``ShardedRun``: the mesh, the abstract sharded
+train state and the jitted train and evaluation steps. The training loop
+(``trainer``), the evaluation and generation commands (through
+``saved_run``), the sweep runner and the checkpoint converters import this
+module; it imports none of them.
+
+One evaluation forward (``make_eval_step``) serves the in-training evaluation
+and ``python -m tfx_jax.evaluate``; ``evaluate_batches`` adds its sums over a
+split.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, get_args
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from tfx_jax import sharding as sharding_lib
+from tfx_jax import tasks
+from tfx_jax.data import pipeline
+from tfx_jax.data import tokenizer as tokenizer_lib
+from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import DType, ModelConfig, model_config_from_dict
+from tfx_jax.models import build_model, dummy_inputs
+from tfx_jax.optim import make_optimizer, make_schedule
+
+# Config fields a checkpoint must agree on to be resumed: they decide shapes,
+# data order or what is learned. Others (num_steps, eval, logging) may change.
+RESUME_FIELDS = ("model.", "task", "seed", "data.name", "data.tokenizer",
+                 "data.vocab_size", "data.mask_rate", "train.batch_size",
+                 "train.seq_len", "optim.optimizer", "optim.accumulate_steps")
+NONFINITE_CHOICES = ("stop", "skip")
+# Evaluation reads a fixed shuffle of the split (the same for every run and
+# seed): eval.num_batches then samples the whole split, not its first
+# documents (one work, one genre), and runs stay comparable across seeds.
+EVAL_SEED = 0
+# The stacks whose layers ``train.log_layer_stats`` reports, in this order.
+LAYER_STACKS = ("encoder", "decoder")
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  rng: jax.Array  # raw uint32 PRNG key; step keys are fold_in(rng, step)
+
+
+def flatten_config(config) -> dict[str, Any]:
+  """{"model.d_model": 128, ...} with JSON-able values."""
+  d = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+  flat = flax.traverse_util.flatten_dict(d, sep=".")
+  return {k: (list(v) if isinstance(v, tuple) else v) for k, v in flat.items()}
+
+
+# -------------------------------------------------------------- validation
+def resolve_model_config(config) -> ModelConfig:
+  """``config.model`` (+ compute dtype, task checks) -> validated ModelConfig."""
+  model = config.model.to_dict()
+  compute_dtype = config.get("compute_dtype")
+  if compute_dtype:
+    # Checked here so that the message names the field the user set.
+    choices = get_args(DType)
+    if compute_dtype not in choices:
+      raise ConfigError(f"compute_dtype={compute_dtype!r} is not a valid choice; "
+                        f"choose one of: {', '.join(choices)}.")
+    model["dtype"] = compute_dtype
+  cfg = model_config_from_dict(model, seq_len=config.train.seq_len)
+  task = tasks.check_task(config.task, cfg.family)
+  if task.labelled and cfg.num_classes < 2:
+    raise ConfigError(
+        f"task={config.task!r} needs model.num_classes >= 2 (the number of labels of "
+        f"data.name={config.data.name!r}), got {cfg.num_classes}.")
+  return cfg
+
+
+def validate_run_config(config) -> ModelConfig:
+  """Every check that can be made before data is read or anything compiled."""
+  cfg = resolve_model_config(config)
+  t = config.train
+
+  def need(ok, field, value, what):
+    if not ok:
+      raise ConfigError(f"{field}={value!r} is not valid: {what}.")
+
+  for name in ("num_steps", "batch_size", "seq_len", "log_every_steps"):
+    need(getattr(t, name) > 0, f"train.{name}", getattr(t, name), "must be > 0")
+  need(t.seq_len >= 2, "train.seq_len", t.seq_len, "must be >= 2")
+  need(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing", t.label_smoothing,
+       "must be in [0, 1)")
+  need(t.on_nonfinite in NONFINITE_CHOICES, "train.on_nonfinite", t.on_nonfinite,
+       f"choose one of: {', '.join(NONFINITE_CHOICES)}")
+  for name in ("every_steps", "num_batches", "batch_size"):
+    need(config.eval[name] > 0, f"eval.{name}", config.eval[name], "must be > 0")
+  need(config.checkpoint.every_steps > 0, "checkpoint.every_steps",
+       config.checkpoint.every_steps, "must be > 0")
+  need(config.checkpoint.max_to_keep > 0, "checkpoint.max_to_keep",
+       config.checkpoint.max_to_keep, "must be > 0")
+  need(0.0 <= config.finetune.lambda_pt <= 1.0, "finetune.lambda_pt",
+       config.finetune.lambda_pt, "must be in [0, 1]")
+  need(config.optim.learning_rate > 0, "optim.learning_rate",
+       config.optim.learning_rate, "must be > 0")
+  need(config.optim.warmup_steps >= 0, "optim.warmup_steps",
+       config.optim.warmup_steps, "must be >= 0")
+  for name in ("b1", "b2"):
+    need(0.0 <= config.optim[name] < 1.0, f"optim.{name}", config.optim[name],
+         "must be in [0, 1)")
+  need(config.optim.eps > 0, "optim.eps", config.optim.eps, "must be > 0")
+  for name in ("num_bleu_examples", "num_samples"):
+    need(config.eval[name] >= 0, f"eval.{name}", config.eval[name], "must be >= 0")
+  d = config.data
+  need(d.tokenizer in tokenizer_lib.TOKENIZER_KINDS, "data.tokenizer", d.tokenizer,
+       f"choose one of: {', '.join(tokenizer_lib.TOKENIZER_KINDS)}")
+  need(d.vocab_size > 0, "data.vocab_size", d.vocab_size, "must be > 0")
+  task = tasks.get(config.task)
+  if task.check_data is not None:
+    task.check_data(d)
+  # The mesh is checked against the devices now, not when the state is built.
+  mesh = sharding_lib.make_mesh(config.mesh)
+  n_proc = jax.process_count()
+  n_batch = math.prod(mesh.shape[a] for a in sharding_lib.BATCH_AXES)
+  for field in ("train.batch_size", "eval.batch_size"):
+    section, name = field.split(".")
+    size = config[section][name]
+    need(size % n_proc == 0, field, size,
+         f"must be divisible by the number of processes ({n_proc})")
+    need(size % n_batch == 0, field, size,
+         f"must be divisible by the batch axes of the mesh (data x fsdp = {n_batch})")
+  # Building the optimizer validates every optim.* choice.
+  make_optimizer(config.optim, d_model=cfg.d_model, num_train_steps=t.num_steps)
+  return cfg
+
+
+# ------------------------------------------------------------------- data
+def load_tokenizer(config):
+  """The run's tokenizer; its vocabulary must fit ``model.vocab_size``."""
+  tok = tokenizer_lib.tokenizer_from_config(config.data)
+  if tok.vocab_size > config.model.vocab_size:
+    raise ConfigError(
+        f"model.vocab_size={config.model.vocab_size} is smaller than the tokenizer's "
+        f"vocabulary ({tok.vocab_size}, data.tokenizer={config.data.tokenizer!r}); set "
+        f"--config.model.vocab_size={tok.vocab_size} or larger.")
+  return tok
+
+
+def make_data(config, tokenizer, split: str, *, train: bool):
+  """This process's batches of ``split``: endless and seeded (train) or one
+  pass over the fixed evaluation shuffle (``EVAL_SEED``)."""
+  n, i = jax.process_count(), jax.process_index()
+  batch = config.train.batch_size if train else config.eval.batch_size
+  return pipeline.make_dataset(
+      config.data, config.task, split, batch_size=batch // n, seq_len=config.train.seq_len,
+      seed=int(config.seed) if train else EVAL_SEED, tokenizer=tokenizer, shard_index=i,
+      shard_count=n, shuffle=True, num_epochs=None if train else 1)
+
+
+# -------------------------------------------------------------- the steps
+def per_layer_norms(tree) -> dict[str, jax.Array]:
+  """{stack: [num_layers] L2 norms}: each layer's norm over all its arrays.
+
+  Scanned stacks hold ``<stack>/layers/...`` with a leading layer axis; loop
+  stacks hold ``<stack>/layer_<i>/...``. Stacks a model lacks are left out.
+  """
+  out = {}
+  for stack in LAYER_STACKS:
+    sub = tree.get(stack) if hasattr(tree, "get") else None
+    if sub is None:
+      continue
+    if "layers" in sub:
+      leaves = jax.tree.leaves(sub["layers"])
+      num = leaves[0].shape[0]
+      sq = sum(jnp.sum(jnp.square(x.astype(jnp.float32)).reshape(num, -1), axis=1)
+               for x in leaves)
+    else:
+      names = sorted((k for k in sub if k.startswith("layer_")),
+                     key=lambda k: int(k.split("_")[1]))
+      sq = jnp.stack([sum(jnp.sum(jnp.square(x.astype(jnp.float32)))
+                          for x in jax.tree.leaves(sub[k])) for k in names])
+    out[stack] = jnp.sqrt(sq)
+  return out
+
+
+def make_train_step(model_cfg: ModelConfig, config, tx: optax.GradientTransformation,
+                    schedule):
+  """``train_step(state, batch) -> (state, metrics)``: pure, jitted by the caller.
+
+  Metrics stay on the device: ``loss`` (the objective, label-smoothed where
+  ``train.label_smoothing`` > 0), ``nll`` (the unsmoothed NLL, on eval/loss's
+  scale), ``grad_norm``, ``learning_rate``, ``finite``; with
+  ``train.log_layer_stats`` also ``layer_stats/{grad,param,update}_norm`` as
+  {stack: [num_layers]} arrays, computed in the step at no extra host sync.
+  """
+  task = tasks.get(config.task)
+  model = build_model(model_cfg, deterministic=False)
+  skip_nonfinite = config.train.on_nonfinite == "skip"
+  smoothing = float(config.train.label_smoothing)
+  lambda_pt = float(config.finetune.lambda_pt)
+  accumulate = int(config.optim.accumulate_steps)
+  layer_stats = bool(config.train.log_layer_stats)
+
+  def train_step(state: TrainState, batch: dict):
+    rng = jax.random.fold_in(state.rng, state.step)
+
+    def loss_fn(params):
+      out = model.apply({"params": params}, **task.model_inputs(batch),
+                        rngs={"dropout": rng})
+      return task.loss(out, batch, label_smoothing=smoothing, lambda_pt=lambda_pt,
+                       family=model_cfg.family)
+
+    (objective, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    grad_norm = optax.tree.norm(grads)
+    finite = jnp.isfinite(objective) & jnp.isfinite(grad_norm)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    if skip_nonfinite:
+      # Keep parameters and optimizer statistics of the last finite step.
+      keep = lambda a, b: jax.tree.map(lambda x, y: jnp.where(finite, x, y), a, b)
+      new = new.replace(params=keep(params, state.params),
+                        opt_state=keep(opt_state, state.opt_state))
+    update_count = state.step // accumulate
+    metrics = {"loss": objective, "nll": sums["nll"] / jnp.maximum(sums["weight"], 1.0),
+               "grad_norm": grad_norm, "finite": finite,
+               "learning_rate": schedule(update_count), "weight": sums["weight"]}
+    if layer_stats:
+      metrics["layer_stats/grad_norm"] = per_layer_norms(grads)
+      metrics["layer_stats/param_norm"] = per_layer_norms(params)
+      metrics["layer_stats/update_norm"] = per_layer_norms(updates)
+    return new, metrics
+
+  return train_step
+
+
+def make_eval_step(model_cfg: ModelConfig, config):
+  """``eval_step(params, batch) -> (sums, predictions)``: the one evaluation forward."""
+  task = tasks.get(config.task)
+  model = build_model(model_cfg, deterministic=True)
+  lambda_pt = float(config.finetune.lambda_pt)
+
+  def eval_step(params, batch):
+    out = model.apply({"params": params}, **task.model_inputs(batch))
+    _, sums = task.loss(out, batch, label_smoothing=0.0, lambda_pt=lambda_pt,
+                        family=model_cfg.family)
+    return sums, task.predictions(out)
+
+  return eval_step
+
+
+def evaluate_batches(eval_step, params, batches: Iterable[dict], mesh, *,
+                     max_batches: int = 0,
+                     on_batch: Callable[[dict, Any], None] | None = None) -> dict:
+  """Sums of ``eval_step`` over ``batches`` (at most ``max_batches``; 0: all).
+
+  ``on_batch(batch, predictions)`` sees every host batch with its predictions
+  (the evaluation command writes hypotheses from them). Returns None when no
+  batch came.
+  """
+  total = None
+  for i, batch in enumerate(batches):
+    if max_batches and i >= max_batches:
+      break
+    sums, pred = eval_step(params, sharding_lib.global_batch(batch, mesh))
+    total = tasks.add_sums(total, jax.device_get(sums))
+    if on_batch is not None:
+      on_batch(batch, jax.device_get(pred))
+  return total
+
+
+# ---------------------------------------------------------- state and mesh
+class ShardedRun:
+  """The mesh, abstract sharded state and jitted steps of one run config."""
+
+  def __init__(self, config, model_cfg: ModelConfig):
+    self.config = config
+    self.model_cfg = model_cfg
+    self.mesh = sharding_lib.make_mesh(config.mesh)
+    t = config.train
+    self.tx = make_optimizer(config.optim, d_model=model_cfg.d_model,
+                             num_train_steps=t.num_steps)
+    self.schedule = make_schedule(config.optim, d_model=model_cfg.d_model,
+                                  num_train_steps=t.num_steps)
+    model = build_model(model_cfg)
+    inputs = dummy_inputs(model_cfg, 1, min(t.seq_len, model_cfg.max_len))
+
+    def init_boxed(rng):
+      params = model.init({"params": rng}, **inputs)["params"]
+      return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                        opt_state=self.tx.init(params), rng=rng)
+
+    self._init_boxed = init_boxed
+    key = jax.random.PRNGKey(int(config.seed))
+    boxed = jax.eval_shape(init_boxed, key)
+    self.state_shardings = sharding_lib.shardings_of(boxed, self.mesh)
+    self.abstract_state = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        nn.unbox(boxed), self.state_shardings)
+    self.batch_sharding = sharding_lib.batch_sharding(self.mesh)
+    self.replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+
+  def init_state(self) -> TrainState:
+    key = jax.random.PRNGKey(int(self.config.seed))
+    init = jax.jit(lambda r: nn.unbox(self._init_boxed(r)),
+                   out_shardings=self.state_shardings)
+    return init(key)
+
+  def train_step(self):
+    """The jitted, donated train step."""
+    return jax.jit(
+        make_train_step(self.model_cfg, self.config, self.tx, self.schedule),
+        in_shardings=(self.state_shardings, self.batch_sharding),
+        out_shardings=(self.state_shardings, self.replicated), donate_argnums=(0,))
+
+  def eval_step(self):
+    """The jitted evaluation forward."""
+    return jax.jit(
+        make_eval_step(self.model_cfg, self.config),
+        in_shardings=(self.state_shardings.params, self.batch_sharding),
+        out_shardings=self.replicated)
+
+  def compile_steps(self):
+    """(train_step, eval_step), jitted."""
+    return self.train_step(), self.eval_step()

@@ -1,0 +1,125 @@
+"""Scoring a trained run on a split: the library behind ``tfx_jax.evaluate``.
+
+``score_split`` runs the run's own evaluation forward
+(``run_setup.make_eval_step``, the one the training loop uses) over a split,
+or, for a task that is scored by decoding (translation: BLEU and chrF), the
+task's ``decode_split``. ``extrapolation`` is the ALiBi paper's length
+extrapolation experiment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+
+from tfx_jax import run_setup
+from tfx_jax import tasks
+from tfx_jax import texts
+from tfx_jax.errors import ConfigError
+from tfx_jax.models import build_model
+from tfx_jax.model_config import position_capacity
+
+
+def score_split(run, split="validation", *, max_batches=0, beam_size=4, alpha=0.6):
+  """(metrics, hypotheses, references) of a loaded run on ``split``.
+
+  ``max_batches`` > 0 scores at most that many evaluation batches (for a
+  decoded task: that many batches' worth of examples).
+  """
+  config = run.config
+  task = tasks.get(config.task)
+  if task.decode_split is not None:
+    return task.decode_split(run, split, max_examples=max_batches * config.eval.batch_size,
+                             beam_size=beam_size, alpha=alpha)
+  sharded = run.sharded or run_setup.ShardedRun(config, run.model_cfg)
+  hyps, refs = [], []
+
+  def collect(batch, pred):
+    h, r = task.prediction_texts(batch, np.asarray(pred), run.tokenizer)
+    hyps.extend(h)
+    refs.extend(r)
+
+  data = run_setup.make_data(config, run.tokenizer, split, train=False)
+  sums = run_setup.evaluate_batches(sharded.eval_step(), run.params, data, sharded.mesh,
+                                    max_batches=max_batches, on_batch=collect)
+  if sums is None:
+    raise ConfigError(f"split {split!r} of {config.data.name} yielded no batch.")
+  metrics = {k.split("/", 1)[1]: v for k, v in tasks.metrics_from_sums(task, sums).items()}
+  metrics["num_examples"] = len(hyps)
+  return metrics, hyps, refs
+
+
+# ----------------------------------------------------- length extrapolation
+def parse_lengths(spec: str) -> list[int]:
+  """``"1x,2x,4x"`` -> [1, 2, 4]; ConfigError for anything else."""
+  out = []
+  for part in spec.split(","):
+    part = part.strip().lower()
+    try:
+      k = int(part[:-1]) if part.endswith("x") else int(part)
+    except ValueError:
+      k = 0
+    if k < 1:
+      raise ConfigError(f"--lengths={spec!r}: each entry must be a positive multiple "
+                        "of the training length such as 1x, 2x, 4x, 8x.")
+    out.append(k)
+  return out
+
+
+def extrapolation(run, split: str, multiples: list[int], max_windows: int = 0):
+  """Perplexity on non-overlapping windows of k * L tokens for each k.
+
+  Every length scores the same tokens: the first ``n`` tokens of the split,
+  with n a multiple of the longest window. Rows whose windows are longer than
+  learned absolute positions can represent are reported as unavailable.
+  """
+  if run.model_cfg.family != "decoder_only":
+    raise ConfigError("--lengths evaluates language models (model.family="
+                      f"'decoder_only'); this run is {run.model_cfg.family!r}.")
+  L = int(run.config.train.seq_len)
+  longest = max(multiples) * L
+  n_windows = max_windows or 8
+  stream = texts.token_stream(run, split, n_windows * longest + 1)
+  usable = ((len(stream) - 1) // longest) * longest
+  if usable == 0:
+    raise ConfigError(f"split {split!r} has fewer than {longest + 1} tokens.")
+  model = build_model(run.model_cfg)
+  lm = tasks.get("lm")
+  capacity = position_capacity(run.model_cfg)
+
+  @jax.jit
+  def nll(params, inputs, targets):
+    out = model.apply({"params": params}, inputs)
+    batch = {"targets": targets, "weights": np.ones(targets.shape, np.float32)}
+    _, sums = lm.loss(out, batch)
+    return sums["nll"], sums["weight"]
+
+  rows = []
+  for k in multiples:
+    length = k * L
+    if capacity is not None and length > capacity:
+      rows.append({"multiple": k, "length": length, "perplexity": None,
+                   "note": f"learned positions end at max_len={capacity}"})
+      continue
+    total, count = 0.0, 0.0
+    for start in range(0, usable, length):
+      window = stream[start:start + length + 1]
+      a, b = nll(run.params, window[None, :-1], window[None, 1:])
+      total, count = total + float(a), count + float(b)
+    rows.append({"multiple": k, "length": length, "tokens": int(count),
+                 "perplexity": math.exp(min(total / count, 50.0))})
+  return rows
+
+
+def format_extrapolation(rows, position: str) -> str:
+  """The extrapolation rows as a console table."""
+  lines = [f"length extrapolation (model.position={position})",
+           f"{'window':>8} {'tokens':>10} {'perplexity':>12}"]
+  for r in rows:
+    ppl = f"{r['perplexity']:.2f}" if r["perplexity"] is not None else "n/a"
+    note = f"  ({r['note']})" if r.get("note") else ""
+    lines.append(f"{str(r['multiple']) + 'x=' + str(r['length']):>8} "
+                 f"{r.get('tokens', 0):>10} {ppl:>12}{note}")
+  return "\n".join(lines)
