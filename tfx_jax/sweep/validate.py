@@ -97,10 +97,6 @@ def validate_config(config) -> None:
   run_setup.validate_run_config(config)
 
 
-def typed_overrides(base_spec: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
-  """``overrides`` with command-line strings converted to their fields' types."""
-  config = load_base_config(base_spec)
-  return {k: coerce(config, k, v) for k, v in overrides.items()}
 
 
 def check_runs(base_spec: str, axes: Sequence[Axis], runs: Sequence[Run]) -> None:
