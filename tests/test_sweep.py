@@ -80,11 +80,12 @@ def test_enumeration_products_zips_seeds_and_names():
   assert len(runs) == 2 * 2 * 2 * 2
   names = [r.name for r in runs]
   assert len(set(names)) == len(names)
-  assert names[:4] == [
+  # Seed-major: a sweep stopped half-way has every point with its first seed.
+  assert names[:3] == [
       "activation-relu_d_model-32_num_heads-2_s0",
-      "activation-relu_d_model-32_num_heads-2_s3",
       "activation-relu_d_model-32_num_heads-2_learning_rate-0.01_warmup_steps-0_s0",
-      "activation-relu_d_model-32_num_heads-2_learning_rate-0.01_warmup_steps-0_s3"]
+      "activation-relu_d_model-64_num_heads-4_s0"]
+  assert names[8] == "activation-relu_d_model-32_num_heads-2_s3"
   last = runs[-1]
   assert last.overrides == {"train.num_steps": 5, "model.activation": "swiglu",
                             "model.d_model": 64, "model.num_heads": 4,

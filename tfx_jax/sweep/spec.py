@@ -160,7 +160,7 @@ def run_name(values: Sequence[Mapping[str, Any]], seed: int,
 
 
 def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list[Axis], list[Run]]:
-  """Every run of ``sweep``: the product of its axes times its seeds.
+  """Every run of ``sweep``: the product of its axes times its seeds, seed-major.
 
   ``extra_overrides`` (command-line ``--config.a.b=v``) apply to every run
   after the sweep's own. Duplicate run names are a ConfigError.
@@ -175,8 +175,10 @@ def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list
   fields = list(dict.fromkeys(f for a in axes for f in a.fields))
   names = short_names(fields)
   runs, seen = [], {}
-  for combo in itertools.product(*(a.values for a in axes)):
-    for seed in seeds:
+  # Seeds outermost: runs execute in this order, so a sweep stopped half-way
+  # has every point with its first seeds rather than some points with all.
+  for seed in seeds:
+    for combo in itertools.product(*(a.values for a in axes)):
       overrides = dict(base)
       for value in combo:
         overrides.update(value)
