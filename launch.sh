@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|train ARGS...}
+# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|train ARGS...|sweep ARGS...|report SWEEP_DIR}
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -15,6 +15,10 @@ usage: ./launch.sh COMMAND
   test            set up .venv and run the test suite
   train ARGS...   python -m tfx_jax.train ARGS... inside .venv
                   (e.g. --config configs/lm.py:tiny --workdir runs/lm_tiny)
+  sweep ARGS...   python -m tfx_jax.sweep ARGS... inside .venv (e.g.
+                  experiments/activations.py:tiny --parallel 2; --dry-run,
+                  --executor slurm, --status, --retry-failed, --workdir)
+  report DIR      python -m tfx_jax.report DIR (a sweep directory, runs/NAME)
 USAGE
 }
 
@@ -65,6 +69,16 @@ case "${1:-}" in
     shift
     setup_venv
     "$PY" -m tfx_jax.train "$@"
+    ;;
+  sweep)
+    shift
+    setup_venv
+    "$PY" -m tfx_jax.sweep "$@"
+    ;;
+  report)
+    shift
+    setup_venv
+    "$PY" -m tfx_jax.report "$@"
     ;;
   -h|--help|help)
     usage

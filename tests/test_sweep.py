@@ -1,0 +1,327 @@
+"""Sweeps: enumeration, validation, local execution, resumption, kill -9.
+
+Every sweep here runs the training command on test_configs.TINY-sized runs
+(1 layer, d_model 32, 20 steps), in subprocesses sharing one persistent
+compilation cache. One 2x2 sweep with 2 seeds (``grid``) serves most tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tfx_jax import metrics
+from tfx_jax import status as status_lib
+from tfx_jax.sweep import cli
+from tfx_jax.sweep import local
+from tfx_jax.sweep import spec as spec_lib
+from test_configs import ROOT, TINY, subprocess_env
+
+# ml_collections loads config files with the deprecated importlib load_module().
+pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+
+BASE_FLAGS = [f"--config.{k}={v}" for k, v in TINY.items()]
+TINY_VOCAB = 1024  # configs/lm.py:tiny's data.vocab_size
+GRID_AXES = ["--axis", "model.activation=relu,swiglu",
+             "--axis", "model.norm_type=layernorm,rmsnorm"]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  # The corpus and tokenizer are prepared once here, before parallel runs
+  # would each try to build them.
+  from tfx_jax.data import prepare  # pylint: disable=import-outside-toplevel
+  prepare.prepare("tfx_shakespeare", None, TINY_VOCAB)
+  return subprocess_env(tmp_path_factory.getbasetemp() / "sweep_jax_cache")
+
+
+def sweep(args, env, timeout=600) -> subprocess.CompletedProcess:
+  """``python -m tfx_jax.sweep ARGS`` from the repository root."""
+  return subprocess.run([sys.executable, "-m", "tfx_jax.sweep", *map(str, args)],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def in_process(args, capsys) -> tuple[int, str, str]:
+  """The sweep command in this process (validation and dry runs start nothing)."""
+  cwd = os.getcwd()
+  os.chdir(ROOT)
+  try:
+    code = cli.main([str(a) for a in args])
+  finally:
+    os.chdir(cwd)
+  out = capsys.readouterr()
+  return code, out.out, out.err
+
+
+def final_scalars(workdir: pathlib.Path, tag: str) -> list[tuple[int, float]]:
+  return metrics.read_scalars(workdir / "tensorboard")[tag]
+
+
+# ---------------------------------------------------------------- declaring
+def test_enumeration_products_zips_seeds_and_names():
+  sweep_def = spec_lib.Sweep(
+      name="x", config="configs/lm.py:tiny",
+      axes=[{"model.activation": ["relu", "swiglu"]},
+            {"model.d_model": [32, 64], "model.num_heads": [2, 4]},  # zipped
+            [{}, {"optim.learning_rate": 0.01, "optim.warmup_steps": 0}]],
+      seeds=[0, 3])
+  axes, runs = spec_lib.expand(sweep_def, {"train.num_steps": 5})
+  assert [a.label for a in axes] == ["model.activation", "model.d_model+model.num_heads",
+                                     "optim.learning_rate+optim.warmup_steps"]
+  assert len(runs) == 2 * 2 * 2 * 2
+  names = [r.name for r in runs]
+  assert len(set(names)) == len(names)
+  # Seed-major: a sweep stopped half-way has every point with its first seed.
+  assert names[:3] == [
+      "activation-relu_d_model-32_num_heads-2_s0",
+      "activation-relu_d_model-32_num_heads-2_learning_rate-0.01_warmup_steps-0_s0",
+      "activation-relu_d_model-64_num_heads-4_s0"]
+  assert names[8] == "activation-relu_d_model-32_num_heads-2_s3"
+  last = runs[-1]
+  assert last.overrides == {"train.num_steps": 5, "model.activation": "swiglu",
+                            "model.d_model": 64, "model.num_heads": 4,
+                            "optim.learning_rate": 0.01, "optim.warmup_steps": 0,
+                            "seed": 3}
+  # Names are a function of the values alone: stable across declarations.
+  _, again = spec_lib.expand(sweep_def, {"train.num_steps": 5})
+  assert [r.name for r in again] == names
+  assert spec_lib.safe("tfx_gcc_translate/de x") == "tfx_gcc_translate_de_x"
+
+
+def test_dry_run_lists_every_run_and_writes_nothing(tmp_path, capsys):
+  file = tmp_path / "exp.py"
+  file.write_text(textwrap.dedent("""
+      from tfx_jax.sweep import Sweep
+      def get_sweep(variant="default"):
+        seeds = [0] if variant == "tiny" else [0, 1, 2]
+        return Sweep(name="exp_" + variant, config="configs/lm.py:tiny",
+                     axes=[{"model.position": ["rope", "alibi"]},
+                           {"model.num_layers": [1, 2], "model.d_model": [32, 64]}],
+                     seeds=seeds, overrides={"train.num_steps": 70})
+  """))
+  code, out, _ = in_process([f"{file}:tiny", "--workdir", tmp_path / "runs", "--dry-run"],
+                            capsys)
+  assert code == 0
+  assert "exp_tiny: 4 runs" in out
+  assert "position-alibi_num_layers-2_d_model-64_s0" in out
+  assert "--config.model.position=alibi --config.model.num_layers=2 " \
+         "--config.model.d_model=64 --config.seed=0" in out
+  code, out, _ = in_process([file, "--workdir", tmp_path / "runs", "--dry-run",
+                             "--seeds", "4-5", "--config.train.num_steps=300"], capsys)
+  assert code == 0 and "exp_default: 8 runs" in out and "_s5" in out
+  assert "--config.train.num_steps=300" in out
+  assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--axis", "model.activaton=relu,swiglu"],
+     "axis model.activaton: 'model.activaton' is not a config field. Did you mean "
+     "'model.activation'?"),
+    (["--axis", "model.activation=relu,swiglu2"],
+     "model.activation='swiglu2' is not a valid choice; choose one of: relu, gelu"),
+    (["--axis", "model.d_model=32,big"], "model.d_model='big' is not a valid int"),
+    (["--axis", "model.activation="], "axis model.activation has no values"),
+    (["--axis", "model.dropout=0.1,0.10"], "same name 'dropout-0.1_s0'"),
+    (["--axis", "model.num_heads=2,3"], "model.num_heads"),
+    (["--axis", "model.activation=relu", "--config.train.nm_steps=3"],
+     "'train.nm_steps' is not a config field. Did you mean 'train.num_steps'?"),
+    (["--axis", "seed=1,2"], "declare seeds with seeds=[...]"),
+])
+def test_bad_sweeps_exit_2_and_write_nothing(tmp_path, capsys, args, message):
+  code, _, err = in_process(["--config", "configs/lm.py:tiny", "--name", "bad",
+                             "--workdir", tmp_path / "runs", *args], capsys)
+  assert code == 2
+  assert message in err
+  assert not (tmp_path / "runs").exists()
+
+
+def test_bad_zip_and_sweep_file(tmp_path, capsys):
+  file = tmp_path / "zip.py"
+  file.write_text(textwrap.dedent("""
+      from tfx_jax.sweep import Sweep
+      def get_sweep(variant="default"):
+        return Sweep(name="z", config="configs/lm.py:tiny",
+                     axes=[{"model.d_model": [32, 64], "model.num_heads": [2]}])
+  """))
+  code, _, err = in_process([file, "--workdir", tmp_path / "runs"], capsys)
+  assert code == 2 and "zipped fields need lists of one length" in err
+  code, _, err = in_process([tmp_path / "missing.py", "--workdir", tmp_path / "runs"],
+                            capsys)
+  assert code == 2 and "does not exist" in err
+  assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------------------------- running it
+def test_each_run_gets_its_share_of_cores_gpus_and_the_shared_cache():
+  assert local.core_slots(2, [0, 1, 2, 3]) == [[0, 1], [2, 3]]
+  assert local.core_slots(3, [0, 1]) == [[0], [1], [0]]
+  env = local.child_env(pathlib.Path("runs/x"), [2, 3], "1", {"XLA_FLAGS": "--foo=1"},
+                        sharing=2)
+  assert env["XLA_FLAGS"].startswith("--foo=1 --xla_cpu_multi_thread_eigen=false")
+  assert "intra_op_parallelism_threads=2" in env["XLA_FLAGS"]
+  assert env["JAX_COMPILATION_CACHE_DIR"] == str(pathlib.Path("runs/x/.jax_cache").resolve())
+  assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+  assert env["CUDA_VISIBLE_DEVICES"] == "1"
+  assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.45"
+  # A cache the user chose is kept.
+  assert local.child_env(pathlib.Path("x"), [0], None, {"JAX_COMPILATION_CACHE_DIR": "/c"})[
+      "JAX_COMPILATION_CACHE_DIR"] == "/c"
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory, env):
+  """A 2x2 sweep with 2 seeds, run once: (sweep dir, completed process, args)."""
+  root = tmp_path_factory.mktemp("sweeps")
+  args = ["--config", "configs/lm.py:tiny", *GRID_AXES, "--seeds", "0,1",
+          "--name", "grid", "--workdir", root, "--parallel", "2", *BASE_FLAGS]
+  proc = sweep(args, env)
+  return root / "grid", proc, args
+
+
+@pytest.mark.slow
+def test_grid_runs_every_point_and_writes_the_report(grid):
+  sweep_dir, proc, _ = grid
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  record = json.loads((sweep_dir / "sweep.json").read_text())
+  assert len(record["runs"]) == 8
+  assert {r["state"] for r in record["runs"]} == {"finished"}
+  assert "8 finished" in proc.stdout
+  for entry in record["runs"]:
+    workdir = sweep_dir / entry["name"]
+    assert status_lib.read_status(workdir)["state"] == "finished"
+    config = json.loads((workdir / "config.json").read_text())
+    values = {k: v for value in entry["values"] for k, v in value.items()}
+    assert config["model"]["activation"] == values["model.activation"]
+    assert config["model"]["norm_type"] == values["model.norm_type"]
+    assert config["seed"] == entry["seed"]
+    assert config["train"]["num_steps"] == TINY["train.num_steps"]
+    assert [s for s, _ in final_scalars(workdir, "eval/loss")] == [10, 20]
+    assert f"start  {entry['name']}" in proc.stdout
+  if len(os.sched_getaffinity(0)) >= 2:  # one core each
+    assert "(core 0;" in proc.stdout and "(core 1;" in proc.stdout
+  report = (sweep_dir / "report.md").read_text()
+  assert "| relu | layernorm | 2/2 | 0 |" in report
+  assert "### model.activation (base value: relu)" in report
+  assert record["command"] in report
+  rows = (sweep_dir / "report.csv").read_text().splitlines()
+  assert len(rows) == 1 + 8
+  assert (sweep_dir / "curves_model.activation.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_grid_runs_show_their_hyperparameters_in_tensorboard(grid):
+  sweep_dir, _, _ = grid
+  hparams, metric_names = metrics.read_hparams(
+      sweep_dir / "activation-swiglu_norm_type-rmsnorm_s1" / "tensorboard")
+  assert hparams["model.activation"] == "swiglu"
+  assert hparams["model.norm_type"] == "rmsnorm"
+  assert hparams["seed"] == 1.0
+  assert "eval/loss" in metric_names
+
+
+@pytest.mark.slow
+def test_rerun_is_a_no_op_and_status_reads_the_workdirs(grid, env):
+  sweep_dir, _, args = grid
+  before = {p: p.stat().st_mtime_ns for p in sweep_dir.rglob("*")
+            if p.is_file() and ".sweep." not in p.name and p.suffix not in (".md", ".csv",
+                                                                            ".png", ".json")}
+  proc = sweep(args, env)
+  assert proc.returncode == 0, proc.stderr
+  assert "nothing to run" in proc.stdout
+  after = {p: p.stat().st_mtime_ns for p in before}
+  assert after == before
+  status = sweep([*args, "--status"], env)
+  assert status.returncode == 0
+  assert status.stdout.count(" finished ") == 8
+  assert "8 finished" in status.stdout
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_sweep_then_rerun_runs_each_point_once(grid, env, tmp_path):
+  """The killed sweep's children checkpoint (SIGTERM from the kernel) and the
+  rerun resumes them: the metrics are those of the uninterrupted grid."""
+  grid_dir, _, _ = grid
+  args = ["--config", "configs/lm.py:tiny", "--axis", "model.activation=relu,swiglu",
+          "--seeds", "0", "--name", "killed", "--workdir", tmp_path, "--parallel", "2",
+          *BASE_FLAGS]
+  sweep_dir = tmp_path / "killed"
+  names = ["activation-relu_s0", "activation-swiglu_s0"]
+  proc = subprocess.Popen([sys.executable, "-m", "tfx_jax.sweep", *map(str, args)],
+                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  # Kill once a run is inside its training loop (it has logged step 1).
+  deadline = time.time() + 300
+  while time.time() < deadline:
+    logs = [sweep_dir / n / "sweep.log" for n in names]
+    if any(p.exists() and re.search(r"step +\d+/20", p.read_text()) for p in logs):
+      break
+    assert proc.poll() is None, "the sweep ended before it could be killed"
+    time.sleep(0.005)
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  # Rerun at once: runs whose children are still saving are locked; it waits.
+  rerun = sweep(args, env)
+  assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+  record = json.loads((sweep_dir / "sweep.json").read_text())
+  assert [r["state"] for r in record["runs"]] == ["finished", "finished"]
+  interrupted = 0
+  for name, activation in zip(names, ["relu", "swiglu"]):
+    log = (sweep_dir / name / "sweep.log").read_text()
+    assert log.count("Finished at step 20") == 1, log
+    interrupted += "received SIGTERM" in log
+    reference = grid_dir / f"activation-{activation}_norm_type-layernorm_s0"
+    for tag in ("train/loss", "eval/loss"):
+      assert final_scalars(sweep_dir / name, tag) == final_scalars(reference, tag)
+  assert interrupted >= 1, "the kill landed after every run had finished"
+
+
+@pytest.mark.slow
+def test_diverged_and_failed_points_while_the_others_finish(tmp_path, env):
+  """lr 1e30 diverges (a result: exit 0 unless a run failed); a
+  run that cannot start fails with its reason; the rest finish and get their
+  extra evaluation. (ReLU: the base point's program is the grid's, cached.)"""
+  file = tmp_path / "unstable.py"
+  file.write_text(textwrap.dedent(f"""
+      from tfx_jax.sweep import Sweep
+      def get_sweep(variant="default"):
+        return Sweep(
+            name="unstable", config="configs/lm.py:tiny",
+            overrides={{**{dict(TINY)!r}, "model.activation": "relu",
+                       "train.on_nonfinite": "stop"}},
+            axes=[[{{}}, {{"optim.learning_rate": 1e30}},
+                   {{"data.name": "no_such_dataset"}}]],
+            evaluations=[["--max_batches", "1"]])
+  """))
+  args = [file, "--workdir", tmp_path / "runs", "--parallel", "2"]
+  proc = sweep(args, env)
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  sweep_dir = tmp_path / "runs" / "unstable"
+  record = json.loads((sweep_dir / "sweep.json").read_text())
+  states = {r["name"]: (r["state"], r["reason"]) for r in record["runs"]}
+  assert states["base_s0"] == ("finished", "")
+  assert states["learning_rate-1e+30_s0"][0] == "diverged"
+  assert "non-finite" in states["learning_rate-1e+30_s0"][1]
+  assert states["name-no_such_dataset_s0"][0] == "failed"
+  assert "is neither an embedded dataset" in states["name-no_such_dataset_s0"][1]
+  assert (sweep_dir / "base_s0" / "eval" / "sweep-0.done").exists()
+  assert list((sweep_dir / "base_s0" / "eval").glob("validation-20.json"))
+  assert not (sweep_dir / "learning_rate-1e+30_s0" / "eval").exists()
+  report = (sweep_dir / "report.md").read_text()
+  assert "| 1e+30 | 0/1 | 1 |" in report
+  # Failed runs are left alone unless --retry-failed.
+  again = sweep(args, env)
+  assert again.returncode == 1 and "leaving 1 failed run(s) alone" in again.stdout
+  assert "start" not in again.stdout
+  retried = sweep([*args, "--retry-failed"], env)
+  assert retried.returncode == 1
+  assert "start  name-no_such_dataset_s0" in retried.stdout
+  assert "start  base_s0" not in retried.stdout

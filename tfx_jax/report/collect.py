@@ -1,0 +1,96 @@
+"""Reads what a sweep's runs left on disk: TensorBoard scalars (through
+TensorBoard's own event reader), status.json, extra evaluations.
+
+Returns plain dicts, so that the tables, statistics and plots are pure
+functions of them (and testable on event files written by a test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import statistics
+from typing import Any
+
+from tfx_jax import status as status_lib
+
+# Every record of every tag (the reader's default keeps a sample of 10,000).
+_SIZE_GUIDANCE = {"scalars": 0, "tensors": 0}
+LAYER_TAG = re.compile(r"layer_stats/(grad_norm|param_norm|update_norm)/(\w+?)_(\d+)$")
+
+
+def read_scalars(logdir: str | os.PathLike) -> dict[str, list[tuple[int, float, float]]]:
+  """{tag: [(step, value, wall_time), ...]} from the event files in ``logdir``.
+
+  Points an interrupted run logged past its last checkpoint are dropped, as
+  TensorBoard does (the resumed run marks its restart step).
+  """
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
+  if not pathlib.Path(logdir).is_dir():
+    return {}
+  acc = event_accumulator.EventAccumulator(os.fspath(logdir), size_guidance=_SIZE_GUIDANCE)
+  acc.Reload()
+  return {tag: [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)]
+          for tag in acc.Tags()["scalars"]}
+
+
+def latest_lengths(workdir: pathlib.Path) -> list[dict[str, Any]] | None:
+  """Rows of the newest ``evaluate --lengths`` result in the run, if any."""
+  files = sorted((workdir / "eval").glob("*.lengths.json"),
+                 key=lambda p: int(p.name.split("-")[-1].split(".")[0])
+                 if p.name.split("-")[-1].split(".")[0].isdigit() else -1)
+  if not files:
+    return None
+  return json.loads(files[-1].read_text())
+
+
+def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
+  """The figures of one run that the report aggregates.
+
+  Keys: state, step, final (last value of every eval/* and train/nll tag),
+  curves ({tag: [(step, value)]} for train/loss and eval/loss),
+  tokens_per_sec (median of train/tokens_per_sec, first interval excluded:
+  it includes compilation), wall_seconds, compile_seconds, lengths
+  ({multiple: perplexity}), layer_stats ({kind: {(stack, layer): value}} at
+  the first step they were logged).
+  """
+  status = status_lib.read_status(workdir) or {}
+  scalars = read_scalars(workdir / "tensorboard")
+  final = {tag: points[-1][1] for tag, points in scalars.items()
+           if tag.startswith("eval/") or tag == "train/nll"}
+  tps = [v for _, v, _ in scalars.get("train/tokens_per_sec", [])[1:]]
+  walls = [w for points in scalars.values() for _, _, w in points]
+  wall = entry.get("wall_seconds") or ((max(walls) - min(walls)) if walls else None)
+  lengths = {}
+  for row in latest_lengths(workdir) or []:
+    lengths[int(row["multiple"])] = row.get("perplexity")
+  layer: dict[str, dict[tuple[str, int], float]] = {}
+  for tag, points in scalars.items():
+    m = LAYER_TAG.match(tag)
+    if m and points:
+      first = min(points)
+      layer.setdefault(m.group(1), {})[(m.group(2), int(m.group(3)))] = first[1]
+  return {
+      "state": status.get("state", entry.get("state", "pending")),
+      "step": int(status.get("step", 0)),
+      "final": final,
+      "curves": {t: [(s, v) for s, v, _ in scalars[t]]
+                 for t in ("train/loss", "eval/loss") if t in scalars},
+      "tokens_per_sec": statistics.median(tps) if tps else None,
+      "wall_seconds": wall,
+      "compile_seconds": status.get("compile_seconds", entry.get("compile_seconds")),
+      "lengths": lengths,
+      "layer_stats": layer,
+  }
+
+
+def collect(sweep_dir: pathlib.Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+  """(sweep.json record, {run name: run_summary}) of a sweep directory."""
+  path = sweep_dir / "sweep.json"
+  if not path.exists():
+    raise FileNotFoundError(f"{path} does not exist: not a sweep directory.")
+  record = json.loads(path.read_text())
+  runs = {e["name"]: run_summary(sweep_dir / e["name"], e) for e in record["runs"]}
+  return record, runs

@@ -1,0 +1,140 @@
+"""The report's PNG plots (matplotlib, Agg backend: no display needed).
+
+- ``curves_<axis>.png``: train/loss against step, one line per value of the
+  axis (mean over seeds, band = min..max over seeds), one panel per
+  combination of the other axes (at most ``MAX_PANELS``);
+- ``lengths.png``: perplexity against window length, one line per point;
+- ``layers.png``: gradient norm per layer at the first logged step.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import numpy as np
+
+from tfx_jax.report import points as points_lib
+
+MAX_PANELS = 8
+
+
+def _pyplot():
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  return plt
+
+
+def _mean_band(curves: list[list[tuple[int, float]]]):
+  """Steps, mean, min, max over the curves present at each step."""
+  by_step: dict[int, list[float]] = {}
+  for curve in curves:
+    for step, value in curve:
+      if np.isfinite(value):
+        by_step.setdefault(step, []).append(value)
+  steps = sorted(by_step)
+  vals = [by_step[s] for s in steps]
+  return (np.array(steps), np.array([np.mean(v) for v in vals]),
+          np.array([np.min(v) for v in vals]), np.array([np.max(v) for v in vals]))
+
+
+def _point_label(record, key) -> str:
+  return ", ".join(points_lib.value_label(a["values"][i]) for a, i in zip(record["axes"], key))
+
+
+def curves_plot(path: pathlib.Path, record, points, axis_index: int,
+                tag: str = "train/loss") -> bool:
+  plt = _pyplot()
+  axis = record["axes"][axis_index]
+  ctxs = points_lib.contexts(record, axis_index)[:MAX_PANELS]
+  fig, axes = plt.subplots(1, len(ctxs), figsize=(5 * len(ctxs), 3.6), squeeze=False)
+  drawn = False
+  for panel, ctx in zip(axes[0], ctxs):
+    for vi, value in enumerate(axis["values"]):
+      key = tuple(vi if j == axis_index else c for j, c in enumerate(ctx))
+      curves = [s["curves"][tag] for _, s in points.get(key, []) if tag in s["curves"]]
+      if not curves:
+        continue
+      steps, mean, lo, hi = _mean_band(curves)
+      if not len(steps):
+        continue
+      line, = panel.plot(steps, mean, label=points_lib.value_label(value))
+      panel.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
+      drawn = True
+    panel.set_title(points_lib.context_label(record, ctx, axis_index), fontsize=9)
+    panel.set_xlabel("step")
+    panel.set_ylabel(tag)
+    panel.legend(fontsize=8, title=axis["label"].split(".")[-1], title_fontsize=8)
+  fig.tight_layout()
+  if drawn:
+    fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return drawn
+
+
+def lengths_plot(path: pathlib.Path, record, points) -> bool:
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(5.5, 3.8))
+  drawn = False
+  for key, runs in points.items():
+    mults = sorted({k for _, s in runs for k in s["lengths"]})
+    xs, ys = [], []
+    for k in mults:
+      vals = [s["lengths"][k] for _, s in runs if s["lengths"].get(k) is not None]
+      if vals:
+        xs.append(k)
+        ys.append(float(np.mean(vals)))
+    if xs:
+      ax.plot(xs, ys, marker="o", label=_point_label(record, key))
+      drawn = True
+  ax.set_xscale("log", base=2)
+  ax.set_yscale("log")
+  ax.set_xlabel("window / training length")
+  ax.set_ylabel("validation perplexity")
+  if drawn:
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  if drawn:
+    fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return drawn
+
+
+def layers_plot(path: pathlib.Path, record, points, kind: str = "grad_norm") -> bool:
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(5.5, 3.8))
+  drawn = False
+  for key, runs in points.items():
+    layers = sorted({k for _, s in runs for k in s["layer_stats"].get(kind, {})})
+    if not layers:
+      continue
+    ys = [float(np.mean([s["layer_stats"][kind][l] for _, s in runs
+                         if l in s["layer_stats"].get(kind, {})])) for l in layers]
+    ax.plot(range(len(layers)), ys, marker="o", label=_point_label(record, key))
+    ax.set_xticks(range(len(layers)), [f"{st[:3]} {i}" for st, i in layers],
+                  rotation=45, fontsize=7)
+    drawn = True
+  ax.set_yscale("log")
+  ax.set_ylabel(f"{kind.replace('_', ' ')} at the first logged step")
+  if drawn:
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  if drawn:
+    fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return drawn
+
+
+def write_plots(sweep_dir: pathlib.Path, record, points) -> dict[str, str]:
+  """Writes every plot that has data; returns {plot key: file name}."""
+  out: dict[str, str] = {}
+  for ai, axis in enumerate(record["axes"]):
+    name = "curves_" + re.sub(r"[^A-Za-z0-9_.+-]", "_", axis["label"]) + ".png"
+    if curves_plot(sweep_dir / name, record, points, ai):
+      out[f"curves:{ai}"] = name
+  if lengths_plot(sweep_dir / "lengths.png", record, points):
+    out["lengths"] = "lengths.png"
+  if layers_plot(sweep_dir / "layers.png", record, points):
+    out["layers"] = "layers.png"
+  return out

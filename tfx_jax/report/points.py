@@ -1,0 +1,49 @@
+"""A sweep's runs grouped into points (one combination of axis values each),
+and how points, axis values and contexts are labelled in tables and plots."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+
+def value_label(value: dict[str, Any]) -> str:
+  """An axis value as a table cell: ``swiglu``, ``num_heads=1,d_ff=256``, ``base``."""
+  if not value:
+    return "base"
+  if len(value) == 1:
+    return fmt_value(next(iter(value.values())))
+  return ",".join(f"{k.split('.')[-1]}={fmt_value(v)}" for k, v in value.items())
+
+
+def fmt_value(v: Any) -> str:
+  if isinstance(v, bool):
+    return str(v).lower()
+  return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def point_key(record: dict[str, Any], entry: dict[str, Any]) -> tuple[int, ...]:
+  """The index of each of the run's axis values."""
+  return tuple(axis["values"].index(value)
+               for axis, value in zip(record["axes"], entry["values"]))
+
+
+def group_points(record, summaries) -> dict[tuple[int, ...], list[tuple[dict, dict]]]:
+  """{point key: [(sweep.json entry, run summary), ...]} in declaration order."""
+  points: dict[tuple[int, ...], list] = {}
+  for entry in record["runs"]:
+    points.setdefault(point_key(record, entry), []).append((entry, summaries[entry["name"]]))
+  return points
+
+
+def contexts(record, axis_index: int) -> list[tuple[int, ...]]:
+  """Every combination of the other axes' value indices (None at ``axis_index``)."""
+  ranges = [[None] if j == axis_index else range(len(a["values"]))
+            for j, a in enumerate(record["axes"])]
+  return [tuple(c) for c in itertools.product(*ranges)]
+
+
+def context_label(record, ctx, axis_index) -> str:
+  parts = [f"{a['label'].split('.')[-1]}={value_label(a['values'][i])}"
+           for j, (a, i) in enumerate(zip(record["axes"], ctx)) if j != axis_index]
+  return ", ".join(parts) or "-"

@@ -1,0 +1,15 @@
+"""Ablation sweeps: declare once (``experiments/<name>.py`` or the command
+line), run on this machine or a SLURM cluster, resume, report.
+
+  spec.py      Sweep / axes / run enumeration and names
+  validate.py  every run's config checked before anything runs
+  state.py     runs/<sweep>/ layout, run states, locks, sweep.json
+  local.py     local executor (N runs at a time, cores split, death-linked children)
+  slurm.py     SLURM job array executor, squeue status
+  execute.py   what is left to run, summary, report
+  cli.py       ``python -m tfx_jax.sweep``
+"""
+
+from tfx_jax.sweep.spec import Sweep
+
+__all__ = ["Sweep"]

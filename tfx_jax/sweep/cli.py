@@ -1,0 +1,188 @@
+"""``python -m tfx_jax.sweep``: declare, validate, run and inspect a sweep.
+
+  python -m tfx_jax.sweep experiments/activations.py[:tiny] [--parallel 2]
+  python -m tfx_jax.sweep --config configs/lm.py:tiny \\
+      --axis model.activation=relu,swiglu --axis model.norm_type=layernorm,rmsnorm \\
+      --seeds 0,1 --name act_norm [--config.train.num_steps=50 ...]
+
+Flags: ``--dry-run`` (list the runs, run nothing), ``--parallel N``,
+``--executor local|slurm`` (``--slurm-args "..."``), ``--workdir`` (default
+``runs/``), ``--retry-failed``, ``--status``. Every run is validated before
+anything runs (exit 2, nothing written). Exit code 1 if a run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import shlex
+import sys
+from typing import Any
+
+from tfx_jax.errors import ConfigError
+from tfx_jax.sweep import spec as spec_lib
+from tfx_jax.sweep import state as state_lib
+from tfx_jax.sweep import validate
+
+
+def _parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(
+      prog="python -m tfx_jax.sweep", allow_abbrev=False,
+      description="Run an ablation sweep: every point an ordinary training run in "
+      "WORKDIR/<sweep>/<run>. Extra arguments --config.a.b=v apply to every run.")
+  p.add_argument("sweep", nargs="?", help="experiments/<name>.py[:variant]")
+  p.add_argument("--config", help="base config without a sweep file, e.g. configs/lm.py:tiny")
+  p.add_argument("--axis", action="append", default=[], metavar="PATH=V1,V2",
+                 help="an axis (repeatable; product of axes); 'a=1,2;b=3,4' zips fields")
+  p.add_argument("--seeds", help="seeds, e.g. 0,1,2 or 0-4 (default: the sweep's, or 0)")
+  p.add_argument("--name", help="sweep name (directory under --workdir)")
+  p.add_argument("--workdir", default="runs", help="parent of the sweep directory")
+  p.add_argument("--dry-run", action="store_true", help="list every run; run nothing")
+  p.add_argument("--parallel", type=int, default=1, help="runs at a time (local)")
+  p.add_argument("--executor", choices=("local", "slurm"), default="local")
+  p.add_argument("--slurm-args", default="", help='extra sbatch arguments, e.g. '
+                 '"--partition=gpu --gres=gpu:1 --time=4:00:00"')
+  p.add_argument("--retry-failed", action="store_true", help="run failed runs again")
+  p.add_argument("--status", action="store_true",
+                 help="show each run's state (and SLURM's queue); run nothing")
+  return p
+
+
+def split_overrides(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+  """Separates ``--config.a.b=v`` overrides from the other arguments."""
+  rest, overrides = [], {}
+  for arg in argv:
+    if arg.startswith("--config."):
+      path, eq, value = arg[len("--config."):].partition("=")
+      if not eq:
+        raise ConfigError(f"{arg}: write overrides as --config.a.b=VALUE.")
+      overrides[path] = value
+    else:
+      rest.append(arg)
+  return rest, overrides
+
+
+def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
+  """The sweep from its file or from --config/--axis, with --seeds/--name applied."""
+  if args.sweep:
+    if args.config or args.axis:
+      raise ConfigError("give either a sweep file or --config with --axis, not both.")
+    sweep = spec_lib.load_experiment(args.sweep)
+  elif args.config:
+    axes = [spec_lib.parse_axis_flag(a) for a in args.axis]
+    fields = [f.split(".")[-1] for a in axes for f in a]
+    sweep = spec_lib.Sweep(name=args.name or "_".join(fields) or "sweep",
+                           config=args.config, axes=axes)
+  else:
+    raise ConfigError("name a sweep file (experiments/<name>.py[:variant]) or a base "
+                      "config (--config configs/lm.py:tiny --axis ...).")
+  changes: dict[str, Any] = {}
+  if args.seeds:
+    changes["seeds"] = spec_lib.parse_seeds(args.seeds)
+  if args.name:
+    changes["name"] = args.name
+  sweep = dataclasses.replace(sweep, **changes)
+  if spec_lib.safe(sweep.name) != sweep.name:
+    raise ConfigError(f"sweep name {sweep.name!r}: use letters, digits, '.', '+', '-', '_'.")
+  # Command-line strings become typed values (the fields' own types).
+  base = validate.load_base_config(sweep.config)
+  overrides = {k: validate.coerce(base, k, v)
+               for k, v in {**dict(sweep.overrides), **cli_overrides}.items()}
+  axes = []
+  for axis in sweep.axes:
+    norm = spec_lib.normalize_axis(axis)
+    try:
+      axes.append([{k: validate.coerce(base, k, v) for k, v in value.items()}
+                   for value in norm.values])
+    except ConfigError as e:
+      raise ConfigError(f"axis {norm.label}: {e}") from None
+  return dataclasses.replace(sweep, overrides=overrides, axes=axes)
+
+
+def build_record(sweep: spec_lib.Sweep, axes, runs, command: str,
+                 previous: dict[str, Any] | None) -> dict[str, Any]:
+  """sweep.json's content; attempts, times and SLURM jobs carried over."""
+  fields = [f for a in axes for f in a.fields]
+  base = validate.base_values(sweep.config, sweep.overrides, fields)
+  old = {r["name"]: r for r in (previous or {}).get("runs", [])}
+  record = {
+      "name": sweep.name, "description": sweep.description, "config": sweep.config,
+      "overrides": dict(sweep.overrides), "seeds": list(sweep.seeds),
+      "evaluations": [list(e) for e in sweep.evaluations],
+      "axes": [{"label": a.label, "fields": a.fields, "values": list(a.values),
+                "reference": spec_lib.reference_index(a, base)} for a in axes],
+      "base_values": base, "command": command, "cwd": os.getcwd(),
+      "created": (previous or {}).get("created", state_lib.now()),
+      "slurm_jobs": (previous or {}).get("slurm_jobs", []),
+      "runs": [],
+  }
+  for run in runs:
+    prev = old.get(run.name, {})
+    record["runs"].append({
+        "name": run.name, "seed": run.seed, "values": list(run.values),
+        "overrides": run.overrides, "state": "pending", "step": 0, "reason": "",
+        "attempts": prev.get("attempts", 0), "wall_seconds": prev.get("wall_seconds", 0.0),
+        "compile_seconds": prev.get("compile_seconds")})
+  return record
+
+
+def print_runs(record: dict[str, Any], sweep_dir: pathlib.Path, queued=None) -> None:
+  width = max(len(r["name"]) for r in record["runs"])
+  for r in record["runs"]:
+    axis = " ".join(f"{k}={spec_lib.format_value(v)}" for value in r["values"]
+                    for k, v in value.items())
+    slurm = f"  slurm {queued[r['name']]}" if queued and r["name"] in queued else ""
+    reason = f"  ({r['reason']})" if r.get("reason") else ""
+    print(f"  {r['name']:<{width}}  {r['state']:<8} step {r['step']:<6} "
+          f"{axis} seed={r['seed']}{slurm}{reason}")
+
+
+def reproduce_command(argv: list[str]) -> str:
+  drop = {"--dry-run", "--status", "--retry-failed"}
+  return "python -m tfx_jax.sweep " + shlex.join(a for a in argv if a not in drop)
+
+
+def main(argv: list[str] | None = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  # The sweep process validates configs on the CPU and leaves accelerators to
+  # its runs; the runs get the user's own JAX_PLATFORMS back.
+  user_env = dict(os.environ)
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  try:
+    rest, cli_overrides = split_overrides(argv)
+    args = _parser().parse_args(rest)
+    if args.parallel < 1:
+      raise ConfigError(f"--parallel={args.parallel}: must be >= 1.")
+    sweep = declared_sweep(args, cli_overrides)
+    axes, runs = spec_lib.expand(sweep)
+    validate.check_runs(sweep.config, axes, runs)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  sweep_dir = pathlib.Path(args.workdir) / sweep.name
+  previous = state_lib.read_sweep(sweep_dir)
+  record = build_record(sweep, axes, runs, reproduce_command(argv), previous)
+  state_lib.refresh(sweep_dir, record)
+  n_axes = " x ".join(str(len(a.values)) for a in axes) or "1"
+  header = (f"sweep {sweep.name}: {len(runs)} runs ({n_axes} points x "
+            f"{len(sweep.seeds)} seeds) in {sweep_dir}")
+  if args.dry_run:
+    print(header + "  [dry run: nothing written]")
+    print(f"  base: {sweep.config} " + " ".join(
+        f"--config.{k}={spec_lib.format_value(v)}" for k, v in sweep.overrides.items()))
+    for r in record["runs"]:
+      axis = " ".join(f"--config.{k}={spec_lib.format_value(v)}" for value in r["values"]
+                      for k, v in value.items())
+      print(f"  {r['name']}  {r['state']}  {sweep_dir / r['name']}  {axis} "
+            f"--config.seed={r['seed']}")
+    return 0
+  if args.status:
+    from tfx_jax.sweep import slurm  # pylint: disable=import-outside-toplevel
+    print(header)
+    print_runs(record, sweep_dir, slurm.queued_runs(record))
+    print("  " + ", ".join(f"{n} {s}" for s, n in state_lib.counts(record).items() if n))
+    return 0
+  from tfx_jax.sweep import execute  # pylint: disable=import-outside-toplevel
+  return execute.execute(args, sweep_dir, record, header, user_env)

@@ -1,0 +1,115 @@
+"""Executes a validated sweep: picks the runs left to do, hands them to the
+local or SLURM executor, keeps ``sweep.json`` current, prints a summary and
+writes the report.
+
+Which runs are left: not finished, not diverged (a diverged run is a result),
+not failed unless ``--retry-failed``. Unfinished runs resume from their
+checkpoints, so the same command is both "run" and "resume".
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import time
+from typing import Any
+
+from tfx_jax.sweep import state as state_lib
+
+
+def runs_to_do(record: dict[str, Any], retry_failed: bool) -> list[dict[str, Any]]:
+  todo = []
+  for entry in record["runs"]:
+    if entry["state"] in state_lib.DONE:
+      continue
+    if entry["state"] == "failed" and not retry_failed:
+      continue
+    todo.append(entry)
+  return todo
+
+
+def summary(record: dict[str, Any], elapsed: float) -> str:
+  counts = state_lib.counts(record)
+  lines = [f"sweep {record['name']}: " + ", ".join(
+      f"{n} {s}" for s, n in counts.items() if n) + f" ({elapsed:.0f}s)"]
+  for entry in record["runs"]:
+    if entry["state"] in ("failed", "diverged"):
+      lines.append(f"  {entry['state']}: {entry['name']}: {entry['reason']}")
+  compiles = [e["compile_seconds"] for e in record["runs"]
+              if isinstance(e.get("compile_seconds"), (int, float))]
+  if compiles:
+    lines.append("  compile seconds per run: " + ", ".join(f"{c:.1f}" for c in compiles))
+  return "\n".join(lines)
+
+
+def execute(args, sweep_dir: pathlib.Path, record: dict[str, Any], header: str,
+            user_env: dict[str, str]) -> int:
+  """Runs what is left of the sweep; returns the process exit code."""
+  def save():
+    state_lib.write_sweep(sweep_dir, record)
+
+  save()
+  todo = runs_to_do(record, args.retry_failed)
+  skipped_failed = [e["name"] for e in record["runs"]
+                    if e["state"] == "failed" and not args.retry_failed]
+  print(header, flush=True)
+  if skipped_failed:
+    print(f"  leaving {len(skipped_failed)} failed run(s) alone (--retry-failed reruns "
+          f"them): {', '.join(skipped_failed)}")
+  if args.executor == "slurm":
+    return _submit(args, sweep_dir, record, todo, save, user_env)
+  start = time.time()
+  if todo:
+    from tfx_jax.sweep.local import LocalExecutor  # pylint: disable=import-outside-toplevel
+    executor = LocalExecutor(sweep_dir, record, args.parallel, user_env,
+                             retry_failed=args.retry_failed,
+                             out=lambda msg: print(msg, flush=True))
+    print(f"  {len(todo)} to run, {args.parallel} at a time, "
+          f"{len(executor.cores[0])} core(s) each", flush=True)
+    try:
+      executor.run(todo, save)
+    except KeyboardInterrupt:
+      state_lib.refresh(sweep_dir, record)
+      save()
+      print("interrupted; run the same command to resume.", file=sys.stderr)
+      return 130
+  else:
+    print("  nothing to run: every run is finished, diverged or failed.")
+  state_lib.refresh(sweep_dir, record)
+  save()
+  print(summary(record, time.time() - start), flush=True)
+  _write_report(sweep_dir)
+  return 1 if state_lib.counts(record)["failed"] else 0
+
+
+def _write_report(sweep_dir: pathlib.Path) -> None:
+  try:
+    from tfx_jax.report import build  # pylint: disable=import-outside-toplevel
+    path = build.write_report(sweep_dir)
+    print(f"report: {path}", flush=True)
+  except Exception as e:  # pylint: disable=broad-except  # the runs are what matter
+    print(f"warning: the report could not be written: {type(e).__name__}: {e}",
+          file=sys.stderr)
+
+
+def _submit(args, sweep_dir, record, todo, save, env) -> int:
+  from tfx_jax.errors import ConfigError  # pylint: disable=import-outside-toplevel
+  from tfx_jax.sweep import slurm  # pylint: disable=import-outside-toplevel
+  queued = slurm.queued_runs(record)
+  todo = [e for e in todo if e["name"] not in queued]
+  if queued:
+    print(f"  {len(queued)} run(s) already queued or running in SLURM: not resubmitted")
+  if not todo:
+    print("  nothing to submit.")
+    return 0
+  try:
+    job_id, script = slurm.submit_sweep(sweep_dir, record, todo, sys.executable,
+                                        args.slurm_args, pathlib.Path.cwd(), env)
+  except (ConfigError, RuntimeError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2 if isinstance(e, ConfigError) else 1
+  save()
+  print(f"submitted job array {job_id} ({len(todo)} tasks): {script}")
+  print(f"  progress: {record['command']} --status   (logs: {sweep_dir / 'slurm'})")
+  print(job_id)
+  return 0

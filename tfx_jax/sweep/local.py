@@ -1,0 +1,255 @@
+"""Runs a sweep's runs on this machine, N at a time.
+
+Each run is the ordinary subprocess ``python -m tfx_jax.train ...`` (then its
+extra ``python -m tfx_jax.evaluate`` commands), started from this process's
+main thread with:
+
+- its share of the CPU cores: ``sched_setaffinity`` to ``cores / N`` cores
+  (the binding limit) and XLA's CPU thread pool told the same; on a GPU
+  machine its own GPUs through ``CUDA_VISIBLE_DEVICES``;
+- ``PR_SET_PDEATHSIG = SIGTERM`` (both set by ``tfx_jax.sweep.child``): if the
+  sweep process dies (even ``kill -9``) every child gets SIGTERM, which the
+  trainer turns into a checkpoint and status ``preempted``; the next sweep
+  command resumes it;
+- the run's lock fd inherited, so the run stays locked until the child has
+  exited: no run is ever executed by two processes at once;
+- JAX's persistent compilation cache in ``runs/<sweep>/.jax_cache``, shared
+  by every run of the sweep (same shapes compile once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+from tfx_jax import status as status_lib
+from tfx_jax.sweep import state as state_lib
+
+POLL_SECONDS = 0.2
+
+
+def core_slots(parallel: int, cores: list[int] | None = None) -> list[list[int]]:
+  """Splits the usable cores into ``parallel`` disjoint groups (shared if too few)."""
+  cores = sorted(os.sched_getaffinity(0)) if cores is None else cores
+  if parallel >= len(cores):
+    return [[cores[i % len(cores)]] for i in range(parallel)]
+  share = len(cores) // parallel
+  return [cores[i * share:(i + 1) * share] for i in range(parallel)]
+
+
+def gpu_slots(parallel: int) -> list[str] | None:
+  """``CUDA_VISIBLE_DEVICES`` per slot on an NVIDIA machine, else None."""
+  if not shutil.which("nvidia-smi"):
+    return None
+  try:
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+  except (OSError, subprocess.SubprocessError):
+    return None
+  gpus = [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU")]
+  if not gpus:
+    return None
+  share = max(1, len(gpus) // parallel)
+  return [",".join(gpus[(i * share) % len(gpus):(i * share) % len(gpus) + share])
+          for i in range(parallel)]
+
+
+def child_env(sweep_dir: pathlib.Path, cores: list[int], gpus: str | None,
+              base_env: dict[str, str], sharing: int = 1) -> dict[str, str]:
+  """The environment of one run: thread limits, GPUs, the shared compile cache.
+
+  ``sharing``: how many parallel runs share this run's GPUs.
+  """
+  env = dict(base_env)
+  # Eigen's intra-op pool sized to this run's share (affinity is the hard limit).
+  flags = f"--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads={len(cores)}"
+  env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flags}".strip()
+  env.setdefault("JAX_COMPILATION_CACHE_DIR", str((sweep_dir / ".jax_cache").resolve()))
+  # Cache every compilation, however small or quick (tiny runs compile in ~1 s).
+  env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+  if gpus is not None:
+    env["CUDA_VISIBLE_DEVICES"] = gpus
+    if sharing > 1:  # JAX preallocates 75% of a GPU: split it between the runs
+      env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / sharing:.2f}")
+  return env
+
+
+@dataclasses.dataclass
+class _Job:
+  entry: dict[str, Any]
+  workdir: pathlib.Path
+  lock_fd: int
+  commands: list[list[str]]  # remaining: train, then evaluations
+  slot: int
+  started: float
+  phase: int = 0  # index of the running command
+  proc: subprocess.Popen | None = None
+
+
+class LocalExecutor:
+  """Executes the runs of one sweep with at most ``parallel`` children."""
+
+  def __init__(self, sweep_dir: pathlib.Path, record: dict[str, Any], parallel: int,
+               env: dict[str, str], retry_failed: bool = False,
+               out: Callable[[str], None] = print):
+    self.sweep_dir = sweep_dir
+    self.retry_failed = retry_failed
+    self.record = record
+    self.parallel = max(1, parallel)
+    self.env = env
+    self.out = out
+    self.cores = core_slots(self.parallel)
+    self.gpus = gpu_slots(self.parallel)
+    self.free = list(range(self.parallel))
+    self.jobs: list[_Job] = []
+    self.waiting_noted: set[str] = set()
+
+  # ------------------------------------------------------------------ start
+  def _commands(self, entry) -> list[list[str]]:
+    workdir = state_lib.run_dir(self.sweep_dir, entry["name"])
+    train = state_lib.train_command(self.record["config"], workdir, entry["overrides"])
+    evals = state_lib.eval_commands(workdir, self.record.get("evaluations", []))
+    return [train, *evals]
+
+  def _start(self, entry) -> str:
+    """Starts ``entry`` in a free slot: "started", "busy" (locked elsewhere) or "done"."""
+    workdir = state_lib.run_dir(self.sweep_dir, entry["name"])
+    fd = state_lib.try_lock(workdir)
+    if fd is None:
+      return "busy"
+    # Locked: the state read now cannot change under us.
+    n_evals = len(self.record.get("evaluations", []))
+    entry.update(state_lib.run_state(workdir, n_evals, check_lock=False))
+    if entry["state"] in state_lib.DONE or (
+        entry["state"] == "failed" and not self.retry_failed):
+      os.close(fd)
+      return "done"
+    slot = self.free.pop(0)
+    job = _Job(entry, workdir, fd, self._commands(entry), slot, time.time())
+    entry["attempts"] = int(entry.get("attempts", 0)) + 1
+    self.jobs.append(job)
+    self._launch(job)
+    cores = self.cores[slot]
+    where = f"cores {cores[0]}-{cores[-1]}" if len(cores) > 1 else f"core {cores[0]}"
+    if self.gpus:
+      where += f", GPU {self.gpus[slot]}"
+    self.out(f"  start  {entry['name']}  ({where}; log {workdir / state_lib.LOG_FILE})")
+    return "started"
+
+  def _launch(self, job: _Job) -> None:
+    # A finished training run skips straight to its missing evaluations.
+    if job.phase == 0 and (status_lib.read_status(job.workdir) or {}).get(
+        "state") == "finished":
+      job.phase = 1
+    while job.phase > 0 and job.phase <= len(job.commands) - 1 and \
+        state_lib.eval_marker(job.workdir, job.phase - 1).exists():
+      job.phase += 1
+    if job.phase >= len(job.commands):
+      job.proc = None
+      return
+    log = open(job.workdir / state_lib.LOG_FILE, "ab")
+    log.write(f"\n=== {state_lib.now()} {' '.join(job.commands[job.phase])}\n".encode())
+    log.flush()
+    gpus = self.gpus[job.slot] if self.gpus else None
+    sharing = self.gpus.count(gpus) if self.gpus else 1
+    launcher = [sys.executable, "-m", "tfx_jax.sweep.child", str(os.getpid()),
+                ",".join(map(str, self.cores[job.slot])), "--"]
+    job.proc = subprocess.Popen(
+        launcher + job.commands[job.phase], stdout=log, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, env=child_env(self.sweep_dir, self.cores[job.slot],
+                                                gpus, self.env, sharing),
+        pass_fds=(job.lock_fd,))
+    log.close()
+
+  # ------------------------------------------------------------------- finish
+  def _finished(self, job: _Job) -> bool:
+    """Handles the exit of ``job``'s current command; True when the run is over."""
+    rc = job.proc.returncode if job.proc is not None else 0
+    status = status_lib.read_status(job.workdir) or {}
+    if job.phase == 0:
+      if status.get("state") == "diverged":
+        return True  # a result, not a failure; no evaluations of a diverged run
+      if status.get("state") == "preempted":
+        return True  # stopped by a signal of its own: resumes next time
+      if rc != 0 or status.get("state") != "finished":
+        if status.get("state") != "failed":  # a crash the trainer did not record
+          state_lib.record_failure(
+              job.workdir, f"train exited with code {rc}: {state_lib.log_tail(job.workdir)}")
+        return True
+    elif job.proc is not None:
+      if rc != 0:
+        state_lib.record_failure(
+            job.workdir, f"evaluation {' '.join(job.commands[job.phase][5:])} exited "
+            f"with code {rc}: {state_lib.log_tail(job.workdir)}")
+        return True
+      marker = state_lib.eval_marker(job.workdir, job.phase - 1)
+      marker.parent.mkdir(exist_ok=True)
+      marker.write_text(" ".join(job.commands[job.phase][5:]) + "\n")
+    job.phase += 1
+    if job.phase >= len(job.commands):
+      return True
+    self._launch(job)
+    return job.proc is None
+
+  def _close(self, job: _Job) -> None:
+    os.close(job.lock_fd)
+    self.jobs.remove(job)
+    self.free.append(job.slot)
+    self.free.sort()
+    entry = job.entry
+    entry["wall_seconds"] = round(float(entry.get("wall_seconds") or 0.0)
+                                  + time.time() - job.started, 1)
+    entry.update(state_lib.run_state(job.workdir, len(self.record.get("evaluations", []))))
+    compile_s = entry.get("compile_seconds")
+    extra = f"  compile {compile_s:.1f}s" if isinstance(compile_s, (int, float)) else ""
+    reason = f"  ({entry['reason']})" if entry["state"] != "finished" and entry["reason"] else ""
+    self.out(f"  {entry['state']:<8} {entry['name']}  step {entry['step']}  "
+             f"{time.time() - job.started:.1f}s{extra}{reason}")
+
+  # --------------------------------------------------------------------- loop
+  def run(self, entries: list[dict[str, Any]], save: Callable[[], None]) -> None:
+    """Executes ``entries`` (sweep.json run records), saving the record on changes."""
+    queue = list(entries)
+    try:
+      while queue or self.jobs:
+        started_any = False
+        for entry in list(queue):
+          if not self.free:
+            break
+          outcome = self._start(entry)
+          if outcome == "busy":
+            if entry["name"] not in self.waiting_noted:
+              self.waiting_noted.add(entry["name"])
+              self.out(f"  wait   {entry['name']}  (locked by another process; "
+                       "starts when it is released)")
+            continue
+          queue.remove(entry)
+          started_any |= outcome == "started"
+        if started_any:
+          save()
+        for job in list(self.jobs):
+          if job.proc is not None and job.proc.poll() is None:
+            continue
+          if self._finished(job):
+            self._close(job)
+            save()
+        time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+      # Children got the same SIGINT (one process group): each checkpoints.
+      self.out("interrupted: waiting for the runs to save a checkpoint ...")
+      for job in list(self.jobs):
+        if job.proc is not None:
+          try:
+            job.proc.wait()
+          except KeyboardInterrupt:
+            job.proc.kill()
+        self._close(job)
+      save()
+      raise

@@ -1,0 +1,255 @@
+"""What a sweep is: a base config, axes over dotted config paths, seeds.
+
+A sweep is declared once, either in ``experiments/<name>.py``::
+
+    def get_sweep(variant="default"):
+      return Sweep(
+          name="activations",
+          config="configs/lm.py:tiny",
+          overrides={"train.num_steps": 500},           # applied to every run
+          axes=[{"model.activation": ["relu", "swiglu"]},  # cartesian product
+                {"model.norm_type": ["layernorm", "rmsnorm"]}],
+          seeds=[0, 1, 2],
+          evaluations=[["--lengths", "1x,2x,4x,8x"]])   # after training
+
+or on the command line (``tfx_jax.sweep.cli``). An axis is
+
+- ``{"path": [v1, v2, ...]}``: one field, one run per value;
+- ``{"a": [1, 2], "b": [3, 4]}``: fields that move together (zipped: a=1,b=3
+  and a=2,b=4);
+- ``[{"a": 1}, {"b": 5, "c": 6}, {}]``: a list of override dicts, one per
+  value (``{}`` is the base itself), for ablation tables whose rows change
+  different fields (Vaswani et al. 2017, Table 3).
+
+Runs are the cartesian product of the axes times the seeds. Each run's name
+is made of the fields its axis values set plus the seed (``run_name``), so
+names are stable, filesystem-safe and independent of the order runs execute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import itertools
+import pathlib
+import re
+from typing import Any, Mapping, Sequence
+
+from tfx_jax.errors import ConfigError
+
+Overrides = Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+  """One sweep axis: a label and its values, each a dict of overrides."""
+  label: str
+  values: tuple[dict[str, Any], ...]
+
+  @property
+  def fields(self) -> list[str]:
+    """Every dotted path this axis sets, in first-seen order."""
+    seen: dict[str, None] = {}
+    for value in self.values:
+      seen.update(dict.fromkeys(value))
+    return list(seen)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+  """A sweep declaration (see the module docstring)."""
+  name: str
+  config: str  # "configs/lm.py:tiny"
+  axes: Sequence[Any] = ()
+  seeds: Sequence[int] = (0,)
+  overrides: Overrides = dataclasses.field(default_factory=dict)
+  # Extra ``python -m tfx_jax.evaluate --workdir RUN ARGS`` after training.
+  evaluations: Sequence[Sequence[str]] = ()
+  description: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One point of a sweep: its name, axis values and full override set."""
+  name: str
+  seed: int
+  values: tuple[dict[str, Any], ...]  # the value of each axis, in axis order
+  overrides: dict[str, Any]  # base overrides + axis values + seed
+
+
+def normalize_axis(axis: Any) -> Axis:
+  """An axis in any of the three declared forms -> ``Axis`` (ConfigError if bad)."""
+  if isinstance(axis, Axis):
+    values = list(axis.values)
+    label = axis.label
+  elif isinstance(axis, Mapping):
+    if not axis:
+      raise ConfigError("a sweep axis declares no field.")
+    lists = {k: list(v) if isinstance(v, (list, tuple)) else None
+             for k, v in axis.items()}
+    for k, v in lists.items():
+      if v is None:
+        raise ConfigError(f"axis {k}: values must be a list, got {axis[k]!r}.")
+    lengths = {len(v) for v in lists.values()}
+    if len(lengths) > 1:
+      raise ConfigError(
+          f"axis {'+'.join(lists)}: zipped fields need lists of one length, got "
+          + ", ".join(f"{k}: {len(v)}" for k, v in lists.items()) + ".")
+    values = [dict(zip(lists, vals)) for vals in zip(*lists.values())]
+    label = "+".join(lists)
+  elif isinstance(axis, (list, tuple)):
+    if not all(isinstance(v, Mapping) for v in axis):
+      raise ConfigError(f"an axis given as a list must hold override dicts, got {axis!r}.")
+    values = [dict(v) for v in axis]
+    fields = list(dict.fromkeys(k for v in values for k in v))
+    label = "+".join(fields) or "variant"
+  else:
+    raise ConfigError(f"a sweep axis is a dict or a list of dicts, got {axis!r}.")
+  if not values:
+    raise ConfigError(f"axis {label} has no values.")
+  for value in values:
+    if "seed" in value:
+      raise ConfigError(f"axis {label} sets 'seed'; declare seeds with seeds=[...] "
+                        "(--seeds on the command line).")
+  return Axis(label, tuple(values))
+
+
+# Characters kept in run names; anything else becomes "_".
+_UNSAFE = re.compile(r"[^A-Za-z0-9.+-]")
+
+
+def safe(text: str) -> str:
+  """A filesystem- and shell-safe fragment of a run name."""
+  return _UNSAFE.sub("_", text)
+
+
+def format_value(value: Any) -> str:
+  """A value as a ``--config.a.b=VALUE`` flag and in run names."""
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, float):
+    return repr(value)
+  if isinstance(value, (list, tuple)):
+    return ",".join(format_value(v) for v in value)
+  return str(value)
+
+
+def short_names(fields: Sequence[str]) -> dict[str, str]:
+  """Each dotted path's shortest unambiguous suffix (``model.activation`` -> ``activation``)."""
+  out = {}
+  for field in fields:
+    parts = field.split(".")
+    for k in range(1, len(parts) + 1):
+      suffix = ".".join(parts[-k:])
+      clash = [f for f in fields if f != field and
+               (f == suffix or f.endswith("." + suffix))]
+      if not clash:
+        out[field] = suffix
+        break
+    else:
+      out[field] = field
+  return out
+
+
+def run_name(values: Sequence[Mapping[str, Any]], seed: int,
+             names: Mapping[str, str]) -> str:
+  """``activation-swiglu_norm_type-rmsnorm_s0``: the axis fields plus the seed."""
+  parts = [f"{safe(names[k])}-{safe(format_value(v))}"
+           for value in values for k, v in value.items()]
+  return "_".join(parts or ["base"]) + f"_s{seed}"
+
+
+def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list[Axis], list[Run]]:
+  """Every run of ``sweep``: the product of its axes times its seeds, seed-major.
+
+  ``extra_overrides`` (command-line ``--config.a.b=v``) apply to every run
+  after the sweep's own. Duplicate run names are a ConfigError.
+  """
+  axes = [normalize_axis(a) for a in sweep.axes]
+  seeds = [int(s) for s in sweep.seeds]
+  if not seeds:
+    raise ConfigError("the sweep has no seeds.")
+  if len(set(seeds)) != len(seeds):
+    raise ConfigError(f"seeds {seeds} repeat a seed.")
+  base = {**dict(sweep.overrides), **dict(extra_overrides or {})}
+  fields = list(dict.fromkeys(f for a in axes for f in a.fields))
+  names = short_names(fields)
+  runs, seen = [], {}
+  # Seeds outermost: runs execute in this order, so a sweep stopped half-way
+  # has every point with its first seeds rather than some points with all.
+  for seed in seeds:
+    for combo in itertools.product(*(a.values for a in axes)):
+      overrides = dict(base)
+      for value in combo:
+        overrides.update(value)
+      overrides["seed"] = seed
+      name = run_name(combo, seed, names)
+      if name in seen:
+        raise ConfigError(f"two points of the sweep have the same name {name!r}: "
+                          f"{seen[name]} and {combo}; make the axis values distinct.")
+      seen[name] = combo
+      runs.append(Run(name, seed, tuple(dict(v) for v in combo), overrides))
+  return axes, runs
+
+
+def reference_index(axis: Axis, base_values: Mapping[str, Any]) -> int:
+  """The axis value that the others are compared with.
+
+  The value equal to the base config on every field it sets (``{}`` always
+  is); otherwise the first value.
+  """
+  for i, value in enumerate(axis.values):
+    if all(base_values.get(k) == v for k, v in value.items()):
+      return i
+  return 0
+
+
+def load_experiment(spec: str) -> Sweep:
+  """``experiments/activations.py[:tiny]`` -> the file's ``get_sweep(variant)``."""
+  path, _, variant = spec.partition(":")
+  file = pathlib.Path(path)
+  if not file.is_file():
+    raise ConfigError(f"sweep file {path!r} does not exist.")
+  module_spec = importlib.util.spec_from_file_location(f"_sweep_{file.stem}", file)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  if not hasattr(module, "get_sweep"):
+    raise ConfigError(f"{path} defines no get_sweep(variant).")
+  try:
+    sweep = module.get_sweep(variant) if variant else module.get_sweep()
+  except ValueError as e:
+    raise ConfigError(f"{spec}: {e}") from None
+  if not isinstance(sweep, Sweep):
+    raise ConfigError(f"{path}: get_sweep() must return a tfx_jax.sweep.Sweep.")
+  return sweep
+
+
+def parse_axis_flag(text: str) -> dict[str, list[str]]:
+  """``model.activation=relu,swiglu`` -> {"model.activation": ["relu", "swiglu"]}.
+
+  Several fields joined by ``;`` move together (a zipped axis):
+  ``"model.d_model=64,128;model.num_heads=2,4"``.
+  """
+  axis = {}
+  for part in text.split(";"):
+    path, eq, values = part.partition("=")
+    path = path.strip()
+    if not eq or not path:
+      raise ConfigError(f"--axis {text!r}: expected PATH=V1,V2,... such as "
+                        "model.activation=relu,swiglu.")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not items:
+      raise ConfigError(f"axis {path} has no values (--axis {text!r}).")
+    axis[path.removeprefix("config.")] = items
+  return axis
+
+
+def parse_seeds(text: str) -> list[int]:
+  """``0,1,2`` or ``0-4`` -> list of seeds."""
+  try:
+    if "-" in text and "," not in text:
+      lo, hi = text.split("-")
+      return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",") if s.strip()]
+  except ValueError:
+    raise ConfigError(f"--seeds={text!r}: expected integers such as 0,1,2 or 0-4.") from None
