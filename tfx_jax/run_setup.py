@@ -152,15 +152,34 @@ def load_tokenizer(config):
   return tok
 
 
-def make_data(config, tokenizer, split: str, *, train: bool):
-  """This process's batches of ``split``: endless and seeded (train) or one
-  pass over the fixed evaluation shuffle (``EVAL_SEED``)."""
-  n, i = jax.process_count(), jax.process_index()
+def make_data(config, tokenizer, split: str, *, train: bool,
+              process_index: int | None = None, process_count: int | None = None):
+  """This process's rows of the run's global batches of ``split``: endless and
+  seeded (train) or one pass over the fixed evaluation shuffle (``EVAL_SEED``).
+
+  Every process reads the same global stream (grain: shuffle, tokenize, pack,
+  batch) and keeps its contiguous block of rows of each batch, so that the
+  global batch, and so the losses, are the same on 1 or N processes, every
+  process sees the same number of evaluation batches (the last one padded
+  with zero-weight rows), and the iterator state, identical on every process,
+  restores on any number of processes. The price is that each host tokenizes
+  and packs the whole global batch, which is small next to a step of a model
+  large enough to need many hosts.
+  """
+  n = jax.process_count() if process_count is None else process_count
+  i = jax.process_index() if process_index is None else process_index
   batch = config.train.batch_size if train else config.eval.batch_size
-  return pipeline.make_dataset(
-      config.data, config.task, split, batch_size=batch // n, seq_len=config.train.seq_len,
-      seed=int(config.seed) if train else EVAL_SEED, tokenizer=tokenizer, shard_index=i,
-      shard_count=n, shuffle=True, num_epochs=None if train else 1)
+  if batch % n:
+    raise ConfigError(f"{'train' if train else 'eval'}.batch_size={batch} must be "
+                      f"divisible by the number of processes ({n})")
+  ds = pipeline.make_dataset(
+      config.data, config.task, split, batch_size=batch, seq_len=config.train.seq_len,
+      seed=int(config.seed) if train else EVAL_SEED, tokenizer=tokenizer,
+      shuffle=True, num_epochs=None if train else 1)
+  if n == 1:
+    return ds
+  rows = slice(i * (batch // n), (i + 1) * (batch // n))
+  return ds.map(lambda b: {k: v[rows] for k, v in b.items()})
 
 
 # -------------------------------------------------------------- the steps

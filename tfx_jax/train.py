@@ -2,6 +2,12 @@
 
 Any field can be overridden: ``--config.model.activation=swiglu``. Running the
 same command again resumes from the workdir's latest checkpoint.
+
+Multi-process runs (one process per host, or per GPU) add ``--distributed``
+and start the same command in every process: JAX's multi-controller runtime
+is initialised from ``--coordinator_address``, ``--num_processes`` and
+``--process_id``, or, with none of them, from the environment JAX detects
+(SLURM, Cloud TPU VMs, Open MPI). See ``tfx_jax.distributed``.
 """
 
 from __future__ import annotations
@@ -21,8 +27,18 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Directory for checkpoints and logs.", flag_values=FLAGS)
 _DISTRIBUTED = flags.DEFINE_bool(
-    "distributed", False, "Call jax.distributed.initialize() (multi-host runs).",
+    "distributed", False, "Initialise jax.distributed (multi-process runs): from the "
+    "three flags below, or with none of them from the environment (SLURM, TPU VM, "
+    "Open MPI).", flag_values=FLAGS)
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0's coordinator (with "
+    "--distributed).", flag_values=FLAGS)
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Number of processes of the run (with --distributed).",
     flag_values=FLAGS)
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "This process's index in [0, num_processes) (with "
+    "--distributed).", flag_values=FLAGS)
 flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
 
 
@@ -30,11 +46,22 @@ def main(argv):
   if len(argv) > 1:
     print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
     sys.exit(2)
+  from tfx_jax import distributed
+  try:
+    spec = distributed.spec_from_flags(
+        _DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
+        num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   # Deferred: jax and the trainer load only when a run starts, so --help and
   # flag errors answer at once.
-  import jax
-  if _DISTRIBUTED.value:
-    jax.distributed.initialize()
+  if spec is not None:
+    try:
+      distributed.initialize(spec)
+    except ConfigError as e:
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
   from tfx_jax import trainer
   try:
     result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
