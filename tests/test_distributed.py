@@ -1,0 +1,163 @@
+"""Multi-process training: two processes on localhost (gloo), and under ``srun -n 2``.
+
+Every process runs ``python -m tfx_jax.train ... --distributed`` over one CPU
+device; JAX's coordinator listens on a free localhost port. The global batch
+is the same on one or two processes (each keeps its rows of it), so the two
+runs see the same data and differ only by float32 rounding: the data-parallel
+gradient is summed by a gloo all-reduce of two partial sums, not in one
+device's order. That rounding (~1e-7 relative per sum) grows over 20 Adam
+steps to ~1e-6 on the losses, so they are compared at rel=1e-5, two orders
+tighter than any real difference (another seed differs by > 1e-2).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import free_port, wait_until
+from tfx_jax import metrics
+from tfx_jax import status as status_lib
+from test_configs import ROOT, cli_flags, compilation_cache, run_cli, subprocess_env
+
+pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+
+TOLERANCE = {"rel": 1e-5, "abs": 1e-6}
+COMPARED = ("train/loss", "train/nll", "train/grad_norm", "eval/loss", "eval/perplexity")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+  return tmp_path_factory.getbasetemp() / "jax_cache"
+
+
+def scalars(workdir) -> dict:
+  return metrics.read_scalars(pathlib.Path(workdir) / "tensorboard")
+
+
+def start(workdir, num_processes: int, cache_dir, overrides: dict | None = None,
+          port: int | None = None) -> list[subprocess.Popen]:
+  """``num_processes`` training processes of one run, coordinated on localhost."""
+  port = port or free_port()
+  procs = []
+  for i in range(num_processes):
+    args = [sys.executable, "-m", "tfx_jax.train", "--config", "configs/lm.py:tiny",
+            "--workdir", str(workdir), *cli_flags(overrides), "--distributed",
+            f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={num_processes}",
+            f"--process_id={i}"]
+    log = open(pathlib.Path(workdir).parent / f"{pathlib.Path(workdir).name}.{i}.log", "ab")
+    procs.append(subprocess.Popen(args, cwd=ROOT, env=subprocess_env(cache_dir),
+                                  stdout=log, stderr=subprocess.STDOUT))
+  return procs
+
+
+def finish(procs, workdir, timeout=240) -> None:
+  for i, proc in enumerate(procs):
+    code = proc.wait(timeout=timeout)
+    log = pathlib.Path(workdir).parent / f"{pathlib.Path(workdir).name}.{i}.log"
+    assert code == 0, f"process {i} exited {code}:\n{log.read_text()[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, cache_dir):
+  workdir = tmp_path_factory.mktemp("one") / "run"
+  with compilation_cache(cache_dir):
+    code, _, err = run_cli(["--config", f"{ROOT / 'configs/lm.py'}:tiny", "--workdir",
+                            workdir, *cli_flags()])
+  assert code == 0, err[-3000:]
+  return scalars(workdir)
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory, cache_dir):
+  workdir = tmp_path_factory.mktemp("two") / "run"
+  workdir.mkdir()
+  finish(start(workdir, 2, cache_dir), workdir)
+  return workdir
+
+
+def assert_close(got: dict, want: dict) -> None:
+  for tag in COMPARED:
+    assert [s for s, _ in got[tag]] == [s for s, _ in want[tag]], tag
+    for (step, a), (_, b) in zip(got[tag], want[tag]):
+      assert a == pytest.approx(b, **TOLERANCE), (tag, step)
+
+
+@pytest.mark.slow
+def test_two_processes_train_and_evaluate_to_the_one_process_numbers(one_process,
+                                                                     two_processes):
+  got = scalars(two_processes)
+  assert_close(got, one_process)
+  assert [s for s, _ in got["eval/loss"]] == [10, 20]
+  # Only process 0 writes TensorBoard, status.json and the console.
+  assert len(list((two_processes / "tensorboard").glob("events.*"))) == 1
+  assert status_lib.read_status(two_processes)["state"] == "finished"
+  logs = [(two_processes.parent / f"run.{i}.log").read_text() for i in range(2)]
+  assert "Finished at step 20" in logs[0] and "Finished at step 20" not in logs[1]
+  assert "step     20/20" not in logs[1]
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_process_then_restarting_both_resumes_exactly(two_processes,
+                                                                    tmp_path, cache_dir):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  # Checkpoints every 5 steps leave time to kill the run between two of them.
+  overrides = {"checkpoint.every_steps": 5}
+  procs = start(workdir, 2, cache_dir, overrides)
+  ckpts = workdir / "checkpoints"
+  wait_until(lambda: (ckpts / "5").is_dir() or any(p.poll() is not None for p in procs),
+             240, "no checkpoint at step 5")
+  # The coordinator and checkpoint primary dies; its peer is then stuck in a
+  # collective (or fails on the lost coordinator) and is killed too.
+  procs[0].send_signal(signal.SIGKILL)
+  procs[0].wait()
+  time.sleep(0.5)
+  procs[1].send_signal(signal.SIGKILL)
+  procs[1].wait()
+  status = status_lib.read_status(workdir) or {}
+  assert status.get("state") != "finished", "the run finished before it was killed"
+  finish(start(workdir, 2, cache_dir, overrides), workdir)
+  log = (workdir.parent / "run.0.log").read_text()
+  assert "Resumed from step " in log
+  got, want = scalars(workdir), scalars(two_processes)
+  for tag in ("train/loss", "train/grad_norm", "eval/loss"):
+    assert got[tag] == want[tag], tag  # bitwise: same process count, same order
+
+
+@pytest.mark.slow
+def test_srun_two_tasks_train_to_the_one_process_numbers(slurm_cluster, one_process,
+                                                         tmp_path, cache_dir):
+  workdir = tmp_path / "run"
+  # With no --coordinator_address/--num_processes/--process_id, JAX reads them
+  # from SLURM's task environment; the coordinator port is pinned to a free one.
+  env = {**subprocess_env(cache_dir), **slurm_cluster,
+         "JAX_COORDINATOR_PORT": str(free_port())}
+  proc = subprocess.run(
+      ["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable, "-m", "tfx_jax.train",
+       "--config", "configs/lm.py:tiny", "--workdir", str(workdir), *cli_flags(),
+       "--distributed"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert proc.stdout.count("Finished at step 20") == 1  # process 0 only
+  assert_close(scalars(workdir), one_process)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--num_processes=2"], "need(s) --distributed"),
+    (["--distributed", "--num_processes=2"], "also needs --coordinator_address"),
+    (["--distributed", "--coordinator_address=localhost", "--num_processes=2",
+      "--process_id=0"], "must be host:port"),
+    (["--distributed", "--coordinator_address=localhost:1", "--num_processes=2",
+      "--process_id=2"], "must be in [0"),
+])
+def test_bad_distributed_flags_exit_2_before_jax_starts(flags, message, tmp_path):
+  code, _, err = run_cli(["--config", f"{ROOT / 'configs/lm.py'}:tiny", "--workdir",
+                          tmp_path / "run", *flags])
+  assert code == 2 and message in err and "Traceback" not in err
+  assert not (tmp_path / "run").exists()
