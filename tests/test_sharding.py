@@ -201,3 +201,23 @@ def test_checkpoint_restores_across_meshes_and_process_counts(tmp_path):
   assert got[1]["mesh"] == {"data": 1, "fsdp": 2, "tensor": 1} and got[1]["leaves"] > 20
   back = json.loads(_output(_run(_RESTORE, ["restore", ckpt + "_moved", mixed, values], 8)))
   assert back["devices"] == 8 and back["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2}
+
+
+def test_summary_shows_each_parameters_sharding_and_the_memory_per_device():
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_jax.summary", "--config", "configs/lm.py:llama_7b",
+       "--mesh", "data=2,fsdp=2,tensor=2"], cwd=ROOT, capture_output=True, text=True,
+      env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"), timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = proc.stdout.splitlines()
+  row = next(l for l in lines if l.startswith("decoder/layers/ffn/wi/kernel "))
+  assert row.split()[-6:] == ["(None,", "fsdp,", "tensor)", "(32,", "2048,", "5504)"]
+  # 6,738,415,616 float32 parameters, nearly all split 4 ways (fsdp x tensor);
+  # AdamW keeps two moments of each, sharded the same way.
+  assert lines[-2] == "per device: params 6.28 GiB  optimizer 12.55 GiB"
+  assert "(8 devices)" in lines[-3]
+  bad = subprocess.run(
+      [sys.executable, "-m", "tfx_jax.summary", "--config", "configs/lm.py:tiny",
+       "--mesh", "data=2,fsdq=2"], cwd=ROOT, capture_output=True, text=True,
+      env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"), timeout=300)
+  assert bad.returncode == 2 and "fsdq" in bad.stderr and "Traceback" not in bad.stderr

@@ -295,6 +295,20 @@ def evaluate_batches(eval_step, params, batches: Iterable[dict], mesh, *,
 
 
 # ---------------------------------------------------------- state and mesh
+def state_initializer(config, model_cfg: ModelConfig, tx: optax.GradientTransformation):
+  """``init(rng) -> TrainState`` whose params and optimizer moments are boxed
+  with their logical axis names (``jax.eval_shape`` it for shapes and names)."""
+  model = build_model(model_cfg)
+  inputs = dummy_inputs(model_cfg, 1, min(config.train.seq_len, model_cfg.max_len))
+
+  def init_boxed(rng):
+    params = model.init({"params": rng}, **inputs)["params"]
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      opt_state=tx.init(params), rng=rng)
+
+  return init_boxed
+
+
 class ShardedRun:
   """The mesh, abstract sharded state and jitted steps of one run config."""
 
@@ -307,15 +321,7 @@ class ShardedRun:
                              num_train_steps=t.num_steps)
     self.schedule = make_schedule(config.optim, d_model=model_cfg.d_model,
                                   num_train_steps=t.num_steps)
-    model = build_model(model_cfg)
-    inputs = dummy_inputs(model_cfg, 1, min(t.seq_len, model_cfg.max_len))
-
-    def init_boxed(rng):
-      params = model.init({"params": rng}, **inputs)["params"]
-      return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                        opt_state=self.tx.init(params), rng=rng)
-
-    self._init_boxed = init_boxed
+    self._init_boxed = init_boxed = state_initializer(config, model_cfg, self.tx)
     key = jax.random.PRNGKey(int(config.seed))
     boxed = jax.eval_shape(init_boxed, key)
     self.state_shardings = sharding_lib.shardings_of(boxed, self.mesh)
