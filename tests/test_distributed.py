@@ -12,6 +12,7 @@ tighter than any real difference (another seed differs by > 1e-2).
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import signal
@@ -19,12 +20,17 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from conftest import free_port, wait_until
 from tfx_jax import metrics
+from tfx_jax import run_setup
 from tfx_jax import status as status_lib
-from test_configs import ROOT, cli_flags, compilation_cache, run_cli, subprocess_env
+from tfx_jax.data import pipeline
+from tfx_jax.errors import ConfigError
+from test_configs import (ROOT, cli_flags, compilation_cache, run_cli, subprocess_env,
+                          tiny_config)
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
 
@@ -161,3 +167,59 @@ def test_bad_distributed_flags_exit_2_before_jax_starts(flags, message, tmp_path
                           tmp_path / "run", *flags])
   assert code == 2 and message in err and "Traceback" not in err
   assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------ data per process
+def _small_source(monkeypatch, n: int) -> None:
+  """make_data reads ``n`` short in-memory documents instead of the corpus."""
+  real = pipeline.make_dataset
+  docs = [{"text": f"document {i}: " + "to be or not to be " * (1 + i % 5)}
+          for i in range(n)]
+  monkeypatch.setattr(pipeline, "make_dataset",
+                      lambda *a, **kw: real(*a, source=docs, **kw))
+
+
+def test_processes_keep_their_rows_of_the_same_global_batches(monkeypatch):
+  _small_source(monkeypatch, 23)
+  config = tiny_config(overrides={"eval.batch_size": 8, "train.batch_size": 8})
+  tokenizer = run_setup.load_tokenizer(config)
+  for split, train in (("train", True), ("validation", False)):
+    def batches(i, n):
+      it = iter(run_setup.make_data(config, tokenizer, split, train=train, process_index=i,
+                                    process_count=n))
+      return list(itertools.islice(it, 6))
+
+    one, parts = batches(0, 1), [batches(i, 2) for i in range(2)]
+    # The same number of batches on every process (no stalled collective) ...
+    assert len(parts[0]) == len(parts[1]) == len(one)
+    for whole, first, second in zip(one, *parts):
+      # ... and together exactly the one-process global batch.
+      for key in whole:
+        assert first[key].shape[0] == second[key].shape[0] == 4
+        np.testing.assert_array_equal(np.concatenate([first[key], second[key]]),
+                                      whole[key])
+    if not train:
+      # 23 short documents pack into fewer rows than 6 batches: the last batch is
+      # padded with zero-weight rows, which the evaluation sums weigh out.
+      assert len(one) < 6 and one[-1]["weights"][-1].sum() == 0
+  with pytest.raises(ConfigError, match="divisible by the number of processes"):
+    run_setup.make_data(config, tokenizer, "train", train=True, process_index=0,
+                        process_count=3)
+
+
+_LOCKED = """
+import sys, time
+from tfx_jax.data import sources
+with sources.build_lock(sys.argv[1], "tfx_shakespeare"):
+  with open(sys.argv[2], "a") as f:
+    f.write("start\\n"); f.flush(); time.sleep(0.5); f.write("end\\n")
+"""
+
+
+def test_datasets_and_tokenizers_are_built_by_one_process_at_a_time(tmp_path):
+  log = tmp_path / "log"
+  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+  procs = [subprocess.Popen([sys.executable, "-c", _LOCKED, str(tmp_path), str(log)],
+                            env=env) for _ in range(2)]
+  assert [p.wait(timeout=120) for p in procs] == [0, 0]
+  assert log.read_text().split() == ["start", "end", "start", "end"]
