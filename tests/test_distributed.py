@@ -169,6 +169,18 @@ def test_bad_distributed_flags_exit_2_before_jax_starts(flags, message, tmp_path
   assert not (tmp_path / "run").exists()
 
 
+def test_distributed_without_flags_or_a_cluster_exits_2(tmp_path):
+  env = {k: v for k, v in subprocess_env(tmp_path / "cache").items()
+         if not k.startswith(("SLURM_", "OMPI_", "PMI_"))}
+  proc = subprocess.run([sys.executable, "-m", "tfx_jax.train", "--config",
+                         "configs/lm.py:tiny", "--workdir", str(tmp_path / "run"),
+                         "--distributed"], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "found no cluster to join" in proc.stderr and "Traceback" not in proc.stderr
+  assert not (tmp_path / "run").exists()
+
+
 # ------------------------------------------------------------ data per process
 def _small_source(monkeypatch, n: int) -> None:
   """make_data reads ``n`` short in-memory documents instead of the corpus."""

@@ -83,7 +83,8 @@ def initialize(spec: DistributedSpec) -> None:
   except ValueError as e:
     # jax raises ValueError when nothing was given and no cluster is detected.
     raise ConfigError(
-        f"--distributed: {e} Pass --coordinator_address, --num_processes and "
+        f"--distributed found no cluster to join (no SLURM, TPU VM or Open MPI "
+        f"environment; jax: {e}). Pass --coordinator_address, --num_processes and "
         "--process_id, or start the processes with srun, mpirun or on a TPU VM.") from e
 
 
