@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from absl import flags
+
 from tfx_jax.errors import ConfigError
 
 
@@ -31,6 +33,37 @@ class DistributedSpec:
   coordinator_address: str | None = None
   num_processes: int | None = None
   process_id: int | None = None
+
+
+def define_flags(flag_values: flags.FlagValues) -> None:
+  """``--distributed``, ``--coordinator_address``, ``--num_processes``, ``--process_id``."""
+  flags.DEFINE_bool(
+      "distributed", False, "Initialise jax.distributed (multi-process runs): from the "
+      "three flags below, or with none of them from the environment (SLURM, TPU VM, "
+      "Open MPI).", flag_values=flag_values)
+  flags.DEFINE_string(
+      "coordinator_address", None, "host:port of process 0's coordinator (with "
+      "--distributed).", flag_values=flag_values)
+  flags.DEFINE_integer(
+      "num_processes", None, "Number of processes of the run (with --distributed).",
+      flag_values=flag_values)
+  flags.DEFINE_integer(
+      "process_id", None, "This process's index in [0, num_processes) (with "
+      "--distributed).", flag_values=flag_values)
+
+
+def initialize_from_flags(flag_values: flags.FlagValues) -> None:
+  """Checks the flags of ``define_flags`` and initialises jax.distributed if asked.
+
+  Call before any other JAX call. Raises ConfigError (the command's exit 2).
+  """
+  spec = spec_from_flags(
+      flag_values["distributed"].value,
+      coordinator_address=flag_values["coordinator_address"].value,
+      num_processes=flag_values["num_processes"].value,
+      process_id=flag_values["process_id"].value)
+  if spec is not None:
+    initialize(spec)
 
 
 def spec_from_flags(distributed: bool, *, coordinator_address: str | None,

@@ -22,6 +22,7 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from tfx_jax import sharding as sharding_lib
@@ -279,9 +280,11 @@ def evaluate_batches(eval_step, params, batches: Iterable[dict], mesh, *,
                      on_batch: Callable[[dict, Any], None] | None = None) -> dict:
   """Sums of ``eval_step`` over ``batches`` (at most ``max_batches``; 0: all).
 
-  ``on_batch(batch, predictions)`` sees every host batch with its predictions
-  (the evaluation command writes hypotheses from them). Returns None when no
-  batch came.
+  ``on_batch(batch, predictions)`` sees every global batch with its
+  predictions (the evaluation command writes hypotheses from them; with
+  several processes, each process's rows are gathered first). Every process
+  must see as many batches (``make_data`` guarantees it), or the collectives
+  of the step wait forever. Returns None when no batch came.
   """
   total = None
   for i, batch in enumerate(batches):
@@ -290,6 +293,10 @@ def evaluate_batches(eval_step, params, batches: Iterable[dict], mesh, *,
     sums, pred = eval_step(params, sharding_lib.global_batch(batch, mesh))
     total = tasks.add_sums(total, jax.device_get(sums))
     if on_batch is not None:
+      if jax.process_count() > 1:
+        from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+        batch = jax.tree.map(np.asarray,
+                             multihost_utils.process_allgather(batch, tiled=True))
       on_batch(batch, jax.device_get(pred))
   return total
 

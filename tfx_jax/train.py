@@ -17,6 +17,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
+from tfx_jax import distributed
 from tfx_jax.cli import new_flags, run_main
 from tfx_jax.errors import ConfigError
 
@@ -26,19 +27,7 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True, flag_values=FLAGS)
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Directory for checkpoints and logs.", flag_values=FLAGS)
-_DISTRIBUTED = flags.DEFINE_bool(
-    "distributed", False, "Initialise jax.distributed (multi-process runs): from the "
-    "three flags below, or with none of them from the environment (SLURM, TPU VM, "
-    "Open MPI).", flag_values=FLAGS)
-_COORDINATOR = flags.DEFINE_string(
-    "coordinator_address", None, "host:port of process 0's coordinator (with "
-    "--distributed).", flag_values=FLAGS)
-_NUM_PROCESSES = flags.DEFINE_integer(
-    "num_processes", None, "Number of processes of the run (with --distributed).",
-    flag_values=FLAGS)
-_PROCESS_ID = flags.DEFINE_integer(
-    "process_id", None, "This process's index in [0, num_processes) (with "
-    "--distributed).", flag_values=FLAGS)
+distributed.define_flags(FLAGS)
 flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
 
 
@@ -46,22 +35,13 @@ def main(argv):
   if len(argv) > 1:
     print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
     sys.exit(2)
-  from tfx_jax import distributed
+  # Before jax starts; jax and the trainer load only when a run starts, so
+  # --help and flag errors answer at once.
   try:
-    spec = distributed.spec_from_flags(
-        _DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
-        num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
+    distributed.initialize_from_flags(FLAGS)
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  # Deferred: jax and the trainer load only when a run starts, so --help and
-  # flag errors answer at once.
-  if spec is not None:
-    try:
-      distributed.initialize(spec)
-    except ConfigError as e:
-      print(f"error: {e}", file=sys.stderr)
-      sys.exit(2)
   from tfx_jax import trainer
   try:
     result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
