@@ -1,6 +1,7 @@
 """Multi-process runs: JAX's multi-controller runtime, started from flags or the cluster.
 
-Every process runs the same program (``python -m tfx_jax.train ... --distributed``)
+Every process runs the same program (``python -m tfx_jax.train ... --distributed``,
+or ``python -m tfx_jax.evaluate ... --distributed``)
 over all devices of all processes; ``jax.distributed.initialize`` connects them
 through a coordinator (process 0). Its three parameters come either all from
 the command line or all from the environment that JAX detects (SLURM's
