@@ -88,8 +88,8 @@ def _output(proc: subprocess.Popen) -> str:
   return out.strip().splitlines()[-1] if out.strip() else ""
 
 
-def _train(meshes: list[dict], devices: int) -> list[dict]:
-  return json.loads(_output(_run(_TRAIN, [json.dumps(meshes)], devices)))
+def _train(meshes: list[dict], devices: int) -> subprocess.Popen:
+  return _run(_TRAIN, [json.dumps(meshes)], devices)
 
 
 # The rules, restated: logical axis -> mesh axis (README's sharding table).
@@ -114,10 +114,11 @@ def _expected_names(path: str):
 
 @pytest.mark.slow
 def test_data_fsdp_tensor_and_mixed_meshes_match_one_device():
-  [one] = _train([{"data": -1, "fsdp": 1, "tensor": 1}], 1)
-  eight = _train([{"data": -1, "fsdp": 1, "tensor": 1}, {"data": 1, "fsdp": -1, "tensor": 1},
-                  {"data": 2, "fsdp": 2, "tensor": 2}], 8)
-  [tensor] = _train([{"data": 1, "fsdp": 1, "tensor": -1}], 2)
+  runs = [_train([{"data": -1, "fsdp": 1, "tensor": 1}], 1),
+          _train([{"data": -1, "fsdp": 1, "tensor": 1}, {"data": 1, "fsdp": -1, "tensor": 1},
+                  {"data": 2, "fsdp": 2, "tensor": 2}], 8),
+          _train([{"data": 1, "fsdp": 1, "tensor": -1}], 2)]
+  [one], eight, [tensor] = (json.loads(_output(proc)) for proc in runs)
   assert one["devices"] == 1 and eight[0]["devices"] == 8 and tensor["devices"] == 2
   for run in (*eight, tensor):
     for a, b in zip(one["losses"], run["losses"]):
