@@ -69,13 +69,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunRe
     # same command resumes from the last checkpoint.
     step = _last_step(ckpt)
     _write_status(workdir_path, "preempted", step,
-                            reason=f"interrupted; resumes from step {step}")
+                  reason=f"interrupted; resumes from step {step}")
     raise
   except ConfigError:
     raise  # bad input: the workdir's previous status still holds
   except Exception as e:
     _write_status(workdir_path, "failed", _last_step(ckpt),
-                            reason=f"{type(e).__name__}: {e}")
+                  reason=f"{type(e).__name__}: {e}")
     raise
   finally:
     ckpt.close()
@@ -179,7 +179,7 @@ class _TrainingLoop:
         if compile_seconds is None:
           compile_seconds = self._compile(batch)
           _write_status(self.workdir, "running", start_step,
-                                  compile_seconds=round(compile_seconds, 3))
+                        compile_seconds=round(compile_seconds, 3))
           self.timer = (self.timer[0], time.time(), self.timer[2])
         self.state, metrics = self.train_step(self.state, batch)
         step += 1
