@@ -39,9 +39,9 @@ class DistributedSpec:
 def define_flags(flag_values: flags.FlagValues) -> None:
   """``--distributed``, ``--coordinator_address``, ``--num_processes``, ``--process_id``."""
   flags.DEFINE_bool(
-      "distributed", False, "Initialise jax.distributed (multi-process runs): from the "
-      "three flags below, or with none of them from the environment (SLURM, TPU VM, "
-      "Open MPI).", flag_values=flag_values)
+      "distributed", False, "Initialise jax.distributed (multi-process runs) from "
+      "--coordinator_address, --num_processes and --process_id, or, with none of them, "
+      "from the environment (SLURM, TPU VM, Open MPI).", flag_values=flag_values)
   flags.DEFINE_string(
       "coordinator_address", None, "host:port of process 0's coordinator (with "
       "--distributed).", flag_values=flag_values)

@@ -44,6 +44,7 @@ _BEAM = flags.DEFINE_integer("beam_size", 4, "Translation: beam size (1 = greedy
 _ALPHA = flags.DEFINE_float("alpha", 0.6, "Translation: GNMT length penalty alpha.",
                             flag_values=FLAGS)
 distributed.define_flags(FLAGS)
+flags.adopt_module_key_flags(distributed, flag_values=FLAGS)  # listed in --help
 flags.mark_flag_as_required("workdir", flag_values=FLAGS)
 
 

@@ -28,6 +28,7 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Directory for checkpoints and logs.", flag_values=FLAGS)
 distributed.define_flags(FLAGS)
+flags.adopt_module_key_flags(distributed, flag_values=FLAGS)  # listed in --help
 flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
 
 
