@@ -139,28 +139,39 @@ def test_two_processes_evaluate_a_split_to_the_one_process_metrics(one_process,
 
 
 @pytest.mark.slow
-def test_kill_9_of_one_process_then_restarting_both_resumes_exactly(two_processes,
-                                                                    tmp_path, cache_dir):
+def test_kill_9_of_either_process_then_restarting_both_resumes_exactly(two_processes,
+                                                                       tmp_path, cache_dir):
   workdir = tmp_path / "run"
   workdir.mkdir()
+  log0 = workdir.parent / "run.0.log"
   # Checkpoints every 5 steps leave time to kill the run between two of them.
   overrides = {"checkpoint.every_steps": 5}
+
+  def kill(procs, first: int) -> None:
+    # One process dies; its peer is then stuck in a collective (or fails on
+    # the lost coordinator) and is killed too, as a cluster manager would.
+    procs[first].send_signal(signal.SIGKILL)
+    procs[first].wait()
+    time.sleep(0.5)
+    procs[1 - first].send_signal(signal.SIGKILL)
+    procs[1 - first].wait()
+    assert (status_lib.read_status(workdir) or {}).get("state") != "finished", (
+        "the run finished before it was killed")
+
+  # 1. Process 0 (coordinator, checkpoint primary) dies after step 5's checkpoint.
   procs = start(workdir, 2, cache_dir, overrides)
-  ckpts = workdir / "checkpoints"
-  wait_until(lambda: (ckpts / "5").is_dir() or any(p.poll() is not None for p in procs),
-             240, "no checkpoint at step 5")
-  # The coordinator and checkpoint primary dies; its peer is then stuck in a
-  # collective (or fails on the lost coordinator) and is killed too.
-  procs[0].send_signal(signal.SIGKILL)
-  procs[0].wait()
-  time.sleep(0.5)
-  procs[1].send_signal(signal.SIGKILL)
-  procs[1].wait()
-  status = status_lib.read_status(workdir) or {}
-  assert status.get("state") != "finished", "the run finished before it was killed"
+  wait_until(lambda: (workdir / "checkpoints" / "5").is_dir()
+             or any(p.poll() is not None for p in procs), 240, "no checkpoint at step 5")
+  kill(procs, 0)
+  # 2. Restarted, process 1 dies at once after the resume, at any moment of
+  # the compilation or the first steps.
+  procs = start(workdir, 2, cache_dir, overrides)
+  wait_until(lambda: "Resumed from step " in log0.read_text(errors="replace")
+             or any(p.poll() is not None for p in procs), 240, "no resume")
+  kill(procs, 1)
+  # 3. Restarted again, the run finishes with the uninterrupted run's numbers.
   finish(start(workdir, 2, cache_dir, overrides), workdir)
-  log = (workdir.parent / "run.0.log").read_text()
-  assert "Resumed from step " in log
+  assert log0.read_text().count("Resumed from step ") == 2
   got, want = scalars(workdir), scalars(two_processes)
   for tag in ("train/loss", "train/grad_norm", "eval/loss"):
     assert got[tag] == want[tag], tag  # bitwise: same process count, same order
