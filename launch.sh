@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|train ARGS...|sweep ARGS...|report SWEEP_DIR}
+# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|train ARGS...|srun-train ARGS...|sweep ARGS...|report SWEEP_DIR}
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -15,6 +15,10 @@ usage: ./launch.sh COMMAND
   test            set up .venv and run the test suite
   train ARGS...   python -m tfx_jax.train ARGS... inside .venv
                   (e.g. --config configs/lm.py:tiny --workdir runs/lm_tiny)
+  srun-train ARGS...
+                  one run over all tasks of a SLURM allocation (sbatch,
+                  salloc): srun starts python -m tfx_jax.train --distributed
+                  ARGS... in every task (see scripts/train.sbatch)
   sweep ARGS...   python -m tfx_jax.sweep ARGS... inside .venv (e.g.
                   experiments/activations.py:tiny --parallel 2; --dry-run,
                   --executor slurm, --status, --retry-failed, --workdir)
@@ -69,6 +73,13 @@ case "${1:-}" in
     shift
     setup_venv
     "$PY" -m tfx_jax.train "$@"
+    ;;
+  srun-train)
+    shift
+    setup_venv  # once, here, not in every task
+    # One task per process; JAX reads the coordinator, the process count and
+    # this process's index from SLURM. A task that fails ends the others.
+    srun --kill-on-bad-exit=1 "$PY" -m tfx_jax.train --distributed "$@"
     ;;
   sweep)
     shift

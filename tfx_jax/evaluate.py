@@ -23,6 +23,7 @@ import sys
 
 from absl import flags
 
+from tfx_jax import distributed
 from tfx_jax import scoring
 from tfx_jax.cli import new_flags, run_main
 from tfx_jax.errors import ConfigError
@@ -42,25 +43,47 @@ _BEAM = flags.DEFINE_integer("beam_size", 4, "Translation: beam size (1 = greedy
                              flag_values=FLAGS)
 _ALPHA = flags.DEFINE_float("alpha", 0.6, "Translation: GNMT length penalty alpha.",
                             flag_values=FLAGS)
+distributed.define_flags(FLAGS)
+flags.adopt_module_key_flags(distributed, flag_values=FLAGS)  # listed in --help
 flags.mark_flag_as_required("workdir", flag_values=FLAGS)
 
 
 # ------------------------------------------------------------------- main
+def _check_processes(run, multiples) -> None:
+  """Several processes evaluate teacher-forced splits; decoding runs on one."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfx_jax import tasks  # pylint: disable=import-outside-toplevel
+  if jax.process_count() == 1:
+    return
+  if multiples or tasks.get(run.config.task).decode_split is not None:
+    what = "--lengths" if multiples else f"task={run.config.task!r} (decoding)"
+    raise ConfigError(f"{what} is evaluated by one process; run it without "
+                      "--distributed.")
+
+
 def main(argv):
   del argv
   # Deferred: jax, orbax and the model load only when the command runs, so
   # --help and flag errors answer at once.
+  try:
+    distributed.initialize_from_flags(FLAGS)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   from tfx_jax.saved_run import load_run
   try:
     # `is not None`: an empty --lengths= is a bad spec, not "no extrapolation".
     multiples = (scoring.parse_lengths(_LENGTHS.value)
                  if _LENGTHS.value is not None else None)
     run = load_run(_WORKDIR.value, _STEP.value)
+    _check_processes(run, multiples)
     out_dir = run.workdir / "eval"
     out_dir.mkdir(exist_ok=True)
     stem = out_dir / f"{_SPLIT.value}-{run.step}"
     if multiples:
       rows = scoring.extrapolation(run, _SPLIT.value, multiples, _MAX_BATCHES.value)
+      if not distributed.is_chief():
+        return
       print(scoring.format_extrapolation(rows, run.model_cfg.position))
       path = out_dir / f"{_SPLIT.value}-{run.step}.lengths.json"
       path.write_text(json.dumps(rows, indent=2))
@@ -71,6 +94,8 @@ def main(argv):
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  if not distributed.is_chief():
+    return  # process 0 writes and prints what all of them computed
   stem.with_suffix(".hyp.txt").write_text("".join(h.replace("\n", " ") + "\n" for h in hyps))
   stem.with_suffix(".ref.txt").write_text("".join(r.replace("\n", " ") + "\n" for r in refs))
   metrics.update(step=run.step, split=_SPLIT.value, task=run.config.task)

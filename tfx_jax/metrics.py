@@ -118,8 +118,23 @@ class MetricWriter:
     self._writer.file_writer.add_summary(session_start)
 
   def flush(self) -> None:
-    if self._writer is not None:
-      self._writer.flush()
+    """Writes every event added so far to disk before returning.
+
+    tensorboardX hands events to a background thread through a queue, and its
+    own flush() does not wait for that queue: a ``kill -9`` right after it
+    could lose the last points before a checkpoint. The thread is stopped
+    (it writes the queue up to its stop marker first) and started again.
+    """
+    if self._writer is None:
+      return
+    events = getattr(self._writer.file_writer, "event_writer", None)
+    worker = getattr(events, "_worker", None)
+    if worker is not None and hasattr(worker, "stop"):
+      worker.stop()
+      events._worker = type(worker)(events._event_queue, events._ev_writer,  # pylint: disable=protected-access
+                                    events._flush_secs)  # pylint: disable=protected-access
+      events._worker.start()  # pylint: disable=protected-access
+    self._writer.flush()
 
   def close(self) -> None:
     if self._writer is not None:

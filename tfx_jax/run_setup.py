@@ -22,6 +22,7 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from tfx_jax import sharding as sharding_lib
@@ -152,15 +153,34 @@ def load_tokenizer(config):
   return tok
 
 
-def make_data(config, tokenizer, split: str, *, train: bool):
-  """This process's batches of ``split``: endless and seeded (train) or one
-  pass over the fixed evaluation shuffle (``EVAL_SEED``)."""
-  n, i = jax.process_count(), jax.process_index()
+def make_data(config, tokenizer, split: str, *, train: bool,
+              process_index: int | None = None, process_count: int | None = None):
+  """This process's rows of the run's global batches of ``split``: endless and
+  seeded (train) or one pass over the fixed evaluation shuffle (``EVAL_SEED``).
+
+  Every process reads the same global stream (grain: shuffle, tokenize, pack,
+  batch) and keeps its contiguous block of rows of each batch, so that the
+  global batch, and so the losses, are the same on 1 or N processes, every
+  process sees the same number of evaluation batches (the last one padded
+  with zero-weight rows), and the iterator state, identical on every process,
+  restores on any number of processes. The price is that each host tokenizes
+  and packs the whole global batch, which is small next to a step of a model
+  large enough to need many hosts.
+  """
+  n = jax.process_count() if process_count is None else process_count
+  i = jax.process_index() if process_index is None else process_index
   batch = config.train.batch_size if train else config.eval.batch_size
-  return pipeline.make_dataset(
-      config.data, config.task, split, batch_size=batch // n, seq_len=config.train.seq_len,
-      seed=int(config.seed) if train else EVAL_SEED, tokenizer=tokenizer, shard_index=i,
-      shard_count=n, shuffle=True, num_epochs=None if train else 1)
+  if batch % n:
+    raise ConfigError(f"{'train' if train else 'eval'}.batch_size={batch} must be "
+                      f"divisible by the number of processes ({n})")
+  ds = pipeline.make_dataset(
+      config.data, config.task, split, batch_size=batch, seq_len=config.train.seq_len,
+      seed=int(config.seed) if train else EVAL_SEED, tokenizer=tokenizer,
+      shuffle=True, num_epochs=None if train else 1)
+  if n == 1:
+    return ds
+  rows = slice(i * (batch // n), (i + 1) * (batch // n))
+  return ds.map(lambda b: {k: v[rows] for k, v in b.items()})
 
 
 # -------------------------------------------------------------- the steps
@@ -260,9 +280,11 @@ def evaluate_batches(eval_step, params, batches: Iterable[dict], mesh, *,
                      on_batch: Callable[[dict, Any], None] | None = None) -> dict:
   """Sums of ``eval_step`` over ``batches`` (at most ``max_batches``; 0: all).
 
-  ``on_batch(batch, predictions)`` sees every host batch with its predictions
-  (the evaluation command writes hypotheses from them). Returns None when no
-  batch came.
+  ``on_batch(batch, predictions)`` sees every global batch with its
+  predictions (the evaluation command writes hypotheses from them; with
+  several processes, each process's rows are gathered first). Every process
+  must see as many batches (``make_data`` guarantees it), or the collectives
+  of the step wait forever. Returns None when no batch came.
   """
   total = None
   for i, batch in enumerate(batches):
@@ -271,11 +293,29 @@ def evaluate_batches(eval_step, params, batches: Iterable[dict], mesh, *,
     sums, pred = eval_step(params, sharding_lib.global_batch(batch, mesh))
     total = tasks.add_sums(total, jax.device_get(sums))
     if on_batch is not None:
+      if jax.process_count() > 1:
+        from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+        batch = jax.tree.map(np.asarray,
+                             multihost_utils.process_allgather(batch, tiled=True))
       on_batch(batch, jax.device_get(pred))
   return total
 
 
 # ---------------------------------------------------------- state and mesh
+def state_initializer(config, model_cfg: ModelConfig, tx: optax.GradientTransformation):
+  """``init(rng) -> TrainState`` whose params and optimizer moments are boxed
+  with their logical axis names (``jax.eval_shape`` it for shapes and names)."""
+  model = build_model(model_cfg)
+  inputs = dummy_inputs(model_cfg, 1, min(config.train.seq_len, model_cfg.max_len))
+
+  def init_boxed(rng):
+    params = model.init({"params": rng}, **inputs)["params"]
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      opt_state=tx.init(params), rng=rng)
+
+  return init_boxed
+
+
 class ShardedRun:
   """The mesh, abstract sharded state and jitted steps of one run config."""
 
@@ -288,15 +328,7 @@ class ShardedRun:
                              num_train_steps=t.num_steps)
     self.schedule = make_schedule(config.optim, d_model=model_cfg.d_model,
                                   num_train_steps=t.num_steps)
-    model = build_model(model_cfg)
-    inputs = dummy_inputs(model_cfg, 1, min(t.seq_len, model_cfg.max_len))
-
-    def init_boxed(rng):
-      params = model.init({"params": rng}, **inputs)["params"]
-      return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                        opt_state=self.tx.init(params), rng=rng)
-
-    self._init_boxed = init_boxed
+    self._init_boxed = init_boxed = state_initializer(config, model_cfg, self.tx)
     key = jax.random.PRNGKey(int(config.seed))
     boxed = jax.eval_shape(init_boxed, key)
     self.state_shardings = sharding_lib.shardings_of(boxed, self.mesh)

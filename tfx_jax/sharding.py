@@ -61,14 +61,26 @@ def shardings_of(abstract_boxed, mesh: Mesh, rules=LOGICAL_RULES):
   whose rank differs from their parameter's (Adafactor's factored moments),
   are replicated.
   """
-  def one(x):
-    if isinstance(x, nn.LogicallyPartitioned):
-      if len(x.names) != np.ndim(x.value):
-        return NamedSharding(mesh, P())
-      return NamedSharding(mesh, nn.logical_to_mesh_axes(x.names, rules))
-    return NamedSharding(mesh, P())
-  return jax.tree.map(one, abstract_boxed,
+  return jax.tree.map(lambda x: NamedSharding(mesh, leaf_spec(x, rules)), abstract_boxed,
                       is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+
+
+def leaf_spec(x, rules=LOGICAL_RULES) -> P:
+  """The PartitionSpec of one leaf of a boxed tree (see ``shardings_of``)."""
+  if isinstance(x, nn.LogicallyPartitioned) and len(x.names) == np.ndim(x.value):
+    return nn.logical_to_mesh_axes(x.names, rules)
+  return P()
+
+
+def shard_shape(shape, spec: P, mesh_shape: dict[str, int]) -> tuple[int, ...]:
+  """The block of a ``shape`` array each device holds under ``spec`` (rounded up)."""
+  out = []
+  for i, dim in enumerate(shape):
+    axes = spec[i] if i < len(spec) else None
+    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    k = int(np.prod([mesh_shape[a] for a in axes]))
+    out.append(-(-int(dim) // k))
+  return tuple(out)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

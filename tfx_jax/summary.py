@@ -1,9 +1,13 @@
 """Per-module parameter table of a config, without allocating the parameters.
 
   python -m tfx_jax.summary --config configs/lm.py:llama_7b
+  python -m tfx_jax.summary --config configs/lm.py:llama_7b --mesh data=2,fsdp=2,tensor=2
 
 Shapes come from ``jax.eval_shape`` of the initialiser, so a 65B preset prints
-in seconds. The last line is ``params: <total>``.
+in seconds. The last line is ``params: <total>``. With ``--mesh`` (no devices
+needed) it adds each parameter's sharding under ``sharding.LOGICAL_RULES`` and
+the block each device holds, then the memory per device of the parameters and
+of the optimizer state (``optim.*`` of the config), the last two lines.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file[:preset].", lock_config=True, flag_values=FLAGS)
 _DEPTH = flags.DEFINE_integer(
     "depth", 3, "How many levels of module names to group by.", flag_values=FLAGS)
+_MESH = flags.DEFINE_string(
+    "mesh", None, "A mesh to show the sharding and per-device memory on, e.g. "
+    "data=2,fsdp=2,tensor=2 (axes left out have size 1).", flag_values=FLAGS)
+
+MESH_AXES = ("data", "fsdp", "tensor")  # as tfx_jax.sharding (not imported: fast --help)
 
 
 def param_shapes(model_cfg):
@@ -61,14 +70,88 @@ def format_table(shapes: dict, depth: int = 3) -> str:
   return "\n".join(lines)
 
 
+def parse_mesh(text: str) -> dict[str, int]:
+  """``"data=2,fsdp=2,tensor=2"`` -> {"data": 2, "fsdp": 2, "tensor": 2}."""
+  sizes = dict.fromkeys(MESH_AXES, 1)
+  for part in filter(None, (p.strip() for p in text.split(","))):
+    name, _, value = part.partition("=")
+    if name not in sizes or not value.isdigit() or int(value) < 1:
+      raise ConfigError(
+          f"--mesh={text!r}: each part must be AXIS=SIZE with AXIS one of "
+          f"{', '.join(MESH_AXES)} and SIZE a positive integer, e.g. "
+          "--mesh data=2,fsdp=2,tensor=2.")
+    sizes[name] = int(value)
+  return sizes
+
+
+def _mib(n_bytes: float) -> str:
+  return f"{n_bytes / 2**20:,.1f} MiB" if n_bytes < 2**30 else f"{n_bytes / 2**30:,.2f} GiB"
+
+
+def sharding_report(config, model_cfg, mesh_shape: dict[str, int]) -> str:
+  """Each parameter's mesh axes and per-device block, then per-device memory."""
+  import math
+  import flax.linen as nn
+  import jax
+  from flax import traverse_util
+  from tfx_jax import run_setup, sharding
+  from tfx_jax.optim import make_optimizer
+
+  tx = make_optimizer(config.optim, d_model=model_cfg.d_model,
+                      num_train_steps=config.train.num_steps)
+  boxed = jax.eval_shape(run_setup.state_initializer(config, model_cfg, tx),
+                         jax.random.PRNGKey(0))
+  is_box = lambda x: isinstance(x, nn.LogicallyPartitioned)
+
+  def per_device_bytes(tree) -> int:
+    total = 0
+    for x in jax.tree.leaves(tree, is_leaf=is_box):
+      value = x.value if is_box(x) else x
+      block = sharding.shard_shape(value.shape, sharding.leaf_spec(x), mesh_shape)
+      total += math.prod(block) * value.dtype.itemsize
+    return total
+
+  def all_bytes(tree) -> int:
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(nn.unbox(tree)))
+
+  rows = []
+  for path, x in traverse_util.flatten_dict(boxed.params, is_leaf=lambda _, v: is_box(v)
+                                            ).items():
+    spec = sharding.leaf_spec(x)
+    axes = tuple(spec) + (None,) * (x.value.ndim - len(spec))
+    rows.append(("/".join(path), str(tuple(x.value.shape)),
+                 "(" + ", ".join(str(a) for a in axes) + ")",
+                 str(sharding.shard_shape(x.value.shape, spec, mesh_shape))))
+  header = ("parameter", "shape", "mesh axes", "per device")
+  widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+  lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+  n_devices = math.prod(mesh_shape.values())
+  params, opt = per_device_bytes(boxed.params), per_device_bytes(boxed.opt_state)
+  lines.append(f"mesh {' x '.join(f'{k}={v}' for k, v in mesh_shape.items())} "
+               f"({n_devices} devices); optimizer {config.optim.optimizer}; whole state "
+               f"{_mib(all_bytes(boxed.params) + all_bytes(boxed.opt_state))}")
+  lines.append(f"per device: params {_mib(params)}  optimizer {_mib(opt)}")
+  lines.append(f"per device total: {_mib(params + opt)} (without activations)")
+  return "\n".join(lines)
+
+
 def main(argv):
   del argv
   try:
     cfg = model_config_from_dict(_CONFIG.value.model)
+    mesh = parse_mesh(_MESH.value) if _MESH.value is not None else None
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   print(format_table(param_shapes(cfg), _DEPTH.value))
+  if mesh is not None:
+    try:
+      report = sharding_report(_CONFIG.value, cfg, mesh)
+    except ConfigError as e:
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+    print()
+    print(report)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,12 @@
 
 Any field can be overridden: ``--config.model.activation=swiglu``. Running the
 same command again resumes from the workdir's latest checkpoint.
+
+Multi-process runs (one process per host, or per GPU) add ``--distributed``
+and start the same command in every process: JAX's multi-controller runtime
+is initialised from ``--coordinator_address``, ``--num_processes`` and
+``--process_id``, or, with none of them, from the environment JAX detects
+(SLURM, Cloud TPU VMs, Open MPI). See ``tfx_jax.distributed``.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
+from tfx_jax import distributed
 from tfx_jax.cli import new_flags, run_main
 from tfx_jax.errors import ConfigError
 
@@ -20,9 +27,8 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True, flag_values=FLAGS)
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Directory for checkpoints and logs.", flag_values=FLAGS)
-_DISTRIBUTED = flags.DEFINE_bool(
-    "distributed", False, "Call jax.distributed.initialize() (multi-host runs).",
-    flag_values=FLAGS)
+distributed.define_flags(FLAGS)
+flags.adopt_module_key_flags(distributed, flag_values=FLAGS)  # listed in --help
 flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
 
 
@@ -30,11 +36,13 @@ def main(argv):
   if len(argv) > 1:
     print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
     sys.exit(2)
-  # Deferred: jax and the trainer load only when a run starts, so --help and
-  # flag errors answer at once.
-  import jax
-  if _DISTRIBUTED.value:
-    jax.distributed.initialize()
+  # Before jax starts; jax and the trainer load only when a run starts, so
+  # --help and flag errors answer at once.
+  try:
+    distributed.initialize_from_flags(FLAGS)
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   from tfx_jax import trainer
   try:
     result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)

@@ -50,6 +50,12 @@ def _console(msg: str) -> None:
     print(msg, flush=True)
 
 
+def _write_status(workdir, state: str, step: int, **fields) -> None:
+  """``status.json``, written by process 0 only (one writer per workdir)."""
+  if jax.process_index() == 0:
+    status_lib.write_status(workdir, state, step, **fields)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunResult:
   """Trains ``config`` in ``workdir``, resuming from its latest checkpoint."""
   model_cfg = run_setup.validate_run_config(config)
@@ -62,14 +68,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunRe
     # A second signal, or one before the loop: nothing new was saved, and the
     # same command resumes from the last checkpoint.
     step = _last_step(ckpt)
-    status_lib.write_status(workdir_path, "preempted", step,
-                            reason=f"interrupted; resumes from step {step}")
+    _write_status(workdir_path, "preempted", step,
+                  reason=f"interrupted; resumes from step {step}")
     raise
   except ConfigError:
     raise  # bad input: the workdir's previous status still holds
   except Exception as e:
-    status_lib.write_status(workdir_path, "failed", _last_step(ckpt),
-                            reason=f"{type(e).__name__}: {e}")
+    _write_status(workdir_path, "failed", _last_step(ckpt),
+                  reason=f"{type(e).__name__}: {e}")
     raise
   finally:
     ckpt.close()
@@ -148,7 +154,7 @@ class _TrainingLoop:
     if latest is not None and latest >= t.num_steps:
       _console(f"Run in {self.workdir} already finished at step {latest} "
                f"(train.num_steps={t.num_steps}); nothing to do.")
-      status_lib.write_status(self.workdir, "finished", latest, reason="already finished")
+      _write_status(self.workdir, "finished", latest, reason="already finished")
       return RunResult("finished", latest, {})
     self._build(latest)
     step = start_step = int(self.state.step)
@@ -157,7 +163,7 @@ class _TrainingLoop:
       self.writer.write_hparams(self.flat_config, HPARAM_METRICS)
     else:
       self.writer.mark_restart(start_step + 1)
-    status_lib.write_status(self.workdir, "running", start_step)
+    _write_status(self.workdir, "running", start_step)
     compile_seconds = None
     self.timer = (step, time.time(), 0.0)  # step, time, tokens since the last log
     pending = None  # the previous step's metrics, read one step late (no stall)
@@ -172,8 +178,8 @@ class _TrainingLoop:
         batch = sharding_lib.global_batch(batch, self.sharded.mesh)
         if compile_seconds is None:
           compile_seconds = self._compile(batch)
-          status_lib.write_status(self.workdir, "running", start_step,
-                                  compile_seconds=round(compile_seconds, 3))
+          _write_status(self.workdir, "running", start_step,
+                        compile_seconds=round(compile_seconds, 3))
           self.timer = (self.timer[0], time.time(), self.timer[2])
         self.state, metrics = self.train_step(self.state, batch)
         step += 1
@@ -274,7 +280,7 @@ class _TrainingLoop:
     if outcome == "diverged":
       self.writer.flush()
       self.ckpt.wait()
-      status_lib.write_status(self.workdir, "diverged", step, reason=reason, **extra)
+      _write_status(self.workdir, "diverged", step, reason=reason, **extra)
       _console(f"Run diverged: {reason}. Status written to "
                f"{self.workdir / 'status.json'}.")
       self.writer.close()
@@ -282,7 +288,7 @@ class _TrainingLoop:
     self._save(step, force=True)
     self.ckpt.wait()
     self.writer.close()
-    status_lib.write_status(self.workdir, outcome, step, reason=reason, **extra)
+    _write_status(self.workdir, outcome, step, reason=reason, **extra)
     if outcome == "preempted":
       _console(f"{reason}: saved a checkpoint at step {step}; run the same command "
                "to resume.")

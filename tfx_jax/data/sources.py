@@ -8,7 +8,9 @@ registries (PyPI, Debian) their sources come from.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import os
 import re
 from collections.abc import Sequence
@@ -123,20 +125,51 @@ def embedded_builder(name: str, data_dir: str | None = None
                       file_format="array_record", **kwargs)
 
 
+@contextlib.contextmanager
+def build_lock(data_dir: str | None, what: str):
+  """An exclusive lock on building ``what`` in ``data_dir``, across processes.
+
+  The processes of a multi-process run (and parallel sweep runs) all find an
+  embedded dataset or tokenizer missing on first use: one builds it, the
+  others wait here and then find it built. POSIX record locks (``lockf``)
+  also hold across hosts on NFS, where a shared data_dir usually lives.
+  """
+  lock_dir = os.path.join(resolve_data_dir(data_dir), ".tfx_locks")
+  os.makedirs(lock_dir, exist_ok=True)
+  path = os.path.join(lock_dir, re.sub(r"[^\w.-]", "_", what) + ".lock")
+  with open(path, "a+") as f:
+    fcntl.lockf(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.lockf(f, fcntl.LOCK_UN)
+
+
 def prepare(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuilder:
-  """Builds an embedded dataset in array_record format unless already built."""
+  """Builds an embedded dataset in array_record format unless already built.
+
+  Safe to call from many processes at once (``build_lock``): it is built once.
+  """
   if canonical_name(name) not in EMBEDDED:
     raise _unknown(name, data_dir)
   builder = embedded_builder(name, data_dir)
-  if not _is_prepared(builder):
-    logging.info("Building embedded dataset %s into %s (first use).", name,
-                 builder.data_dir)
-    builder.download_and_prepare(
-        file_format="array_record",
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-    logging.info("Built %s: %s", name,
-                 {s: i.num_examples for s, i in builder.info.splits.items()})
+  if _is_prepared(builder):
+    return builder
+  with build_lock(data_dir, canonical_name(name)):
+    builder = embedded_builder(name, data_dir)  # re-read: another process may have built it
+    if not _is_prepared(builder):
+      _build(name, builder)
   return builder
+
+
+def _build(name: str, builder: tfds.core.DatasetBuilder) -> None:
+  logging.info("Building embedded dataset %s into %s (first use).", name,
+               builder.data_dir)
+  builder.download_and_prepare(
+      file_format="array_record",
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  logging.info("Built %s: %s", name,
+               {s: i.num_examples for s, i in builder.info.splits.items()})
 
 
 def _unknown(name: str, data_dir: str | None) -> ConfigError:

@@ -168,14 +168,18 @@ def load_tokenizer(
     raise ConfigError("data.name must be set to train a SentencePiece tokenizer")
   path = tokenizer_path(dataset_name, data_dir, vocab_size)
   if not os.path.exists(path):
-    if text_keys is None:
-      spec = sources.dataset_spec(dataset_name)
-      text_keys = ((spec.source_key, spec.target_key) if spec.target_key
-                   else (spec.text_key,))
-    logging.info("Training SentencePiece (vocab %d) on %s train[%s] -> %s",
-                 vocab_size, dataset_name, ",".join(text_keys), path)
-    train_sentencepiece(_train_texts(dataset_name, data_dir, text_keys), path,
-                        vocab_size)
+    # Once across processes: the others wait, then load the trained model.
+    with sources.build_lock(data_dir, os.path.relpath(
+        path, sources.resolve_data_dir(data_dir))):
+      if not os.path.exists(path):
+        if text_keys is None:
+          spec = sources.dataset_spec(dataset_name)
+          text_keys = ((spec.source_key, spec.target_key) if spec.target_key
+                       else (spec.text_key,))
+        logging.info("Training SentencePiece (vocab %d) on %s train[%s] -> %s",
+                     vocab_size, dataset_name, ",".join(text_keys), path)
+        train_sentencepiece(_train_texts(dataset_name, data_dir, text_keys), path,
+                            vocab_size)
   return SentencePieceTokenizer(path)
 
 
