@@ -193,20 +193,53 @@ def test_unrepresentable_export_names_the_setting(arch, change, named, hf_dirs, 
   assert not (tmp_path / "config.json").exists()
 
 
+def _word_tokenizer(path):
+  """A tokenizer.json whose words are w0 .. w99 (ids 0 .. 99)."""
+  tokenizers = pytest.importorskip("tokenizers")
+  tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(
+      {f"w{i}": i for i in range(VOCAB)}, unk_token="w1"))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+  tok.save(str(path / "tokenizer.json"))
+
+
 @pytest.fixture(scope="module")
 def gpt2_run(hf_dirs, tmp_path_factory):
+  hf_dir = tmp_path_factory.mktemp("gpt2_with_tokenizer")
+  hf_dirs["gpt2"][0].save_pretrained(hf_dir)
+  _word_tokenizer(hf_dir)
   workdir = tmp_path_factory.mktemp("gpt2_run")
-  assert convert.main(["from-hf", "--hf-dir", str(hf_dirs["gpt2"][1]),
-                       "--workdir", str(workdir)]) == 0
+  assert convert.main(["from-hf", "--hf-dir", str(hf_dir), "--workdir", str(workdir)]) == 0
   return workdir
 
 
 def test_imported_workdir_is_an_ordinary_run(gpt2_run, hf_dirs, tmp_path):
-  from tfx_jax import saved_run
+  from tfx_jax import pretrained, run_setup, saved_run, texts
+  from tfx_jax.data.tokenizer import HFTokenizer
+  hf = hf_dirs["gpt2"][0]
   run = saved_run.load_run(gpt2_run)
   assert run.step == 0
-  got, want = _logits("gpt2", hf_dirs["gpt2"][0], run.model_cfg, run.params)
+  got, want = _logits("gpt2", hf, run.model_cfg, run.params)
   assert float(np.abs(got - want).max()) <= TOL
+  # generate --prompt: the HF tokenizer file with the model's own eos / bos.
+  assert isinstance(run.tokenizer, HFTokenizer)
+  assert (run.tokenizer.bos_id, run.tokenizer.eos_id) == (98, 98)
+  prompt = "w10 w11 w12"
+  [text] = texts.generate_texts(run, [prompt], max_new_tokens=6, greedy=True,
+                                include_prompt=True)
+  ids = torch.tensor([[98, 10, 11, 12]])
+  with torch.no_grad():
+    new = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                      do_sample=False, eos_token_id=98, pad_token_id=98)[0, 4:].tolist()
+  new = _until_eos(new, 98)
+  assert text == " ".join([prompt] + [f"w{i}" for i in new if i != 98])
+  # Fine-tuning (finetune.init_checkpoint=W) starts from these parameters.
+  sharded = run_setup.ShardedRun(run.config, run.model_cfg)
+  state = pretrained.load_pretrained(
+      sharded.init_state(), str(gpt2_run), run_setup.flatten_config(run.config),
+      sharded.state_shardings.params, log=lambda *_: None)
+  for (k, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(state.params),
+                            jax.tree_util.tree_leaves_with_path(run.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(k))
   # to-hf on the run, then from-hf of that: the same parameters.
   assert convert.main(["to-hf", "--workdir", str(gpt2_run), "--out",
                        str(tmp_path / "hf")]) == 0

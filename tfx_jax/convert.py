@@ -210,7 +210,10 @@ def run_config(arch: Architecture, cfg: ModelConfig, tokenizer_file=None):
   for k, v in dataclasses.asdict(cfg).items():
     config.model[k] = v
   config.task = arch.task
+  # A converted run is a finished step-0 run; fine-tuning brings its own config.
   config.train.num_steps = 1
+  config.optim.schedule = "constant"
+  config.optim.warmup_steps = 0
   config.train.seq_len = min(config.train.seq_len, cfg.max_len)
   if arch.task == "translate":
     config.data.name = "tfx_gcc_translate/de"

@@ -35,6 +35,8 @@ from tfx_jax.model_config import ModelConfig
 Array = np.ndarray
 
 # HF activation names -> model.activation (plain FFN); gated ones are below.
+# Exporting, an activation without an HF name becomes the architecture's own,
+# so that the settings HF cannot represent show as differences.
 _ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
          "relu": "relu", "silu": "swish", "swish": "swish"}
 _ACTS_BACK = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "swish": "silu"}
@@ -184,10 +186,12 @@ def _gpt2_fields(c, names=None):
 def _gpt2_config(m: ModelConfig):
   return dict(
       model_type="gpt2", architectures=["GPT2LMHeadModel"],
-      activation_function=_ACTS_BACK.get(m.activation, m.activation),
+      activation_function=_ACTS_BACK.get(m.activation, "gelu_new"),
       n_layer=m.num_layers, n_embd=m.d_model, n_head=m.num_heads, n_inner=m.ffn_dim,
       vocab_size=m.vocab_size, n_positions=m.max_len,
-      tie_word_embeddings=m.tie_embeddings, layer_norm_epsilon=m.norm_eps)
+      tie_word_embeddings=m.tie_embeddings, layer_norm_epsilon=m.norm_eps,
+      # GPT-2's <|endoftext|> is the last id (50256).
+      bos_token_id=m.vocab_size - 1, eos_token_id=m.vocab_size - 1)
 
 
 def _gpt2_qkv(hf, t, m):
@@ -310,7 +314,7 @@ def _t5_fields(c, names=None):
 
 
 def _t5_config(m: ModelConfig):
-  act = {"geglu_tanh": "gelu", "swiglu": "silu"}.get(m.activation, m.activation)
+  act = {"geglu_tanh": "gelu", "swiglu": "silu"}.get(m.activation, "gelu")
   return dict(
       model_type="t5", architectures=["T5ForConditionalGeneration"],
       feed_forward_proj=f"gated-{act}", num_layers=m.encoder_layers,
@@ -370,7 +374,7 @@ def _seq2seq_common(c, arch):
 
 def _seq2seq_config(m: ModelConfig):
   return dict(
-      activation_function=_ACTS_BACK.get(m.activation, m.activation),
+      activation_function=_ACTS_BACK.get(m.activation, "gelu"),
       encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
       d_model=m.d_model, encoder_attention_heads=m.num_heads,
       decoder_attention_heads=m.num_heads, encoder_ffn_dim=m.ffn_dim,
@@ -398,8 +402,12 @@ def _marian_fields(c, names=None):
 
 
 def _marian_config(m: ModelConfig):
+  # Marian's own special ids: eos 0, pad (= decoder start) the last id; the
+  # imported model's ids, where known, replace these (convert.to_hf).
   return dict(_seq2seq_config(m), model_type="marian", architectures=["MarianMTModel"],
-              share_encoder_decoder_embeddings=True, decoder_vocab_size=m.vocab_size)
+              share_encoder_decoder_embeddings=True, decoder_vocab_size=m.vocab_size,
+              eos_token_id=0, pad_token_id=m.vocab_size - 1,
+              decoder_start_token_id=m.vocab_size - 1)
 
 
 def _seq2seq_rules(m: ModelConfig, *, learned: bool, embed_norm: bool):
