@@ -37,10 +37,14 @@ def sinusoidal(positions_BL: jax.Array, d: int, layout: str = "interleaved") -> 
   i = jnp.arange((d + 1) // 2, dtype=jnp.float32)
   inv_freq = jnp.exp(-(2.0 * i / d) * math.log(10000.0))
   angle_BLH = positions_BL[..., None].astype(jnp.float32) * inv_freq
-  if layout == "halves":
-    return jnp.concatenate([jnp.sin(angle_BLH), jnp.cos(angle_BLH)], axis=-1)[..., :d]
-  pe = jnp.stack([jnp.sin(angle_BLH), jnp.cos(angle_BLH)], axis=-1)
-  return pe.reshape(*positions_BL.shape, 2 * ((d + 1) // 2))[..., :d]
+  return _SINUSOIDAL_LAYOUTS[layout](jnp.sin(angle_BLH), jnp.cos(angle_BLH))[..., :d]
+
+
+# The one dispatch point of ``model.sinusoidal_layout``: (sin, cos) [..., d/2] -> [..., d].
+_SINUSOIDAL_LAYOUTS = {
+    "interleaved": lambda s, c: jnp.stack([s, c], axis=-1).reshape(*s.shape[:-1], -1),
+    "halves": lambda s, c: jnp.concatenate([s, c], axis=-1),
+}
 
 
 class LearnedPositions(nn.Module):
