@@ -114,3 +114,24 @@ def test_inputs_of_every_new_field_build():
   params = init_params(cfg, jax.random.PRNGKey(0))
   out = build_model(cfg).apply({"params": nn_unbox(params)}, **dummy_inputs(cfg))
   assert np.isfinite(np.asarray(out["logits"])).all()
+
+
+def test_hf_tokenizer_reads_a_sentencepiece_model_and_the_models_special_ids(tmp_path):
+  import json
+
+  import sentencepiece as spm
+
+  from tfx_jax.data.tokenizer import HFTokenizer
+  text = ["the cat sat on the mat", "a dog ran to the cat", "on the mat a dog sat"] * 20
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(text), model_prefix=str(tmp_path / "spiece"), vocab_size=20,
+      model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+  path = str(tmp_path / "spiece.model")
+  tok = HFTokenizer(path)  # T5's layout: pad 0, eos 1, unk 2, no bos
+  assert (tok.pad_id, tok.eos_id, tok.unk_id, tok.vocab_size) == (0, 1, 2, 20)
+  ids = tok.encode("the cat sat")
+  assert tok.decode(ids + [tok.eos_id]) == "the cat sat"
+  # The imported model's config wins (decoder start = T5's pad).
+  (tmp_path / "special_ids.json").write_text(json.dumps(
+      {"eos_token_id": 1, "decoder_start_token_id": 0, "bos_token_id": None}))
+  assert HFTokenizer(path).bos_id == 0
