@@ -92,6 +92,12 @@ def hf_dirs(tmp_path_factory):
   return out
 
 
+@pytest.fixture(scope="module")
+def imported(hf_dirs):
+  """{arch: convert.from_hf of its directory}, converted once."""
+  return {name: convert.from_hf(path) for name, (_, path) in hf_dirs.items()}
+
+
 def _inputs(arch, seed=0):
   rng = np.random.default_rng(seed)
   ids = rng.integers(3, VOCAB - 2, size=(2, 10)).astype(np.int32)
@@ -119,9 +125,9 @@ def _logits(arch, hf, cfg, params):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_logits_match_transformers(arch, hf_dirs):
-  hf, path = hf_dirs[arch]
-  cfg, params = convert.from_hf(path)
+def test_logits_match_transformers(arch, hf_dirs, imported):
+  hf = hf_dirs[arch][0]
+  cfg, params = imported[arch]
   got, want = _logits(arch, hf, cfg, params)
   diff = float(np.abs(got - want).max())
   print(f"{arch}: max |logit diff| = {diff:.2e}")
@@ -135,9 +141,9 @@ def _until_eos(tokens, eos):
 
 
 @pytest.mark.parametrize("arch", [a for a in ARCHS if a != "bert"])
-def test_cached_greedy_decoding_matches_generate(arch, hf_dirs):
-  hf, path = hf_dirs[arch]
-  cfg, params = convert.from_hf(path)
+def test_cached_greedy_decoding_matches_generate(arch, hf_dirs, imported):
+  hf = hf_dirs[arch][0]
+  cfg, params = imported[arch]
   c = hf.config
   ids, _, _ = _inputs(arch, seed=1)
   n = 12
@@ -162,9 +168,9 @@ def test_cached_greedy_decoding_matches_generate(arch, hf_dirs):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_export_then_import_is_bit_identical(arch, hf_dirs, tmp_path):
-  hf, path = hf_dirs[arch]
-  cfg, params = convert.from_hf(path)
+def test_export_then_import_is_bit_identical(arch, hf_dirs, imported, tmp_path):
+  hf = hf_dirs[arch][0]
+  cfg, params = imported[arch]
   convert.to_hf(cfg, params, tmp_path)
   cfg2, params2 = convert.from_hf(tmp_path)
   assert cfg2 == cfg
@@ -186,8 +192,8 @@ def test_export_then_import_is_bit_identical(arch, hf_dirs, tmp_path):
     ("llama", dict(norm_type="layernorm"), "model.norm_type='layernorm'"),
     ("bart", dict(activation="swiglu"), "model.activation='swiglu'"),
 ])
-def test_unrepresentable_export_names_the_setting(arch, change, named, hf_dirs, tmp_path):
-  cfg, params = convert.from_hf(hf_dirs[arch][1])
+def test_unrepresentable_export_names_the_setting(arch, change, named, imported, tmp_path):
+  cfg, params = imported[arch]
   with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
     convert.to_hf(dataclasses.replace(cfg, **change), params, tmp_path)
   assert not (tmp_path / "config.json").exists()
