@@ -64,6 +64,7 @@ class LayerSpec:
   vo_gain: float  # DeepNorm beta; 1.0 otherwise
   vo_distribution: str  # "normal" for DeepNorm (Xavier-normal), else "uniform"
   use_bias: bool
+  scale_logits: bool  # attention logits / sqrt(head_dim)
   dropout: float
   attention_dropout: float
   rope_base: float | None
@@ -93,7 +94,7 @@ class TransformerLayer(nn.Module):
           num_heads=s.num_heads, num_kv_heads=s.num_kv_heads, head_dim=s.head_dim,
           use_bias=s.use_bias, dropout=s.attention_dropout, rope_base=rope_base,
           qk_init=s.qk_init, vo_gain=s.vo_gain, vo_distribution=s.vo_distribution,
-          decode=self.decode, deterministic=self.deterministic, dtype=s.dtype, name=name)
+          scale_logits=s.scale_logits, decode=self.decode, deterministic=self.deterministic, dtype=s.dtype, name=name)
 
     self_attn = attention("self_attention", s.rope_base)
     x_BLD = s.residual(

@@ -32,7 +32,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.name = "tfx_shakespeare"
   c.data.data_dir = config_dict.placeholder(str)
-  c.data.tokenizer = "sentencepiece"  # sentencepiece | byte
+  c.data.tokenizer = "sentencepiece"  # sentencepiece | byte | hf
+  # data.tokenizer=hf: an HF tokenizer file (SentencePiece model or tokenizer.json),
+  # as python -m tfx_jax.convert from-hf copies it into the run's workdir.
+  c.data.tokenizer_file = config_dict.placeholder(str)
   c.data.vocab_size = 4096
   c.data.mask_rate = 0.15
   c.data.text_key = config_dict.placeholder(str)

@@ -17,14 +17,18 @@ from tfx_jax.errors import ConfigError
 Family = Literal["encoder_decoder", "decoder_only", "encoder_only"]
 NormPosition = Literal["post", "pre", "sandwich", "deepnorm"]
 NormType = Literal["layernorm", "rmsnorm"]
-Activation = Literal["relu", "gelu", "swish", "glu", "reglu", "geglu", "swiglu", "bilinear"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "swish", "glu", "reglu", "geglu",
+                     "geglu_tanh", "swiglu", "bilinear"]
 Position = Literal["sinusoidal", "learned", "t5_bias", "rope", "alibi", "none"]
 # Names of the policies in blocks._REMAT_POLICIES (README, "Sizes"); every
 # choice here must have a policy there.
 Remat = Literal["none", "full", "dots", "dots_with_no_batch_dims"]
 DType = Literal["float32", "bfloat16"]
+# "auto": encoder_only with post-norm only (BERT), the behaviour before the field.
+EmbeddingNorm = Literal["auto", "on", "off"]
+SinusoidalLayout = Literal["interleaved", "halves"]
 
-GATED_ACTIVATIONS = ("glu", "reglu", "geglu", "swiglu", "bilinear")
+GATED_ACTIVATIONS = ("glu", "reglu", "geglu", "geglu_tanh", "swiglu", "bilinear")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +56,13 @@ class ModelConfig:
   tie_embeddings: bool = True
   scale_embeddings: bool = False  # token embeddings x sqrt(d_model) (Vaswani et al.)
   use_bias: bool = True
+  # Divide attention logits by sqrt(head_dim) (Vaswani et al.); T5 does not (folded
+  # into its initialisation).
+  scale_attention_logits: bool = True
+  output_bias: bool = False  # a learned bias on the vocabulary logits (BART, Marian)
+  num_token_types: int = 0  # > 0: BERT's token-type (segment A/B) embeddings
+  embedding_norm: EmbeddingNorm = "auto"  # a norm after embeddings + positions
+  sinusoidal_layout: SinusoidalLayout = "interleaved"  # paper; "halves": [sin | cos]
   norm_eps: float = 1e-6
   rope_base: float = 10000.0
   t5_num_buckets: int = 32
@@ -111,6 +122,15 @@ class ModelConfig:
     # the position axis changes positions only.
     return math.sqrt(self.d_model) if self.scale_embeddings else 1.0
 
+  @property
+  def has_embedding_norm(self) -> bool:
+    """``embedding_norm`` resolved: "auto" is BERT's embedding LayerNorm, i.e. on
+    for encoder_only with post-norm (whose stream is otherwise un-normalised at
+    the first layer's input) and off elsewhere."""
+    if self.embedding_norm == "auto":
+      return self.family == "encoder_only" and self.norm_position == "post"
+    return self.embedding_norm == "on"
+
 
 def deepnorm_constants(family: str, num_encoder_layers: int,
                        num_decoder_layers: int) -> dict[str, tuple[float, float]]:
@@ -142,7 +162,8 @@ def _choices(field: str) -> tuple[str, ...] | None:
       "family": get_args(Family), "norm_position": get_args(NormPosition),
       "norm_type": get_args(NormType), "activation": get_args(Activation),
       "position": get_args(Position), "remat": get_args(Remat),
-      "dtype": get_args(DType),
+      "dtype": get_args(DType), "embedding_norm": get_args(EmbeddingNorm),
+      "sinusoidal_layout": get_args(SinusoidalLayout),
   }.get(field)
 
 
@@ -183,7 +204,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
                "ff_multiple_of", "t5_num_buckets", "t5_max_distance"):
     positive(name)
   for name in ("num_encoder_layers", "num_decoder_layers", "num_kv_heads", "d_ff",
-               "gated_d_ff", "num_classes"):
+               "gated_d_ff", "num_classes", "num_token_types"):
     positive(name, allow_zero=True)
   for name in ("dropout", "attention_dropout"):
     v = getattr(cfg, name)
@@ -218,6 +239,10 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
   if cfg.family == "encoder_decoder" and cfg.num_classes:
     raise ConfigError(
         "model.num_classes (a classification head) is available for "
+        "family='decoder_only' and 'encoder_only', not 'encoder_decoder'.")
+  if cfg.num_token_types and cfg.family == "encoder_decoder":
+    raise ConfigError(
+        "model.num_token_types (token-type embeddings) is available for "
         "family='decoder_only' and 'encoder_only', not 'encoder_decoder'.")
   capacity = position_capacity(cfg)
   if seq_len is not None and capacity is not None and seq_len > capacity:

@@ -73,7 +73,8 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerS
       d_ff=cfg.ffn_dim, act=act, gated=gated,
       norm=norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype]),
       residual=residual, final_norm=final_norm, alpha=alpha, qk_init=qk_init,
-      vo_gain=beta, vo_distribution=dist, use_bias=cfg.use_bias, dropout=cfg.dropout,
+      vo_gain=beta, vo_distribution=dist, use_bias=cfg.use_bias,
+      scale_logits=cfg.scale_attention_logits, dropout=cfg.dropout,
       attention_dropout=cfg.attention_dropout, rope_base=position_scheme(cfg).rope_base,
       cross_attention=cross_attention, dtype=_DTYPES[cfg.dtype])
 
@@ -144,21 +145,43 @@ class _Family(nn.Module):
                             max_distance=cfg.t5_max_distance, name=name)
     return None
 
+  def _make_embed_norm(self, name):
+    """The embedding norm (``model.embedding_norm``), or None."""
+    cfg = self.cfg
+    if not cfg.has_embedding_norm:
+      return None
+    return norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype])(name=name)
+
+  def _make_token_types(self):
+    """BERT's token-type (segment A / B) table, added to every token."""
+    cfg = self.cfg
+    if not cfg.num_token_types:
+      return None
+    return nn.Embed(
+        cfg.num_token_types, cfg.d_model, dtype=_DTYPES[cfg.dtype], name="token_types",
+        embedding_init=nn.with_logical_partitioning(nn.initializers.normal(0.02),
+                                                    (None, "embed")))
+
   def embed_tokens(self, ids_BL):
     """Token embeddings before positions are added: E[id], x sqrt(d_model) with
     ``scale_embeddings``. The same for every position scheme."""
     return self.embedding(ids_BL) * self.cfg.embed_scale
 
-  def _embed(self, ids_BL, positions_BL, learned, norm=None):
-    """Stack input: token embeddings + absolute positions, then the embedding
-    norm (if any), then dropout, in BERT's order (LayerNorm, then dropout)."""
+  def _embed(self, ids_BL, positions_BL, learned, norm=None, token_types=None):
+    """Stack input: token embeddings + absolute positions (+ token types), then
+    the embedding norm (if any), then dropout, in BERT's order (LayerNorm, then
+    dropout). ``token_types`` [B, L] defaults to type 0 (BERT's single segment)."""
     cfg = self.cfg
     x = self.embed_tokens(ids_BL)
     kind = position_scheme(cfg).absolute
     if kind == "sinusoidal":
-      x = x + sinusoidal(positions_BL, cfg.d_model)
+      x = x + sinusoidal(positions_BL, cfg.d_model, cfg.sinusoidal_layout)
     elif kind == "learned":
       x = x + learned(positions_BL)
+    if cfg.num_token_types:
+      if token_types is None:
+        token_types = jnp.zeros_like(ids_BL)
+      x = x + self.token_types(token_types)
     x = x.astype(_DTYPES[cfg.dtype])
     if norm is not None:
       x = norm(x)
@@ -197,12 +220,20 @@ class _Family(nn.Module):
           cfg.vocab_size, use_bias=False, dtype=_DTYPES[cfg.dtype],
           kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
                                                    ("embed", "vocab")))
+    if cfg.output_bias:
+      self.output_bias = self.param("output_bias", nn.with_logical_partitioning(
+          nn.initializers.zeros, ("vocab",)), (cfg.vocab_size,))
 
   def _logits(self, x_BLD):
-    """Final projection to the vocabulary: tied (x E^T) or its own matrix."""
+    """Final projection to the vocabulary: tied (x E^T) or its own matrix, plus
+    the output bias with ``model.output_bias``."""
     if self.cfg.tie_embeddings:
-      return self.embedding.attend(x_BLD).astype(jnp.float32)
-    return self.output(x_BLD).astype(jnp.float32)
+      logits = self.embedding.attend(x_BLD).astype(jnp.float32)
+    else:
+      logits = self.output(x_BLD).astype(jnp.float32)
+    if self.cfg.output_bias:
+      logits = logits + self.output_bias
+    return logits
 
   def _stack(self, stack, n, *, cross_attention, decode):
     cfg = self.cfg
@@ -215,6 +246,8 @@ class _Family(nn.Module):
     cfg = self.cfg
     self._setup_common()
     self.learned = self._make_positions("positions")
+    self.token_types = self._make_token_types()
+    self.embed_norm = self._make_embed_norm("embed_norm")
     self.t5 = self._make_bias("relative_bias", bidirectional=not causal)
     if causal:
       self.decoder = self._stack("decoder", cfg.decoder_layers, cross_attention=False,
@@ -236,10 +269,10 @@ class DecoderOnly(_Family):
           cfg.num_classes, name="classifier",
           kernel_init=nn.with_logical_partitioning(CLASSIFIER_INIT, ("embed", "classes")))
 
-  def __call__(self, inputs, segment_ids=None, positions=None):
+  def __call__(self, inputs, segment_ids=None, positions=None, token_types=None):
     mask, bias, positions, index = self._causal_inputs(inputs, segment_ids, positions,
                                                        self.t5)
-    x = self._embed(inputs, positions, self.learned)
+    x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types)
     x = self.decoder(x, mask, bias, positions, cache_index=index)
     out = {"logits": self._logits(x)}
     if self.cfg.num_classes:
@@ -258,9 +291,6 @@ class EncoderOnly(_Family):
     cfg = self.cfg
     self._setup_single_stack(causal=False)
     norm = norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype])
-    # BERT's embedding LayerNorm: with post-norm the stream is otherwise
-    # un-normalised at the first layer's input.
-    self.embed_norm = norm(name="embed_norm") if cfg.norm_position == "post" else None
     dense = lambda n, axes, name: nn.Dense(
         n, dtype=_DTYPES[cfg.dtype], name=name, use_bias=cfg.use_bias,
         kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(), axes))
@@ -275,12 +305,12 @@ class EncoderOnly(_Family):
           cfg.num_classes, name="classifier",
           kernel_init=nn.with_logical_partitioning(CLASSIFIER_INIT, ("embed", "classes")))
 
-  def __call__(self, inputs, segment_ids=None, positions=None):
+  def __call__(self, inputs, segment_ids=None, positions=None, token_types=None):
     cfg = self.cfg
     segment_ids, positions = _defaults(inputs, segment_ids, positions)
     mask = attention_mask(segment_ids, segment_ids, causal=False)
     bias = self._bias(self.t5, positions, positions)
-    x = self._embed(inputs, positions, self.learned, self.embed_norm)
+    x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types)
     x = self.encoder(x, mask, bias, positions)
     h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(x), approximate=False))
     out = {"logits": self._logits(h) + self.mlm_bias}
@@ -304,6 +334,8 @@ class EncoderDecoder(_Family):
     self._setup_common()
     self.encoder_learned = self._make_positions("encoder_positions")
     self.decoder_learned = self._make_positions("decoder_positions")
+    self.encoder_embed_norm = self._make_embed_norm("encoder_embed_norm")
+    self.decoder_embed_norm = self._make_embed_norm("decoder_embed_norm")
     self.encoder_t5 = self._make_bias("encoder_relative_bias", bidirectional=True)
     self.decoder_t5 = self._make_bias("decoder_relative_bias", bidirectional=False)
     self.encoder = self._stack("encoder", cfg.encoder_layers, cross_attention=False,
@@ -319,7 +351,7 @@ class EncoderDecoder(_Family):
     seg, pos = _defaults(inputs, inputs_segment_ids, inputs_positions)
     mask = attention_mask(seg, seg, causal=False)
     bias = self._bias(self.encoder_t5, pos, pos)
-    x = self._embed(inputs, pos, self.encoder_learned)
+    x = self._embed(inputs, pos, self.encoder_learned, self.encoder_embed_norm)
     return self.encoder(x, mask, bias, pos)
 
   def decode(self, decoder_inputs, encoded, inputs_segment_ids,
@@ -334,7 +366,7 @@ class EncoderDecoder(_Family):
     # only (packed pairs stay apart). Unpacked targets are segment 1, as are
     # unpacked sources (inputs > 0).
     cross_mask = attention_mask(q_seg, inputs_segment_ids, causal=False)
-    x = self._embed(decoder_inputs, pos, self.decoder_learned)
+    x = self._embed(decoder_inputs, pos, self.decoder_learned, self.decoder_embed_norm)
     x = self.decoder(x, mask, bias, pos, encoded, cross_mask, index)
     return {"logits": self._logits(x)}
 

@@ -78,10 +78,12 @@ def translate_texts(run, sources_txt, *, beam_size=4, alpha=0.6, batch_size=32):
     ids = encode_sources(tok, chunk, seq_len, batch_size)
     if beam_size > 1:
       seqs, _ = search.beam_search(run.params, cfg, ids, beam_size=beam_size,
-                                   alpha=alpha, max_len=max_new)
+                                   alpha=alpha, max_len=max_new, eos_id=tok.eos_id,
+                                   bos_id=tok.bos_id)
       best = np.asarray(seqs)[:, 0]
     else:
-      best = np.asarray(search.translate_greedy(run.params, cfg, ids, max_len=max_new))
+      best = np.asarray(search.translate_greedy(run.params, cfg, ids, max_len=max_new,
+                                                eos_id=tok.eos_id, bos_id=tok.bos_id))
     for i in range(len(chunk)):
       out.append(tok.decode(_until_eos(best[i], tok.eos_id)))
   return out
@@ -116,12 +118,12 @@ def generate_texts(run, texts, *, max_new_tokens=64, greedy=False, temperature=1
     ids[i, :len(r)] = r
   if beam_size > 0:
     seqs, _ = search.beam_search(run.params, cfg, ids, beam_size=beam_size, alpha=alpha,
-                                 max_len=max_new_tokens)
+                                 max_len=max_new_tokens, eos_id=tok.eos_id)
     new = np.asarray(seqs)[:, 0]
   else:
     new = np.asarray(search.generate(
         run.params, cfg, ids, max_new_tokens, greedy=greedy, temperature=temperature,
-        top_k=top_k, top_p=top_p, rng=jax.random.PRNGKey(seed)))
+        top_k=top_k, top_p=top_p, rng=jax.random.PRNGKey(seed), eos_id=tok.eos_id))
   out = []
   for prompt, row in zip(rows, new):
     # include_prompt: decode prompt and continuation together, so the tokenizer

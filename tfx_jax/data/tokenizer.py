@@ -7,10 +7,16 @@
   `byte_fallback` maps characters unseen in training to byte pieces instead of
   unk. Text is not normalised (identity rule, whitespace kept), so line breaks
   of verse survive and `decode(encode(s)) == s`.
+* `HFTokenizer` (`data.tokenizer=hf`, `data.tokenizer_file`): the tokenizer of
+  an imported Hugging Face checkpoint, a SentencePiece model or a
+  `tokenizer.json` (read with the `tokenizers` package), with that model's own
+  special ids (from `special_ids.json` next to the file, as
+  `python -m tfx_jax.convert from-hf` writes it).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,7 +31,7 @@ from tfx_jax.errors import ConfigError
 PAD_ID, UNK_ID, BOS_ID, EOS_ID, MASK_ID = 0, 1, 2, 3, 4
 NUM_SPECIAL = 5
 MASK_PIECE = "<mask>"
-TOKENIZER_KINDS = ("sentencepiece", "byte")
+TOKENIZER_KINDS = ("sentencepiece", "byte", "hf")
 # Sentences fed to the SentencePiece trainer, evenly spaced over the train split.
 MAX_TRAIN_SENTENCES = 200_000
 _SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})
@@ -77,7 +83,66 @@ class SentencePieceTokenizer(_SpecialIds):
     return self._sp.id_to_piece(int(i))
 
 
-Tokenizer = ByteTokenizer | SentencePieceTokenizer
+class HFTokenizer:
+  """An imported model's tokenizer file, with that model's special ids.
+
+  Encoding adds no special tokens (as the project's tokenizers: the tasks add
+  bos / eos); ids missing from ``special_ids.json`` fall back to the file's own
+  (SentencePiece) or to the project's defaults.
+  """
+
+  def __init__(self, path: str):
+    self.model_path = path
+    if not os.path.exists(path):
+      raise ConfigError(f"data.tokenizer_file={path!r} does not exist.")
+    if path.endswith(".json"):
+      try:
+        import tokenizers
+      except ImportError as e:
+        raise ConfigError("data.tokenizer=hf with a tokenizer.json needs the "
+                          "'tokenizers' package (pip install -e .[hf]).") from e
+      self._tok = tokenizers.Tokenizer.from_file(path)
+      self._sp = None
+      self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+      own = {}
+    else:
+      self._sp = spm.SentencePieceProcessor(model_file=path)
+      self.vocab_size = self._sp.get_piece_size()
+      own = {"pad": self._sp.pad_id(), "unk": self._sp.unk_id(),
+             "bos": self._sp.bos_id(), "eos": self._sp.eos_id()}
+    ids = {}
+    special = os.path.join(os.path.dirname(path), "special_ids.json")
+    if os.path.exists(special):
+      with open(special) as f:
+        ids = {k.replace("_token_id", ""): v for k, v in json.load(f).items()
+               if isinstance(v, int)}
+
+    def pick(name, default):
+      for value in (ids.get(name), own.get(name)):
+        if value is not None and value >= 0:
+          return value
+      return default
+
+    self.pad_id = pick("pad", PAD_ID)
+    self.unk_id = pick("unk", UNK_ID)
+    self.bos_id = pick("decoder_start", pick("bos", BOS_ID))
+    self.eos_id = pick("eos", EOS_ID)
+    self.mask_id = pick("mask", MASK_ID)
+    self._special = frozenset({self.pad_id, self.bos_id, self.eos_id})
+
+  def encode(self, text: str) -> list[int]:
+    if self._sp is not None:
+      return self._sp.encode(text)
+    return self._tok.encode(text, add_special_tokens=False).ids
+
+  def decode(self, ids: Iterable[int]) -> str:
+    ids = [int(i) for i in ids if int(i) not in self._special]
+    if self._sp is not None:
+      return self._sp.decode(ids)
+    return self._tok.decode(ids)
+
+
+Tokenizer = ByteTokenizer | SentencePieceTokenizer | HFTokenizer
 
 
 def tokenizer_path(dataset_name: str, data_dir: str | None, vocab_size: int
@@ -196,6 +261,12 @@ def tokenizer_from_config(data_cfg) -> Tokenizer:
   data_dir = getattr(data_cfg, "data_dir", None) or None
   kind = getattr(data_cfg, "tokenizer", None) or "sentencepiece"
   vocab_size = int(getattr(data_cfg, "vocab_size", None) or 8000)
+  if kind == "hf":
+    path = getattr(data_cfg, "tokenizer_file", None)
+    if not path:
+      raise ConfigError("data.tokenizer=hf needs data.tokenizer_file (an HF "
+                        "tokenizer.json or SentencePiece model).")
+    return HFTokenizer(path)
   if kind != "sentencepiece":
     return load_tokenizer(kind, vocab_size)
   name = keys.tokenizer_dataset or data_cfg.name

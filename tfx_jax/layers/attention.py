@@ -32,8 +32,11 @@ def xavier(gain: float = 1.0, distribution: str = "uniform"):
 
 def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None,
                           *, dropout_rng=None, dropout: float = 0.0,
-                          deterministic: bool = True, dtype=jnp.float32):
+                          deterministic: bool = True, dtype=jnp.float32,
+                          scale_logits: bool = True):
   """softmax(Q K^T / sqrt(d_k) + bias) V with grouped key/value heads.
+
+  ``scale_logits=False`` drops the 1/sqrt(d_k) (T5 folds it into its init).
 
   ``mask`` is boolean, True where attention is allowed; ``mask`` and ``bias``
   broadcast over heads when their head dim is 1. Logits and softmax are float32.
@@ -44,7 +47,8 @@ def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None
   q_BLNGK = q_BLHK.reshape(B, L, N, G, K)
   logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLNGK, k_BSNK,
                             preferred_element_type=jnp.float32)
-  logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
+  if scale_logits:
+    logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
 
   def grouped(x_BhLS):
     h = x_BhLS.shape[1]
@@ -81,6 +85,7 @@ class Attention(nn.Module):
   qk_init: Initializer = xavier()
   vo_gain: float = 1.0
   vo_distribution: str = "uniform"
+  scale_logits: bool = True  # divide logits by sqrt(head_dim)
   decode: bool = False
   deterministic: bool = True
   dtype: jnp.dtype = jnp.float32
@@ -115,7 +120,8 @@ class Attention(nn.Module):
       dropout_rng = self.make_rng("dropout")
     out_BLHK = dot_product_attention(
         q, k, v, mask, bias, dropout_rng=dropout_rng, dropout=self.dropout,
-        deterministic=self.deterministic, dtype=self.dtype)
+        deterministic=self.deterministic, dtype=self.dtype,
+        scale_logits=self.scale_logits)
     return nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype, name="out",
         kernel_init=nn.with_logical_partitioning(

@@ -2,7 +2,8 @@
 
 Plain:  FFN(x) = act(x W1 + b1) W2 + b2              (seed formula 2.4)
 Gated:  FFN(x) = (act(x W) * (x V)) W2               (Shazeer 2020, "GLU variants")
-        glu = sigmoid, reglu = relu, geglu = gelu, swiglu = swish, bilinear = identity.
+        glu = sigmoid, reglu = relu, geglu = gelu (geglu_tanh: its tanh
+        approximation), swiglu = swish, bilinear = identity.
 """
 
 from __future__ import annotations
@@ -22,10 +23,14 @@ Initializer = Callable[..., jax.Array]
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": jax.nn.relu,
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    # The tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    # (Hendrycks & Gimpel 2016), as GPT-2 and T5 v1.1's gated FFN compute it.
+    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
     "swish": jax.nn.silu,
     "glu": jax.nn.sigmoid,
     "reglu": jax.nn.relu,
     "geglu": lambda x: jax.nn.gelu(x, approximate=False),
+    "geglu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
     "swiglu": jax.nn.silu,
     "bilinear": lambda x: x,
 }

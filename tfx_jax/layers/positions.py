@@ -19,7 +19,7 @@ import numpy as np
 
 
 # ---------------------------------------------------------------- sinusoidal
-def sinusoidal(positions_BL: jax.Array, d: int) -> jax.Array:
+def sinusoidal(positions_BL: jax.Array, d: int, layout: str = "interleaved") -> jax.Array:
   """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
 
   Vaswani et al. 2017, section 3.5, interleaved as in the paper (even
@@ -27,14 +27,24 @@ def sinusoidal(positions_BL: jax.Array, d: int) -> jax.Array:
   sin/cos; the paper has none and the seed's own code and remarks (values in
   [-1, 1]) agree with the paper, so we follow the paper. Computed from the
   positions, so it is defined for any length (length extrapolation).
+
+  ``layout="halves"`` puts all sines first, then all cosines ([sin | cos], as
+  tensor2tensor, fairseq and Marian lay the table out): the same values under a
+  fixed permutation of the model dimensions (even d only).
   """
   # ceil(d/2) frequencies: for odd d the last column is the sine of frequency
   # (d-1)/2, which has no cosine partner (the cosine is sliced off below).
   i = jnp.arange((d + 1) // 2, dtype=jnp.float32)
   inv_freq = jnp.exp(-(2.0 * i / d) * math.log(10000.0))
   angle_BLH = positions_BL[..., None].astype(jnp.float32) * inv_freq
-  pe = jnp.stack([jnp.sin(angle_BLH), jnp.cos(angle_BLH)], axis=-1)
-  return pe.reshape(*positions_BL.shape, 2 * ((d + 1) // 2))[..., :d]
+  return _SINUSOIDAL_LAYOUTS[layout](jnp.sin(angle_BLH), jnp.cos(angle_BLH))[..., :d]
+
+
+# The one dispatch point of ``model.sinusoidal_layout``: (sin, cos) [..., d/2] -> [..., d].
+_SINUSOIDAL_LAYOUTS = {
+    "interleaved": lambda s, c: jnp.stack([s, c], axis=-1).reshape(*s.shape[:-1], -1),
+    "halves": lambda s, c: jnp.concatenate([s, c], axis=-1),
+}
 
 
 class LearnedPositions(nn.Module):

@@ -1,0 +1,267 @@
+"""Hugging Face interop: logits and greedy-decoding parity with transformers'
+own implementations, export -> import bit-identity, unrepresentable exports.
+
+Each architecture is a tiny random HF model (2 layers, d_model 32, vocab 100)
+with every parameter perturbed away from its initial value (norm gains, biases,
+the output bias buffer), so that a wrong or missing mapping shows in the logits.
+Needs the optional 'hf' extra (torch CPU, transformers); skipped without it.
+"""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+torch = pytest.importorskip(
+    "torch", reason="the HF parity tests need the 'hf' extra: pip install -e .[hf]")
+transformers = pytest.importorskip(
+    "transformers", reason="the HF parity tests need the 'hf' extra: pip install -e .[hf]")
+
+from tfx_jax import convert, search  # noqa: E402
+from tfx_jax.errors import ConfigError  # noqa: E402
+from tfx_jax.models import build_model  # noqa: E402
+
+VOCAB, D, LAYERS, HEADS = 100, 32, 2, 4
+# float32 throughout: every architecture agrees to this (measured maxima are in
+# the README, "Hugging Face checkpoints").
+TOL = 1e-4
+
+
+def _hf_models():
+  t = transformers
+  common = dict(vocab_size=VOCAB)
+  seq2seq = dict(common, d_model=D, encoder_layers=LAYERS, decoder_layers=LAYERS,
+                 encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
+                 encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+                 forced_eos_token_id=None)
+  return {
+      "llama": (t.LlamaForCausalLM, t.LlamaConfig(
+          **common, hidden_size=D, intermediate_size=48, num_hidden_layers=LAYERS,
+          num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=64,
+          rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)),
+      "gpt2": (t.GPT2LMHeadModel, t.GPT2Config(
+          **common, n_positions=64, n_embd=D, n_layer=LAYERS, n_head=HEADS,
+          bos_token_id=98, eos_token_id=98)),
+      "bert": (t.BertForMaskedLM, t.BertConfig(
+          **common, hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+          intermediate_size=64, max_position_embeddings=64, type_vocab_size=2)),
+      "t5": (t.T5ForConditionalGeneration, t.T5Config(
+          **common, d_model=D, d_kv=D // HEADS, d_ff=48, num_layers=LAYERS,
+          num_decoder_layers=LAYERS, num_heads=HEADS, feed_forward_proj="gated-gelu",
+          tie_word_embeddings=False, relative_attention_num_buckets=8,
+          relative_attention_max_distance=20, decoder_start_token_id=0,
+          pad_token_id=0, eos_token_id=1)),
+      "bart": (t.BartForConditionalGeneration, t.BartConfig(
+          **seq2seq, bos_token_id=0, pad_token_id=1, eos_token_id=2,
+          decoder_start_token_id=2)),
+      "marian": (t.MarianMTModel, t.MarianConfig(
+          **seq2seq, scale_embedding=True, pad_token_id=VOCAB - 1, eos_token_id=0,
+          decoder_start_token_id=VOCAB - 1, bos_token_id=None)),
+  }
+
+
+ARCHS = ("llama", "gpt2", "bert", "t5", "bart", "marian")
+
+
+def _perturb(model, seed):
+  """Moves every trainable parameter (and the output-bias buffer) off its init."""
+  g = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for p in model.parameters():
+      if p.requires_grad:
+        p.add_(0.1 * torch.randn(p.shape, generator=g))
+    for name, b in model.named_buffers():
+      if name.endswith("final_logits_bias"):
+        b.add_(0.5 * torch.randn(b.shape, generator=g))
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory):
+  """{arch: (hf model in eval mode, save_pretrained directory)}."""
+  out = {}
+  torch.manual_seed(0)
+  for i, (name, (cls, config)) in enumerate(_hf_models().items()):
+    model = cls(config).eval()
+    _perturb(model, i)
+    path = tmp_path_factory.mktemp(name)
+    model.save_pretrained(path)
+    out[name] = (model, path)
+  return out
+
+
+@pytest.fixture(scope="module")
+def imported(hf_dirs):
+  """{arch: convert.from_hf of its directory}, converted once."""
+  return {name: convert.from_hf(path) for name, (_, path) in hf_dirs.items()}
+
+
+def _inputs(arch, seed=0):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(3, VOCAB - 2, size=(2, 10)).astype(np.int32)
+  tgt = rng.integers(3, VOCAB - 2, size=(2, 7)).astype(np.int32)
+  types = rng.integers(0, 2, size=(2, 10)).astype(np.int32)
+  return ids, tgt, types
+
+
+def _logits(arch, hf, cfg, params):
+  ids, tgt, types = _inputs(arch)
+  model = build_model(cfg)
+  t = lambda a: torch.from_numpy(a.astype(np.int64))
+  with torch.no_grad():
+    if cfg.family == "encoder_decoder":
+      want = hf(input_ids=t(ids), decoder_input_ids=t(tgt)).logits
+      got = model.apply({"params": params}, ids, tgt,
+                        inputs_segment_ids=jnp.ones_like(ids))["logits"]
+    elif cfg.family == "encoder_only":
+      want = hf(input_ids=t(ids), token_type_ids=t(types)).logits
+      got = model.apply({"params": params}, ids, token_types=types)["logits"]
+    else:
+      want = hf(input_ids=t(ids)).logits
+      got = model.apply({"params": params}, ids)["logits"]
+  return np.asarray(got), want.numpy()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_logits_match_transformers(arch, hf_dirs, imported):
+  hf = hf_dirs[arch][0]
+  cfg, params = imported[arch]
+  got, want = _logits(arch, hf, cfg, params)
+  diff = float(np.abs(got - want).max())
+  print(f"{arch}: max |logit diff| = {diff:.2e}")
+  assert got.shape == want.shape
+  assert diff <= TOL, f"{arch}: max |logit diff| {diff:.3g} > {TOL}"
+
+
+def _until_eos(tokens, eos):
+  tokens = list(tokens)
+  return tokens[:tokens.index(eos) + 1] if eos in tokens else tokens
+
+
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a != "bert"])
+def test_cached_greedy_decoding_matches_generate(arch, hf_dirs, imported):
+  hf = hf_dirs[arch][0]
+  cfg, params = imported[arch]
+  c = hf.config
+  ids, _, _ = _inputs(arch, seed=1)
+  n = 12
+  t = torch.from_numpy(ids.astype(np.int64))
+  with torch.no_grad():
+    if cfg.family == "decoder_only":
+      want = hf.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n,
+                         do_sample=False, num_beams=1, eos_token_id=c.eos_token_id,
+                         pad_token_id=c.eos_token_id)[:, ids.shape[1]:].numpy()
+      got = np.asarray(search.generate(params, cfg, ids, n, greedy=True,
+                                       eos_id=c.eos_token_id))
+    else:
+      want = hf.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n,
+                         do_sample=False, num_beams=1, eos_token_id=c.eos_token_id,
+                         decoder_start_token_id=c.decoder_start_token_id,
+                         forced_bos_token_id=None, forced_eos_token_id=None)[:, 1:].numpy()
+      got = np.asarray(search.translate_greedy(params, cfg, ids, max_len=n,
+                                               eos_id=c.eos_token_id,
+                                               bos_id=c.decoder_start_token_id))
+  for g, w in zip(got, want):
+    assert _until_eos(g, c.eos_token_id) == _until_eos(w, c.eos_token_id)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_export_then_import_is_bit_identical(arch, hf_dirs, imported, tmp_path):
+  hf = hf_dirs[arch][0]
+  cfg, params = imported[arch]
+  convert.to_hf(cfg, params, tmp_path)
+  cfg2, params2 = convert.from_hf(tmp_path)
+  assert cfg2 == cfg
+  flat = jax.tree_util.tree_leaves_with_path(params)
+  flat2 = dict(jax.tree_util.tree_leaves_with_path(params2))
+  assert len(flat) == len(flat2)
+  for key, value in flat:
+    np.testing.assert_array_equal(flat2[key], value, err_msg=str(key))
+  # ... and HF itself loads the export to the same model.
+  cls = type(hf)
+  reloaded = cls.from_pretrained(tmp_path).eval()
+  got, want = _logits(arch, reloaded, cfg, params)
+  assert float(np.abs(got - want).max()) <= TOL
+
+
+@pytest.mark.parametrize("arch,change,named", [
+    ("gpt2", dict(position="alibi"), "model.position='alibi'"),
+    ("gpt2", dict(norm_position="sandwich"), "model.norm_position='sandwich'"),
+    ("llama", dict(norm_type="layernorm"), "model.norm_type='layernorm'"),
+    ("bart", dict(activation="swiglu"), "model.activation='swiglu'"),
+])
+def test_unrepresentable_export_names_the_setting(arch, change, named, imported, tmp_path):
+  cfg, params = imported[arch]
+  with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
+    convert.to_hf(dataclasses.replace(cfg, **change), params, tmp_path)
+  assert not (tmp_path / "config.json").exists()
+
+
+def _word_tokenizer(path):
+  """A tokenizer.json whose words are w0 .. w99 (ids 0 .. 99)."""
+  tokenizers = pytest.importorskip("tokenizers")
+  tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(
+      {f"w{i}": i for i in range(VOCAB)}, unk_token="w1"))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+  tok.save(str(path / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def gpt2_run(hf_dirs, tmp_path_factory):
+  hf_dir = tmp_path_factory.mktemp("gpt2_with_tokenizer")
+  hf_dirs["gpt2"][0].save_pretrained(hf_dir)
+  _word_tokenizer(hf_dir)
+  workdir = tmp_path_factory.mktemp("gpt2_run")
+  assert convert.main(["from-hf", "--hf-dir", str(hf_dir), "--workdir", str(workdir)]) == 0
+  return workdir
+
+
+def test_imported_workdir_is_an_ordinary_run(gpt2_run, hf_dirs, tmp_path):
+  from tfx_jax import pretrained, run_setup, saved_run, texts
+  from tfx_jax.data.tokenizer import HFTokenizer
+  hf = hf_dirs["gpt2"][0]
+  run = saved_run.load_run(gpt2_run)
+  assert run.step == 0
+  got, want = _logits("gpt2", hf, run.model_cfg, run.params)
+  assert float(np.abs(got - want).max()) <= TOL
+  # generate --prompt: the HF tokenizer file with the model's own eos / bos.
+  assert isinstance(run.tokenizer, HFTokenizer)
+  assert (run.tokenizer.bos_id, run.tokenizer.eos_id) == (98, 98)
+  prompt = "w10 w11 w12"
+  [text] = texts.generate_texts(run, [prompt], max_new_tokens=6, greedy=True,
+                                include_prompt=True)
+  ids = torch.tensor([[98, 10, 11, 12]])
+  with torch.no_grad():
+    new = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                      do_sample=False, eos_token_id=98, pad_token_id=98)[0, 4:].tolist()
+  new = _until_eos(new, 98)
+  assert text == " ".join([prompt] + [f"w{i}" for i in new if i != 98])
+  # Fine-tuning (finetune.init_checkpoint=W) starts from these parameters.
+  sharded = run_setup.ShardedRun(run.config, run.model_cfg)
+  state = pretrained.load_pretrained(
+      sharded.init_state(), str(gpt2_run), run_setup.flatten_config(run.config),
+      sharded.state_shardings.params, log=lambda *_: None)
+  for (k, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(state.params),
+                            jax.tree_util.tree_leaves_with_path(run.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(k))
+  # to-hf on the run, then from-hf of that: the same parameters.
+  assert convert.main(["to-hf", "--workdir", str(gpt2_run), "--out",
+                       str(tmp_path / "hf")]) == 0
+  _, params = convert.from_hf(tmp_path / "hf")
+  for (k, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(params),
+                            jax.tree_util.tree_leaves_with_path(run.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(k))
+
+
+def test_unrepresentable_run_exits_2(gpt2_run, tmp_path, capsys):
+  config = json.loads((gpt2_run / "config.json").read_text())
+  config["model"]["norm_position"] = "sandwich"
+  bad = tmp_path / "run"
+  bad.mkdir()
+  (bad / "config.json").write_text(json.dumps(config))
+  assert convert.main(["to-hf", "--workdir", str(bad), "--out",
+                       str(tmp_path / "out")]) == 2
+  assert "model.norm_position='sandwich'" in capsys.readouterr().err
+  assert not (tmp_path / "out").exists()

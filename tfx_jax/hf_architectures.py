@@ -1,0 +1,475 @@
+"""The Hugging Face architectures tfx_jax can import and export, declared once.
+
+Each :class:`Architecture` says, in both directions,
+  * how an HF ``config.json`` maps onto ``ModelConfig`` fields (``model_fields``)
+    and back (``hf_config``), and
+  * how each HF weight maps onto the tfx_jax parameter tree (``rules``): a rule
+    names one HF tensor, the tfx_jax parameters it becomes, and a pair of
+    exact array maps (transposes, reshapes, splits, row slices), so that
+    export -> import is bit-identical.
+
+Which canonical variant each architecture is, in ``model.*`` terms:
+
+  LLaMA    decoder_only, pre, rmsnorm, swiglu, rope (half-split), no biases, GQA
+  GPT-2    decoder_only, pre, layernorm, gelu_tanh, learned positions, tied
+  BERT     encoder_only, post, layernorm, gelu, learned positions, token types,
+           embedding norm, MLM head
+  T5 v1.1  encoder_decoder, pre, rmsnorm, geglu_tanh, t5_bias, no biases,
+           unscaled attention logits (tied or untied output)
+  BART     encoder_decoder, post, layernorm, gelu, learned positions (HF's
+           offset of 2 rows dropped), embedding norms, output bias, tied
+  Marian   encoder_decoder, post, layernorm, swish, sinusoidal [sin | cos]
+           halves, embeddings x sqrt(d_model), output bias, tied
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import ModelConfig
+
+Array = np.ndarray
+
+# HF activation names -> model.activation (plain FFN); gated ones are below.
+# Exporting, an activation without an HF name becomes the architecture's own,
+# so that the settings HF cannot represent show as differences.
+_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+         "relu": "relu", "silu": "swish", "swish": "swish"}
+_ACTS_BACK = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "swish": "silu"}
+
+
+def _act(name: str, arch: str) -> str:
+  if name not in _ACTS:
+    raise ConfigError(f"{arch}: activation {name!r} has no model.activation; "
+                      f"supported: {', '.join(_ACTS)}.")
+  return _ACTS[name]
+
+
+# ----------------------------------------------------------- array maps
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """One HF tensor <-> one or more tfx_jax parameters ('/'-joined paths)."""
+  hf: str
+  tfx: tuple[str, ...]
+  to_tfx: Callable[[Array], tuple[Array, ...]]
+  to_hf: Callable[..., Array]
+
+
+def same(hf, tfx):
+  return Rule(hf, (tfx,), lambda w: (w,), lambda x: x)
+
+
+def linear(hf, tfx):
+  """torch Linear [out, in] <-> Dense kernel [in, out]."""
+  return Rule(hf, (tfx,), lambda w: (w.T,), lambda x: x.T)
+
+
+def heads_in(hf, tfx, heads):
+  """torch Linear [H*K, D] <-> DenseGeneral kernel [D, H, K]."""
+  return Rule(hf, (tfx,), lambda w: (w.T.reshape(w.shape[1], heads, -1),),
+              lambda x: x.reshape(x.shape[0], -1).T)
+
+
+def heads_bias(hf, tfx, heads):
+  return Rule(hf, (tfx,), lambda b: (b.reshape(heads, -1),), lambda x: x.reshape(-1))
+
+
+def heads_out(hf, tfx, heads):
+  """torch Linear [D, H*K] <-> DenseGeneral kernel [H, K, D]."""
+  return Rule(hf, (tfx,), lambda w: (w.T.reshape(heads, -1, w.shape[0]),),
+              lambda x: x.reshape(-1, x.shape[-1]).T)
+
+
+def rows_from(hf, tfx, offset):
+  """A learned position table whose first ``offset`` rows are never read (BART)."""
+  return Rule(hf, (tfx,), lambda w: (w[offset:],),
+              lambda x: np.concatenate([np.zeros((offset, x.shape[1]), x.dtype), x]))
+
+
+def flat_row(hf, tfx):
+  """A [1, V] buffer <-> a [V] vector (BART's and Marian's final_logits_bias)."""
+  return Rule(hf, (tfx,), lambda w: (w.reshape(-1),), lambda x: x[None])
+
+
+def _attention(rules, hf, tfx, heads, kv_heads, names, bias):
+  """q, k, v, out of one attention block; ``names`` are HF's four projections."""
+  for name, ours, h in zip(names[:3], ("query", "key", "value"), (heads, kv_heads, kv_heads)):
+    rules.append(heads_in(f"{hf}.{name}.weight", f"{tfx}/{ours}/kernel", h))
+    if bias:
+      rules.append(heads_bias(f"{hf}.{name}.bias", f"{tfx}/{ours}/bias", h))
+  rules.append(heads_out(f"{hf}.{names[3]}.weight", f"{tfx}/out/kernel", heads))
+  if bias:
+    rules.append(same(f"{hf}.{names[3]}.bias", f"{tfx}/out/bias"))
+
+
+def _norm(rules, hf, tfx, bias=True, gain="weight"):
+  rules.append(same(f"{hf}.{gain}", f"{tfx}/scale"))
+  if bias:
+    rules.append(same(f"{hf}.bias", f"{tfx}/bias"))
+
+
+def _dense(rules, hf, tfx, bias=True):
+  rules.append(linear(f"{hf}.weight", f"{tfx}/kernel"))
+  if bias:
+    rules.append(same(f"{hf}.bias", f"{tfx}/bias"))
+
+
+# --------------------------------------------------------------- LLaMA
+def _llama_fields(c, names=None):
+  rope = c.get("rope_parameters") or {}
+  if rope.get("rope_type", "default") != "default" or c.get("rope_scaling"):
+    raise ConfigError("llama: only the default RoPE (no scaling) has a model.position.")
+  h, d = c["num_attention_heads"], c["hidden_size"]
+  if c.get("head_dim") not in (None, d // h):
+    raise ConfigError(f"llama: head_dim={c['head_dim']} != hidden_size/heads={d // h}.")
+  if c.get("attention_bias") != c.get("mlp_bias", False):
+    raise ConfigError("llama: attention_bias and mlp_bias differ; model.use_bias is one switch.")
+  return dict(
+      family="decoder_only", norm_position="pre", norm_type="rmsnorm",
+      activation={"silu": "swiglu"}.get(c.get("hidden_act", "silu"), "unsupported"),
+      position="rope", num_layers=c["num_hidden_layers"], d_model=d, num_heads=h,
+      num_kv_heads=c.get("num_key_value_heads") or h,
+      gated_d_ff=c["intermediate_size"], vocab_size=c["vocab_size"],
+      max_len=c.get("max_position_embeddings", 2048),
+      tie_embeddings=bool(c.get("tie_word_embeddings", False)),
+      use_bias=bool(c.get("attention_bias", False)), norm_eps=c["rms_norm_eps"],
+      rope_base=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))))
+
+
+def _llama_config(m: ModelConfig):
+  return dict(
+      model_type="llama", architectures=["LlamaForCausalLM"], hidden_act="silu",
+      num_hidden_layers=m.num_layers, hidden_size=m.d_model,
+      num_attention_heads=m.num_heads, num_key_value_heads=m.kv_heads,
+      head_dim=m.head_dim, intermediate_size=m.ffn_dim, vocab_size=m.vocab_size,
+      max_position_embeddings=m.max_len, tie_word_embeddings=m.tie_embeddings,
+      attention_bias=m.use_bias, mlp_bias=m.use_bias, rms_norm_eps=m.norm_eps,
+      rope_parameters={"rope_type": "default", "rope_theta": m.rope_base})
+
+
+def _llama_rules(m: ModelConfig):
+  r = [same("model.embed_tokens.weight", "embedding/embedding")]
+  for i in range(m.num_layers):
+    hf, t = f"model.layers.{i}", f"decoder/layer_{i}"
+    _attention(r, f"{hf}.self_attn", f"{t}/self_attention", m.num_heads, m.kv_heads,
+               ("q_proj", "k_proj", "v_proj", "o_proj"), m.use_bias)
+    for name, ours in (("gate_proj", "wi"), ("up_proj", "wv"), ("down_proj", "wo")):
+      _dense(r, f"{hf}.mlp.{name}", f"{t}/ffn/{ours}", m.use_bias)
+    _norm(r, f"{hf}.input_layernorm", f"{t}/self_attention_norm", bias=False)
+    _norm(r, f"{hf}.post_attention_layernorm", f"{t}/ffn_norm", bias=False)
+  _norm(r, "model.norm", "decoder/final_norm", bias=False)
+  if not m.tie_embeddings:
+    r.append(linear("lm_head.weight", "output/kernel"))
+  return r
+
+
+# --------------------------------------------------------------- GPT-2
+def _gpt2_fields(c, names=None):
+  for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                  ("reorder_and_upcast_attn", False)):
+    if c.get(key, ok) != ok:
+      raise ConfigError(f"gpt2: {key}={c[key]} has no model.* equivalent.")
+  d = c["n_embd"]
+  return dict(
+      family="decoder_only", norm_position="pre", norm_type="layernorm",
+      activation=_act(c.get("activation_function", "gelu_new"), "gpt2"),
+      position="learned", num_layers=c["n_layer"], d_model=d, num_heads=c["n_head"],
+      d_ff=c.get("n_inner") or 4 * d, vocab_size=c["vocab_size"],
+      max_len=c["n_positions"], tie_embeddings=bool(c.get("tie_word_embeddings", True)),
+      use_bias=True, norm_eps=c.get("layer_norm_epsilon", 1e-5))
+
+
+def _gpt2_config(m: ModelConfig):
+  return dict(
+      model_type="gpt2", architectures=["GPT2LMHeadModel"],
+      activation_function=_ACTS_BACK.get(m.activation, "gelu_new"),
+      n_layer=m.num_layers, n_embd=m.d_model, n_head=m.num_heads, n_inner=m.ffn_dim,
+      vocab_size=m.vocab_size, n_positions=m.max_len,
+      tie_word_embeddings=m.tie_embeddings, layer_norm_epsilon=m.norm_eps,
+      # GPT-2's <|endoftext|> is the last id (50256).
+      bos_token_id=m.vocab_size - 1, eos_token_id=m.vocab_size - 1)
+
+
+def _gpt2_qkv(hf, t, m):
+  d, h = m.d_model, m.num_heads
+  names = [f"{t}/self_attention/{n}/kernel" for n in ("query", "key", "value")]
+  biases = [f"{t}/self_attention/{n}/bias" for n in ("query", "key", "value")]
+  # Conv1D: weight [in, out]; c_attn's out is [q | k | v].
+  w = Rule(f"{hf}.attn.c_attn.weight", tuple(names),
+           lambda w: tuple(x.reshape(d, h, -1) for x in np.split(w, 3, axis=1)),
+           lambda *xs: np.concatenate([x.reshape(d, -1) for x in xs], axis=1))
+  b = Rule(f"{hf}.attn.c_attn.bias", tuple(biases),
+           lambda b: tuple(x.reshape(h, -1) for x in np.split(b, 3)),
+           lambda *xs: np.concatenate([x.reshape(-1) for x in xs]))
+  return [w, b]
+
+
+def _gpt2_rules(m: ModelConfig):
+  r = [same("transformer.wte.weight", "embedding/embedding"),
+       same("transformer.wpe.weight", "positions/embedding")]
+  h = m.num_heads
+  for i in range(m.num_layers):
+    hf, t = f"transformer.h.{i}", f"decoder/layer_{i}"
+    r += _gpt2_qkv(hf, t, m)
+    r.append(Rule(f"{hf}.attn.c_proj.weight", (f"{t}/self_attention/out/kernel",),
+                  lambda w: (w.reshape(h, -1, w.shape[1]),),
+                  lambda x: x.reshape(-1, x.shape[-1])))
+    r.append(same(f"{hf}.attn.c_proj.bias", f"{t}/self_attention/out/bias"))
+    for name, ours in (("c_fc", "wi"), ("c_proj", "wo")):  # Conv1D: [in, out] already
+      r.append(same(f"{hf}.mlp.{name}.weight", f"{t}/ffn/{ours}/kernel"))
+      r.append(same(f"{hf}.mlp.{name}.bias", f"{t}/ffn/{ours}/bias"))
+    _norm(r, f"{hf}.ln_1", f"{t}/self_attention_norm")
+    _norm(r, f"{hf}.ln_2", f"{t}/ffn_norm")
+  _norm(r, "transformer.ln_f", "decoder/final_norm")
+  if not m.tie_embeddings:
+    r.append(linear("lm_head.weight", "output/kernel"))
+  return r
+
+
+# ---------------------------------------------------------------- BERT
+def _bert_fields(c, names=None):
+  if c.get("position_embedding_type", "absolute") != "absolute":
+    raise ConfigError("bert: only absolute position embeddings are supported.")
+  if c.get("hidden_act", "gelu") != "gelu":
+    raise ConfigError("bert: the MLM head computes exact GELU; hidden_act must be 'gelu'.")
+  return dict(
+      family="encoder_only", norm_position="post", norm_type="layernorm",
+      activation="gelu", position="learned", num_layers=c["num_hidden_layers"],
+      d_model=c["hidden_size"], num_heads=c["num_attention_heads"],
+      d_ff=c["intermediate_size"], vocab_size=c["vocab_size"],
+      max_len=c["max_position_embeddings"], num_token_types=c.get("type_vocab_size", 2),
+      tie_embeddings=True, use_bias=True, norm_eps=c.get("layer_norm_eps", 1e-12),
+      embedding_norm="on")
+
+
+def _bert_config(m: ModelConfig):
+  return dict(
+      model_type="bert", architectures=["BertForMaskedLM"], hidden_act="gelu",
+      num_hidden_layers=m.num_layers, hidden_size=m.d_model,
+      num_attention_heads=m.num_heads, intermediate_size=m.ffn_dim,
+      vocab_size=m.vocab_size, max_position_embeddings=m.max_len,
+      type_vocab_size=m.num_token_types, layer_norm_eps=m.norm_eps,
+      tie_word_embeddings=True, position_embedding_type="absolute")
+
+
+def _bert_rules(m: ModelConfig):
+  e = "bert.embeddings"
+  r = [same(f"{e}.word_embeddings.weight", "embedding/embedding"),
+       same(f"{e}.position_embeddings.weight", "positions/embedding"),
+       same(f"{e}.token_type_embeddings.weight", "token_types/embedding")]
+  _norm(r, f"{e}.LayerNorm", "embed_norm")
+  for i in range(m.num_layers):
+    hf, t = f"bert.encoder.layer.{i}", f"encoder/layer_{i}"
+    _attention(r, f"{hf}.attention", f"{t}/self_attention", m.num_heads, m.num_heads,
+               ("self.query", "self.key", "self.value", "output.dense"), True)
+    _norm(r, f"{hf}.attention.output.LayerNorm", f"{t}/self_attention_norm")
+    _dense(r, f"{hf}.intermediate.dense", f"{t}/ffn/wi")
+    _dense(r, f"{hf}.output.dense", f"{t}/ffn/wo")
+    _norm(r, f"{hf}.output.LayerNorm", f"{t}/ffn_norm")
+  _dense(r, "cls.predictions.transform.dense", "mlm_dense")
+  _norm(r, "cls.predictions.transform.LayerNorm", "mlm_norm")
+  r.append(same("cls.predictions.bias", "mlm_bias"))
+  return r
+
+
+# ------------------------------------------------------------------ T5
+def _t5_fields(c, names=None):
+  proj = c.get("feed_forward_proj", "relu")
+  gated = proj.startswith("gated-")
+  act = proj.split("-")[-1]
+  if not gated or act not in ("gelu", "silu"):
+    raise ConfigError(f"t5: feed_forward_proj={proj!r}; T5 v1.1 (gated-gelu, or "
+                      "gated-silu) is supported.")
+  # T5 1.0 multiplies the decoder output by d_model^-0.5 before its (tied)
+  # output projection; v1.1 does not. transformers >= 5 says which in
+  # scale_decoder_outputs; earlier configs said it with tie_word_embeddings=false.
+  scaled = c.get("scale_decoder_outputs")
+  if scaled is None:
+    scaled = c.get("tie_word_embeddings", True) is not False
+  if scaled:
+    raise ConfigError("t5: this is T5 1.0 (decoder output x d_model^-0.5 before the "
+                      "tied projection); T5 v1.1 is supported.")
+  # Whether the output projection is the shared embedding: from the weights
+  # when there are any (transformers >= 5 ties v1.1 too), else from the config.
+  tied = ("lm_head.weight" not in names if names is not None
+          else bool(c.get("tie_word_embeddings", False)))
+  d, h = c["d_model"], c["num_heads"]
+  if c.get("d_kv", d // h) * h != d:
+    raise ConfigError(f"t5: d_kv x num_heads = {c['d_kv'] * h} != d_model = {d}.")
+  return dict(
+      family="encoder_decoder", norm_position="pre", norm_type="rmsnorm",
+      # HF T5's gated-gelu is gelu_new, the tanh approximation.
+      activation={"gelu": "geglu_tanh", "silu": "swiglu"}[act], position="t5_bias",
+      num_layers=c["num_layers"], num_encoder_layers=c["num_layers"],
+      num_decoder_layers=c.get("num_decoder_layers") or c["num_layers"],
+      d_model=d, num_heads=h, gated_d_ff=c["d_ff"], vocab_size=c["vocab_size"],
+      tie_embeddings=tied, use_bias=False, scale_attention_logits=False,
+      norm_eps=c.get("layer_norm_epsilon", 1e-6),
+      t5_num_buckets=c.get("relative_attention_num_buckets", 32),
+      t5_max_distance=c.get("relative_attention_max_distance", 128))
+
+
+def _t5_config(m: ModelConfig):
+  act = {"geglu_tanh": "gelu", "swiglu": "silu"}.get(m.activation, "gelu")
+  return dict(
+      model_type="t5", architectures=["T5ForConditionalGeneration"],
+      feed_forward_proj=f"gated-{act}", num_layers=m.encoder_layers,
+      num_decoder_layers=m.decoder_layers, d_model=m.d_model, num_heads=m.num_heads,
+      d_kv=m.head_dim, d_ff=m.ffn_dim, vocab_size=m.vocab_size,
+      tie_word_embeddings=m.tie_embeddings, scale_decoder_outputs=False,
+      layer_norm_epsilon=m.norm_eps,
+      relative_attention_num_buckets=m.t5_num_buckets,
+      relative_attention_max_distance=m.t5_max_distance, decoder_start_token_id=0,
+      pad_token_id=0, eos_token_id=1, is_encoder_decoder=True)
+
+
+def _t5_rules(m: ModelConfig):
+  r = [same("shared.weight", "embedding/embedding")]
+  if not m.tie_embeddings:
+    r.append(linear("lm_head.weight", "output/kernel"))
+  h = m.num_heads
+  qkvo = ("q", "k", "v", "o")
+  for stack, n in (("encoder", m.encoder_layers), ("decoder", m.decoder_layers)):
+    r.append(same(f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                  f"{stack}_relative_bias/rel_embedding"))
+    for i in range(n):
+      hf, t = f"{stack}.block.{i}.layer", f"{stack}/layer_{i}"
+      _attention(r, f"{hf}.0.SelfAttention", f"{t}/self_attention", h, h, qkvo, False)
+      _norm(r, f"{hf}.0.layer_norm", f"{t}/self_attention_norm", bias=False)
+      f = 1
+      if stack == "decoder":
+        _attention(r, f"{hf}.1.EncDecAttention", f"{t}/cross_attention", h, h, qkvo, False)
+        _norm(r, f"{hf}.1.layer_norm", f"{t}/cross_attention_norm", bias=False)
+        f = 2
+      for name, ours in (("wi_0", "wi"), ("wi_1", "wv"), ("wo", "wo")):
+        _dense(r, f"{hf}.{f}.DenseReluDense.{name}", f"{t}/ffn/{ours}", bias=False)
+      _norm(r, f"{hf}.{f}.layer_norm", f"{t}/ffn_norm", bias=False)
+    _norm(r, f"{stack}.final_layer_norm", f"{stack}/final_norm", bias=False)
+  return r
+
+
+# ------------------------------------------------------- BART and Marian
+def _seq2seq_common(c, arch):
+  for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
+               ("encoder_ffn_dim", "decoder_ffn_dim")):
+    if c[a] != c[b]:
+      raise ConfigError(f"{arch}: {a}={c[a]} != {b}={c[b]}; tfx_jax stacks share "
+                        "num_heads and d_ff.")
+  if c.get("normalize_before", False) or c.get("add_final_layer_norm", False):
+    raise ConfigError(f"{arch}: pre-norm variants (mBART) are not supported.")
+  n_enc, n_dec = c["encoder_layers"], c["decoder_layers"]
+  return dict(
+      family="encoder_decoder", norm_position="post", norm_type="layernorm",
+      activation=_act(c.get("activation_function", "gelu"), arch),
+      num_layers=n_enc, num_encoder_layers=n_enc, num_decoder_layers=n_dec,
+      d_model=c["d_model"], num_heads=c["encoder_attention_heads"],
+      d_ff=c["encoder_ffn_dim"], vocab_size=c["vocab_size"],
+      max_len=c["max_position_embeddings"], tie_embeddings=True, use_bias=True,
+      output_bias=True, norm_eps=1e-5, scale_embeddings=bool(c.get("scale_embedding")))
+
+
+def _seq2seq_config(m: ModelConfig):
+  return dict(
+      activation_function=_ACTS_BACK.get(m.activation, "gelu"),
+      encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
+      d_model=m.d_model, encoder_attention_heads=m.num_heads,
+      decoder_attention_heads=m.num_heads, encoder_ffn_dim=m.ffn_dim,
+      decoder_ffn_dim=m.ffn_dim, vocab_size=m.vocab_size,
+      max_position_embeddings=m.max_len, scale_embedding=m.scale_embeddings,
+      tie_word_embeddings=True, is_encoder_decoder=True)
+
+
+def _bart_fields(c, names=None):
+  return dict(_seq2seq_common(c, "bart"), position="learned", embedding_norm="on")
+
+
+def _bart_config(m: ModelConfig):
+  return dict(_seq2seq_config(m), model_type="bart",
+              architectures=["BartForConditionalGeneration"])
+
+
+def _marian_fields(c, names=None):
+  if not c.get("share_encoder_decoder_embeddings", True) or c.get(
+      "decoder_vocab_size", c["vocab_size"]) != c["vocab_size"]:
+    raise ConfigError("marian: separate source and target vocabularies are not "
+                      "supported (tfx_jax shares one embedding).")
+  return dict(_seq2seq_common(c, "marian"), position="sinusoidal",
+              sinusoidal_layout="halves", embedding_norm="off")
+
+
+def _marian_config(m: ModelConfig):
+  # Marian's own special ids: eos 0, pad (= decoder start) the last id; the
+  # imported model's ids, where known, replace these (convert.to_hf).
+  return dict(_seq2seq_config(m), model_type="marian", architectures=["MarianMTModel"],
+              share_encoder_decoder_embeddings=True, decoder_vocab_size=m.vocab_size,
+              eos_token_id=0, pad_token_id=m.vocab_size - 1,
+              decoder_start_token_id=m.vocab_size - 1)
+
+
+def _seq2seq_rules(m: ModelConfig, *, learned: bool, embed_norm: bool):
+  r = [same("model.shared.weight", "embedding/embedding"),
+       flat_row("final_logits_bias", "output_bias")]
+  h = m.num_heads
+  names = ("q_proj", "k_proj", "v_proj", "out_proj")
+  for stack, n in (("encoder", m.encoder_layers), ("decoder", m.decoder_layers)):
+    hf_stack = f"model.{stack}"
+    if learned:
+      r.append(rows_from(f"{hf_stack}.embed_positions.weight", f"{stack}_positions/embedding", 2))
+    if embed_norm:
+      _norm(r, f"{hf_stack}.layernorm_embedding", f"{stack}_embed_norm")
+    for i in range(n):
+      hf, t = f"{hf_stack}.layers.{i}", f"{stack}/layer_{i}"
+      _attention(r, f"{hf}.self_attn", f"{t}/self_attention", h, h, names, True)
+      _norm(r, f"{hf}.self_attn_layer_norm", f"{t}/self_attention_norm")
+      if stack == "decoder":
+        _attention(r, f"{hf}.encoder_attn", f"{t}/cross_attention", h, h, names, True)
+        _norm(r, f"{hf}.encoder_attn_layer_norm", f"{t}/cross_attention_norm")
+      _dense(r, f"{hf}.fc1", f"{t}/ffn/wi")
+      _dense(r, f"{hf}.fc2", f"{t}/ffn/wo")
+      _norm(r, f"{hf}.final_layer_norm", f"{t}/ffn_norm")
+  return r
+
+
+# --------------------------------------------------------------- registry
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  name: str
+  model_type: str  # HF config.json "model_type"
+  family: str
+  task: str  # the tfx_jax task of a converted run
+  # (HF config, names of the HF weights or None) -> model.* fields
+  model_fields: Callable[..., dict]
+  hf_config: Callable[[ModelConfig], dict]
+  rules: Callable[[ModelConfig], list[Rule]]
+
+
+ARCHITECTURES = {
+    "llama": Architecture("llama", "llama", "decoder_only", "lm", _llama_fields,
+                          _llama_config, _llama_rules),
+    "gpt2": Architecture("gpt2", "gpt2", "decoder_only", "lm", _gpt2_fields,
+                         _gpt2_config, _gpt2_rules),
+    "bert": Architecture("bert", "bert", "encoder_only", "mlm", _bert_fields,
+                         _bert_config, _bert_rules),
+    "t5": Architecture("t5", "t5", "encoder_decoder", "translate", _t5_fields,
+                       _t5_config, _t5_rules),
+    "bart": Architecture(
+        "bart", "bart", "encoder_decoder", "translate", _bart_fields, _bart_config,
+        lambda m: _seq2seq_rules(m, learned=True, embed_norm=True)),
+    "marian": Architecture(
+        "marian", "marian", "encoder_decoder", "translate", _marian_fields,
+        _marian_config, lambda m: _seq2seq_rules(m, learned=False, embed_norm=False)),
+}
+
+
+def architecture_for(hf_config: dict) -> Architecture:
+  """The architecture of an HF ``config.json`` (by ``model_type``)."""
+  kind = hf_config.get("model_type")
+  for arch in ARCHITECTURES.values():
+    if arch.model_type == kind:
+      return arch
+  raise ConfigError(f"HF model_type={kind!r} is not supported; supported: "
+                    f"{', '.join(a.model_type for a in ARCHITECTURES.values())}.")
