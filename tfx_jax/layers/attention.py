@@ -67,10 +67,13 @@ def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None
 class Attention(nn.Module):
   """Self- or cross-attention with optional RoPE and an optional KV cache.
 
-  In ``decode`` mode (self-attention only) keys and values are written into a
+  In ``decode`` mode self-attention keys and values are written into a
   cache at ``cache_index`` and the queries attend over the whole cache; the
   caller's mask hides the slots not yet written. Keys are rotated (RoPE) with
-  their own positions before they are cached.
+  their own positions before they are cached. Cross-attention in ``decode``
+  mode stores the projected encoder keys and values (``cross_key``,
+  ``cross_value``) on the first call with a mutable cache after ``init`` and
+  reuses them afterwards.
   """
   num_heads: int
   num_kv_heads: int
@@ -101,8 +104,19 @@ class Attention(nn.Module):
 
     vo_in = xavier(self.vo_gain, self.vo_distribution)
     q = proj("query", self.num_heads, self.qk_init)(x_BLD)
-    k = proj("key", self.num_kv_heads, self.qk_init)(kv_BSD)
-    v = proj("value", self.num_kv_heads, vo_in)(kv_BSD)
+    cross_cached = self.decode and not is_self and self.has_variable("cache", "cross_key")
+    if cross_cached:
+      # Cross-attention while decoding: the encoder's keys and values were
+      # projected once per sequence (``search`` primes them), not every step.
+      k = self.get_variable("cache", "cross_key")
+      v = self.get_variable("cache", "cross_value")
+    else:
+      k = proj("key", self.num_kv_heads, self.qk_init)(kv_BSD)
+      v = proj("value", self.num_kv_heads, vo_in)(kv_BSD)
+      if (self.decode and not is_self and not self.is_initializing()
+          and self.is_mutable_collection("cache")):
+        self.put_variable("cache", "cross_key", k)
+        self.put_variable("cache", "cross_value", v)
     if self.rope_base is not None:
       q = rope(q, positions_BL, self.rope_base)
       k = rope(k, positions_BL, self.rope_base)
