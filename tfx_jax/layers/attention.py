@@ -64,6 +64,77 @@ def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None
   return out_BLNGK.reshape(B, L, H, K)
 
 
+def _grouped(x_BhLS, N, G):
+  """[B, h, L, S] with h in (1, N * G) -> broadcastable [B, N, G or 1, L, S]."""
+  if x_BhLS.shape[1] == 1:
+    return x_BhLS[:, :, None]
+  return x_BhLS.reshape(x_BhLS.shape[0], N, G, *x_BhLS.shape[2:])
+
+
+def fast_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None, *,
+                   dtype=jnp.float32):
+  """``dot_product_attention`` without dropout, with fewer passes over [L, S].
+
+  The same formula, arranged for speed on CPU: 1/sqrt(d_k) scales the queries
+  ([L, K]) instead of the logits ([L, S]); the row maximum is a constant
+  (its gradient is zero); and the softmax denominator divides the output
+  ([L, K]) instead of the probabilities, as FlashAttention does. Equal to the
+  reference to float32 rounding (tested).
+  """
+  B, L, H, K = q_BLHK.shape
+  N = k_BSNK.shape[2]
+  G = H // N
+  q_BLNGK = (q_BLHK * jnp.asarray(K ** -0.5, q_BLHK.dtype)).reshape(B, L, N, G, K)
+  logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLNGK, k_BSNK,
+                            preferred_element_type=jnp.float32)
+  if bias_BhLS is not None:
+    logits_BNGLS = logits_BNGLS + _grouped(bias_BhLS, N, G).astype(jnp.float32)
+  if mask_BhLS is not None:
+    logits_BNGLS = jnp.where(_grouped(mask_BhLS, N, G), logits_BNGLS, NEG_INF)
+  max_BNGL1 = jax.lax.stop_gradient(jnp.max(logits_BNGLS, axis=-1, keepdims=True))
+  unnorm_BNGLS = jnp.exp(logits_BNGLS - max_BNGL1)
+  denom_BLNG = jnp.sum(unnorm_BNGLS, axis=-1).transpose(0, 3, 1, 2)
+  out_BLNGK = jnp.einsum("bngls,bsnk->blngk", unnorm_BNGLS.astype(dtype), v_BSNK,
+                         preferred_element_type=jnp.float32)
+  out_BLNGK = out_BLNGK / denom_BLNG[..., None]
+  return out_BLNGK.astype(dtype).reshape(B, L, H, K)
+
+
+def causal_blocked_attention(q_BLHK, k_BLNK, v_BLNK, mask_BhLL=None, bias_BhLL=None, *,
+                             block: int, dtype=jnp.float32):
+  """Self-attention whose mask is causal (or stricter), by query blocks.
+
+  Query block [i, i + block) attends to keys [0, i + block) only: the key
+  blocks above the diagonal are masked for every query of the block, so their
+  logits, exps and products are skipped rather than computed and zeroed
+  (2/3 of the work at 3 blocks, 5/8 at 4, toward 1/2). The skipped keys
+  contribute exactly 0 to every query that has a key it may see; a query that
+  sees no key at all (padding) gets the uniform average of the keys it is
+  shown, which differs from the reference's average over all keys, and is
+  never read by a real position.
+  """
+  L = q_BLHK.shape[1]
+  outs = []
+  for start in range(0, L, block):
+    end = min(start + block, L)
+    rows = lambda x: None if x is None else x[:, :, start:end, :end]
+    outs.append(fast_attention(q_BLHK[:, start:end], k_BLNK[:, :end], v_BLNK[:, :end],
+                               rows(mask_BhLL), rows(bias_BhLL), dtype=dtype))
+  return jnp.concatenate(outs, axis=1)
+
+
+def attention_block(length: int, platform: str) -> int:
+  """Query block of ``causal_blocked_attention`` for a length and backend; 0: none.
+
+  Chosen on CPU, where the elementwise work on [L, S] dominates at d_k = 32..64:
+  blocks of 64 up to 8 blocks, wider ones beyond (fewer, larger matmuls).
+  Accelerators keep one block (their fused kernels are a separate question).
+  """
+  if platform != "cpu" or length < 128:
+    return 0
+  return max(64, -(-length // 8))
+
+
 class Attention(nn.Module):
   """Self- or cross-attention with optional RoPE and an optional KV cache.
 
@@ -87,6 +158,9 @@ class Attention(nn.Module):
   decode: bool = False
   deterministic: bool = True
   dtype: jnp.dtype = jnp.float32
+  # The caller's mask never lets a query see a later key (a decoder's
+  # self-attention): key blocks above the diagonal may be skipped.
+  causal: bool = False
 
   @nn.compact
   def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, positions_BL=None,
@@ -124,12 +198,12 @@ class Attention(nn.Module):
     if self.decode and is_self:
       k, v = self._update_cache(k, v, cache_index)
 
-    dropout_rng = None
     if not self.deterministic and self.dropout > 0.0:
-      dropout_rng = self.make_rng("dropout")
-    out_BLHK = dot_product_attention(
-        q, k, v, mask, bias, dropout_rng=dropout_rng, dropout=self.dropout,
-        deterministic=self.deterministic, dtype=self.dtype)
+      out_BLHK = dot_product_attention(
+          q, k, v, mask, bias, dropout_rng=self.make_rng("dropout"),
+          dropout=self.dropout, deterministic=False, dtype=self.dtype)
+    else:
+      out_BLHK = self._attend(q, k, v, mask, bias)
     return nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype, name="out",
         kernel_init=nn.with_logical_partitioning(
@@ -137,6 +211,15 @@ class Attention(nn.Module):
             ("heads", "kv", "embed")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
     )(out_BLHK)
+
+  def _attend(self, q_BLHK, k_BSNK, v_BSNK, mask, bias):
+    """The attention path for this backend and shape (no dropout)."""
+    L, S = q_BLHK.shape[1], k_BSNK.shape[1]
+    block = attention_block(L, jax.default_backend())
+    if self.causal and L == S and block and block < L:
+      return causal_blocked_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, block=block,
+                                      dtype=self.dtype)
+    return fast_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=self.dtype)
 
   def _update_cache(self, k_BLNK, v_BLNK, cache_index):
     """Writes the new keys/values at ``cache_index``; returns the whole cache.
