@@ -19,7 +19,8 @@ Measurements (``--only``, comma-separated):
              ``scan_layers`` on and off.
   fixed      the fixed cost of a tiny run: wall time of ``python -m tfx_jax.train
              --config configs/lm.py:tiny`` for one step in a fresh process
-             (imports, data, compilation, first step, final checkpoint/eval).
+             (imports, data, compilation, first step, final checkpoint/eval),
+             with an empty compilation cache and again with it filled.
   decode     cached greedy decoding tokens/s (prefix then ``--new_tokens`` new
              tokens, eos disabled) against ``generate()``: the reference decoder
              against HF Llama, the encoder-decoder against HF T5.
@@ -392,17 +393,26 @@ def bench_compile(shape: Shape, args) -> list[Record]:
 
 
 def bench_fixed(shape: Shape, args) -> list[Record]:
-  with tempfile.TemporaryDirectory() as workdir:
-    cmd = [sys.executable, "-m", "tfx_jax.train", "--config", "configs/lm.py:tiny",
-           "--workdir", workdir, "--config.train.num_steps=1"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_repo_root())
-    wall = time.perf_counter() - t0
-  if proc.returncode != 0:
-    print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
-    raise RuntimeError("the tiny run failed")
-  return [Record("tfx_jax", "tiny_run_fixed_cost", wall, "s",
-                 dict(command=" ".join(cmd[1:3] + cmd[3:5] + cmd[7:])))]
+  """A tiny run in a fresh process, twice with one new compilation cache: cold
+  (everything compiled) and warm (a repeated shape, as in a sweep)."""
+  out = []
+  with tempfile.TemporaryDirectory() as tmp:
+    env = dict(os.environ, TFX_JAX_COMPILATION_CACHE=os.path.join(tmp, "xla"))
+    for label in ("cold", "warm"):
+      workdir = os.path.join(tmp, label)
+      cmd = [sys.executable, "-m", "tfx_jax.train", "--config", "configs/lm.py:tiny",
+             "--workdir", workdir, "--config.train.num_steps=1"]
+      t0 = time.perf_counter()
+      proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_repo_root(),
+                            env=env)
+      wall = time.perf_counter() - t0
+      if proc.returncode != 0:
+        print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
+        raise RuntimeError("the tiny run failed")
+      out.append(Record(f"tfx_jax[{label} compilation cache]", "tiny_run_fixed_cost",
+                        wall, "s", dict(command="python -m tfx_jax.train --config "
+                                        "configs/lm.py:tiny --config.train.num_steps=1")))
+  return out
 
 
 def bench_decode(shape: Shape, args) -> list[Record]:
