@@ -401,7 +401,8 @@ def bench_fixed(shape: Shape, args) -> list[Record]:
     for label in ("cold", "warm"):
       workdir = os.path.join(tmp, label)
       cmd = [sys.executable, "-m", "tfx_jax.train", "--config", "configs/lm.py:tiny",
-             "--workdir", workdir, "--config.train.num_steps=1"]
+             "--workdir", workdir, "--config.train.num_steps=1",
+             "--config.optim.warmup_steps=0"]
       t0 = time.perf_counter()
       proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_repo_root(),
                             env=env)
@@ -410,8 +411,7 @@ def bench_fixed(shape: Shape, args) -> list[Record]:
         print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
         raise RuntimeError("the tiny run failed")
       out.append(Record(f"tfx_jax[{label} compilation cache]", "tiny_run_fixed_cost",
-                        wall, "s", dict(command="python -m tfx_jax.train --config "
-                                        "configs/lm.py:tiny --config.train.num_steps=1")))
+                        wall, "s", dict(command=" ".join(cmd[1:]))))
   return out
 
 
@@ -534,6 +534,9 @@ def parse_args(argv=None):
   p.add_argument("--no_compile", action="store_true", help="skip torch.compile")
   p.add_argument("--torch_threads", default="0,1",
                  help="torch intra-op thread counts to time (0 = all cores)")
+  p.add_argument("--jax_threads", type=int, default=0,
+                 help="XLA CPU threads (0 = all cores); set before JAX starts, so one "
+                      "setting per process")
   p.add_argument("--json", default=None, help="write the records here")
   p.add_argument("--_memory_child", default=None, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
@@ -575,10 +578,18 @@ def environment() -> dict:
 
 def main(argv=None) -> list[Record]:
   args, shape = parse_args(argv)
+  if args.jax_threads:
+    if jax._src.xla_bridge.backends_are_initialized():
+      raise SystemExit("--jax_threads must be set before JAX starts (a fresh process)")
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + (
+        " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads="
+        f"{args.jax_threads}" if args.jax_threads == 1 else
+        f" intra_op_parallelism_threads={args.jax_threads}")).strip()
   if args._memory_child:
     _memory_child(args._memory_child, shape)
     return []
   env = environment()
+  env["jax_threads"] = args.jax_threads or os.cpu_count()
   print(" ".join(f"{k}={v}" for k, v in env.items()))
   if not args.no_torch and _torch() is None:
     print("torch/transformers not installed: timing tfx_jax only "
@@ -596,12 +607,12 @@ def main(argv=None) -> list[Record]:
     print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
     for r in new:
       print(f"  {r.measurement} {r.system}: {r.value:.4g} {r.unit}", flush=True)
+    if args.json:  # after every measurement: a later failure keeps these
+      with open(args.json, "w") as f:
+        json.dump({"environment": env,
+                   "records": [dataclasses.asdict(r) for r in records],
+                   "ratios": dict(ratio_table(records))}, f, indent=1)
   print_tables(records)
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump({"environment": env,
-                 "records": [dataclasses.asdict(r) for r in records],
-                 "ratios": dict(ratio_table(records))}, f, indent=1)
   return records
 
 
