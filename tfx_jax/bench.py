@@ -534,9 +534,6 @@ def parse_args(argv=None):
   p.add_argument("--no_compile", action="store_true", help="skip torch.compile")
   p.add_argument("--torch_threads", default="0,1",
                  help="torch intra-op thread counts to time (0 = all cores)")
-  p.add_argument("--jax_threads", type=int, default=0,
-                 help="XLA CPU threads (0 = all cores); set before JAX starts, so one "
-                      "setting per process")
   p.add_argument("--json", default=None, help="write the records here")
   p.add_argument("--_memory_child", default=None, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
@@ -578,18 +575,10 @@ def environment() -> dict:
 
 def main(argv=None) -> list[Record]:
   args, shape = parse_args(argv)
-  if args.jax_threads:
-    if jax._src.xla_bridge.backends_are_initialized():
-      raise SystemExit("--jax_threads must be set before JAX starts (a fresh process)")
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + (
-        " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads="
-        f"{args.jax_threads}" if args.jax_threads == 1 else
-        f" intra_op_parallelism_threads={args.jax_threads}")).strip()
   if args._memory_child:
     _memory_child(args._memory_child, shape)
     return []
   env = environment()
-  env["jax_threads"] = args.jax_threads or os.cpu_count()
   print(" ".join(f"{k}={v}" for k, v in env.items()))
   if not args.no_torch and _torch() is None:
     print("torch/transformers not installed: timing tfx_jax only "
