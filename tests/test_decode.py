@@ -269,3 +269,26 @@ def test_bleu_and_chrf_match_sacrebleu_and_the_formula():
   chrf, chrf_sig = bleu.corpus_chrf(hyps, refs)
   assert chrf == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
   assert chrf_sig.startswith("nrefs:1") and "nw:0" in chrf_sig
+
+
+def test_cross_attention_keys_and_values_are_projected_once_per_sequence():
+  cfg, params = _model("encoder_decoder", "t5_bias", scan=True, layers=2)
+  encoded, seg = jax.jit(functools.partial(search._encode, cfg))(params, jnp.asarray(INPUTS))
+  empty = search.init_cache(cfg, 3, 8)
+  cache = jax.jit(functools.partial(search.prime_cross_cache, cfg))(params, empty, encoded,
+                                                                     seg)
+  # Priming adds the cross keys/values to the cache.
+  assert jax.tree.structure(cache) != jax.tree.structure(empty)
+  tokens = jnp.asarray([2, 5, 7], jnp.int32)
+
+  @jax.jit
+  def step(encoded, cache):
+    return search._encoder_decoder_step(cfg, params, encoded, seg)(tokens, cache)[0]
+
+  # A step reads the primed keys/values: the encoder output it is handed is not
+  # projected again (zeros there change nothing) ...
+  np.testing.assert_array_equal(np.asarray(step(encoded, cache)),
+                                np.asarray(step(jnp.zeros_like(encoded), cache)))
+  # ... and its jaxpr has 2 fewer projections (key, value; one scanned layer body).
+  dots = lambda c: str(jax.make_jaxpr(step)(encoded, c)).count("dot_general")
+  assert dots(empty) - dots(cache) == 2

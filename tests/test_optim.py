@@ -298,3 +298,29 @@ def test_weight_decay_mask_sees_through_partitioning_boxes():
   assert mask == {"norm": {"scale": False}, "mlp": {"kernel": True}}
   boxed = optim.decay_mask(params)
   assert nn.unbox(boxed) == mask
+
+
+@pytest.mark.parametrize("smoothing,vocab_size", [(0.0, None), (0.1, None), (0.1, 6)])
+def test_cross_entropy_and_gradient_equal_the_one_hot_formula(smoothing, vocab_size):
+  """The logsumexp form equals -sum(q * log_softmax) with the soft targets built
+  explicitly (value and gradient, float32 rounding)."""
+  rng = np.random.default_rng(0)
+  logits = jnp.asarray(rng.normal(size=(3, 5, 8)) * 3, jnp.float32)
+  targets = jnp.asarray(rng.integers(0, vocab_size or 8, size=(3, 5)))
+  weights = jnp.asarray(rng.integers(0, 2, size=(3, 5)), jnp.float32)
+  V, vocab = 8, vocab_size or 8
+  low = smoothing / (vocab - 1)
+  real = (jnp.arange(V) < vocab).astype(jnp.float32)
+
+  def reference(z):
+    one_hot = jax.nn.one_hot(targets, V)
+    q = one_hot * (1 - smoothing) + (1 - one_hot) * low * real
+    norm = -((1 - smoothing) * jnp.log(1 - smoothing) + (vocab - 1) * low
+             * jnp.log(low + 1e-20))
+    return jnp.sum((optax.softmax_cross_entropy(z, q) - norm) * weights)
+
+  ours = lambda z: optim.label_smoothed_cross_entropy(z, targets, weights, smoothing,
+                                                      vocab_size)[0]
+  np.testing.assert_allclose(ours(logits), reference(logits), rtol=1e-6, atol=1e-5)
+  np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(reference)(logits),
+                             rtol=1e-5, atol=1e-6)

@@ -70,6 +70,7 @@ class LayerSpec:
   rope_base: float | None
   cross_attention: bool
   dtype: Any
+  causal: bool = False  # self-attention masks are causal (decoder stacks)
 
 
 def residual_for(norm_position: str):
@@ -89,14 +90,15 @@ class TransformerLayer(nn.Module):
     s = self.spec
     drop = lambda y: nn.Dropout(s.dropout)(y, deterministic=self.deterministic)
 
-    def attention(name, rope_base):
+    def attention(name, rope_base, causal=False):
       return Attention(
           num_heads=s.num_heads, num_kv_heads=s.num_kv_heads, head_dim=s.head_dim,
           use_bias=s.use_bias, dropout=s.attention_dropout, rope_base=rope_base,
           qk_init=s.qk_init, vo_gain=s.vo_gain, vo_distribution=s.vo_distribution,
-          scale_logits=s.scale_logits, decode=self.decode, deterministic=self.deterministic, dtype=s.dtype, name=name)
+          scale_logits=s.scale_logits, decode=self.decode,
+          deterministic=self.deterministic, dtype=s.dtype, causal=causal, name=name)
 
-    self_attn = attention("self_attention", s.rope_base)
+    self_attn = attention("self_attention", s.rope_base, causal=s.causal)
     x_BLD = s.residual(
         x_BLD, lambda y: self_attn(y, mask=mask, bias=bias, positions_BL=positions_BL,
                                    cache_index=cache_index),

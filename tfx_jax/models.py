@@ -76,7 +76,8 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerS
       vo_gain=beta, vo_distribution=dist, use_bias=cfg.use_bias,
       scale_logits=cfg.scale_attention_logits, dropout=cfg.dropout,
       attention_dropout=cfg.attention_dropout, rope_base=position_scheme(cfg).rope_base,
-      cross_attention=cross_attention, dtype=_DTYPES[cfg.dtype])
+      cross_attention=cross_attention, dtype=_DTYPES[cfg.dtype],
+      causal=stack == "decoder")
 
 
 # ------------------------------------------------------------------- helpers

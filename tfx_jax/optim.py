@@ -249,14 +249,25 @@ def label_smoothed_cross_entropy(
 
   confidence = 1.0 - smoothing
   low_confidence = smoothing / (vocab - 1)
-  real = (jnp.arange(padded_vocab) < vocab).astype(jnp.float32)
-  one_hot = jax.nn.one_hot(targets, padded_vocab, dtype=jnp.float32)
-  soft_targets = one_hot * confidence + (1.0 - one_hot) * low_confidence * real
   # Entropy of the soft targets; 0 * log(0) is taken as 0.
   normalizer = -(confidence * jnp.log(confidence) +
                  (vocab - 1) * low_confidence * jnp.log(low_confidence + 1e-20))
 
-  loss = optax.softmax_cross_entropy(logits, soft_targets) - normalizer
+  # -sum_j q_j log_softmax(z)_j = logsumexp(z) - sum_j q_j z_j (the q_j sum to
+  # 1), with q_t = confidence and q_j = low_confidence on the other real ids.
+  # Written this way no [.., V] one-hot or target array is built, and the
+  # backward pass is one softmax: at vocabulary 8192 this is the largest
+  # elementwise cost of a training step.
+  # A gather measured faster on CPU than a compare-and-select or a one-hot sum.
+  logit_t = jnp.take_along_axis(logits, targets[..., None].astype(jnp.int32),
+                                axis=-1)[..., 0]
+  target_term = confidence * logit_t
+  if smoothing:
+    real = (jnp.arange(padded_vocab) < vocab).astype(jnp.float32)
+    real_t = (targets < vocab).astype(jnp.float32)
+    target_term = (target_term - low_confidence * real_t * logit_t
+                   + low_confidence * jnp.sum(logits * real, axis=-1))
+  loss = jax.nn.logsumexp(logits, axis=-1) - target_term - normalizer
   if weights is None:
     weights = jnp.ones(targets.shape, jnp.float32)
   weights = weights.astype(jnp.float32)

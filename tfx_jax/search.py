@@ -4,7 +4,9 @@ Every decoder runs as ONE jitted ``lax.while_loop`` that feeds one token per
 step through the cached model (``build_model(cfg, decode=True)``; keys and
 values live in the ``cache`` collection and ``DecodeIndex`` holds the write
 position), so a new token costs one single-token forward pass, not a forward
-pass over the whole prefix.
+pass over the whole prefix. Encoder-decoder models encode the source once and
+project every decoder layer's cross-attention keys and values of it once per
+sequence (``prime_cross_cache``); the steps read them from the cache.
 
 Token ids are the tokenizer's special ids (``data/tokenizer.py``): pad 0, bos 2, eos 3.
 
@@ -21,7 +23,7 @@ Public functions:
   translate_greedy encoder_decoder: greedy decoding from bos.
   beam_search      both families: beam search with the GNMT length penalty.
   uncached_greedy  reference argmax loop with a full forward pass per token.
-  init_cache, filter_logits, length_penalty: building blocks.
+  init_cache, prime_cross_cache, filter_logits, length_penalty: building blocks.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -132,6 +135,31 @@ def _encoder_decoder_step(cfg, params, encoded_NSD, source_seg_NS) -> StepFn:
     return out["logits"][:, -1], mutated["cache"]
 
   return step
+
+
+def prime_cross_cache(cfg, params, cache, encoded_NSD, source_seg_NS):
+  """``cache`` plus every decoder layer's cross-attention keys and values of
+  ``encoded_NSD``, projected once per sequence; the decoding steps reuse them.
+
+  One throwaway decoder step computes them; everything else in the cache
+  (self-attention keys/values, the index) is kept as it was.
+  """
+  model = build_model(cfg, decode=True)
+  N = encoded_NSD.shape[0]
+  _, mutated = model.apply({"params": params, "cache": cache},
+                           jnp.full((N, 1), BOS_ID, jnp.int32), encoded_NSD,
+                           source_seg_NS, method="decode", mutable=["cache"])
+  old = flax.traverse_util.flatten_dict(flax.core.unfreeze(cache))
+  new = flax.traverse_util.flatten_dict(flax.core.unfreeze(mutated["cache"]))
+  return flax.traverse_util.unflatten_dict({k: old.get(k, v) for k, v in new.items()})
+
+
+def _cross_axes(axes, cache):
+  """``axes`` extended to a primed cache: the cross keys/values are not reordered
+  (the beams of one source share them)."""
+  known = flax.traverse_util.flatten_dict(flax.core.unfreeze(axes), keep_empty_nodes=True)
+  flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(cache))
+  return flax.traverse_util.unflatten_dict({k: known.get(k) for k in flat})
 
 
 def _encode(cfg, params, source_BS):
@@ -287,7 +315,7 @@ def generate(params, cfg: ModelConfig, prompt_ids, max_new_tokens: int, *,
 def _translate_greedy_jit(params, source_BS, *, cfg, max_len, eos_id, bos_id):
   B = source_BS.shape[0]
   encoded, seg = _encode(cfg, params, source_BS)
-  cache = init_cache(cfg, B, max_len + 1)
+  cache = prime_cross_cache(cfg, params, init_cache(cfg, B, max_len + 1), encoded, seg)
   seq = jnp.zeros((B, max_len + 1), jnp.int32).at[:, 0].set(bos_id)
   lengths = jnp.ones((B,), jnp.int32)
   seq = _sample_loop(_encoder_decoder_step(cfg, params, encoded, seg), cache, seq,
@@ -418,7 +446,8 @@ def _beam_search_jit(params, inputs_BP, lengths_B, *, cfg, start, max_new, beam_
     T = 1 + max_new
     encoded, seg = _encode(cfg, params, inputs_BP)
     step = _encoder_decoder_step(cfg, params, encoded[tile_N], seg[tile_N])
-    cache = init_cache(cfg, B * K, T)
+    cache = prime_cross_cache(cfg, params, init_cache(cfg, B * K, T), encoded[tile_N],
+                              seg[tile_N])
     seq = jnp.zeros((B, T), jnp.int32).at[:, 0].set(bos_id)
   else:
     T = P + max_new
@@ -427,7 +456,7 @@ def _beam_search_jit(params, inputs_BP, lengths_B, *, cfg, start, max_new, beam_
     step = _decoder_only_step(cfg, params)
     seq = jnp.pad(inputs_BP, ((0, 0), (0, max_new)))
   fin_seq, fin_score = _beam_loop(
-      step, cache, cache_batch_axes(cfg, T), seq, lengths_B, start=start,
+      step, cache, _cross_axes(cache_batch_axes(cfg, T), cache), seq, lengths_B, start=start,
       max_new=max_new, beam_size=K, alpha=alpha, eos_id=eos_id)
   idx = jnp.broadcast_to(lengths_B[:, None, None] + jnp.arange(max_new)[None, None],
                          (B, K, max_new))

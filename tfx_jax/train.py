@@ -1,7 +1,10 @@
 """Command line: ``python -m tfx_jax.train --config configs/lm.py:tiny --workdir runs/NAME``.
 
 Any field can be overridden: ``--config.model.activation=swiglu``. Running the
-same command again resumes from the workdir's latest checkpoint.
+same command again resumes from the workdir's latest checkpoint. Compiled
+steps are cached on disk (``TFX_JAX_COMPILATION_CACHE``, default
+``~/.cache/tfx_jax/xla``; empty: off; ``JAX_COMPILATION_CACHE_DIR``, as a
+sweep sets it, wins), so a repeated shape skips compilation.
 
 Multi-process runs (one process per host, or per GPU) add ``--distributed``
 and start the same command in every process: JAX's multi-controller runtime
@@ -12,6 +15,7 @@ is initialised from ``--coordinator_address``, ``--num_processes`` and
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import flags
@@ -43,6 +47,15 @@ def main(argv):
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  import jax
+  # A sweep repeats shapes: XLA executables are kept on disk and a repeated
+  # shape skips compilation. TFX_JAX_COMPILATION_CACHE="" turns this off; a
+  # cache named by JAX's own JAX_COMPILATION_CACHE_DIR (a sweep's) is kept.
+  cache_dir = os.environ.get("TFX_JAX_COMPILATION_CACHE",
+                             os.path.join(os.path.expanduser("~"), ".cache", "tfx_jax",
+                                          "xla"))
+  if cache_dir and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
   from tfx_jax import trainer
   try:
     result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)

@@ -1,0 +1,102 @@
+"""The fast attention paths against the plain reference ``dot_product_attention``."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tfx_jax.layers import attention as att
+from tfx_jax.models import attention_mask
+from tfx_jax.layers.positions import alibi_bias
+
+B, L, H, K = 2, 40, 4, 8
+
+
+def _qkv(n_kv, seed=0, length=L):
+  r = np.random.default_rng(seed)
+  q = jnp.asarray(r.normal(size=(B, length, H, K)) * 2, jnp.float32)
+  k, v = (jnp.asarray(r.normal(size=(B, length, n_kv, K)) * 2, jnp.float32)
+          for _ in range(2))
+  return q, k, v
+
+
+def _packed_causal_mask(length=L):
+  # Row 0: two packed documents; row 1: one document and right padding.
+  seg = np.ones((B, length), np.int32)
+  seg[0, length // 3:] = 2
+  seg[1, length - 7:] = 0
+  return jnp.asarray(seg), attention_mask(jnp.asarray(seg), jnp.asarray(seg), causal=True)
+
+
+@pytest.mark.parametrize("n_kv", [4, 2, 1])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_fast_attention_equals_reference(n_kv, with_bias):
+  q, k, v = _qkv(n_kv)
+  _, mask = _packed_causal_mask()
+  pos = jnp.broadcast_to(jnp.arange(L), (B, L))
+  bias = alibi_bias(pos, pos, H) if with_bias else None
+  ref = att.dot_product_attention(q, k, v, mask, bias)
+  np.testing.assert_allclose(att.fast_attention(q, k, v, mask, bias), ref,
+                             rtol=1e-5, atol=1e-5)
+  # Non-causal, no mask, a bias broadcast over heads (cross-attention shapes).
+  bias1 = jnp.asarray(np.random.default_rng(1).normal(size=(B, 1, L, L)), jnp.float32)
+  np.testing.assert_allclose(att.fast_attention(q, k, v, None, bias1),
+                             att.dot_product_attention(q, k, v, None, bias1),
+                             rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("block", [8, 16, 13])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_causal_blocked_attention_equals_reference_at_real_positions(block, with_bias):
+  q, k, v = _qkv(2, seed=block)
+  seg, mask = _packed_causal_mask()
+  bias = None
+  if with_bias:  # a per-head, per-batch bias like T5's
+    bias = jnp.asarray(np.random.default_rng(2).normal(size=(B, H, L, L)), jnp.float32)
+  ref = att.dot_product_attention(q, k, v, mask, bias)
+  got = jax.jit(att.causal_blocked_attention, static_argnames="block")(
+      q, k, v, mask, bias, block=block)
+  real = np.asarray(seg > 0)
+  np.testing.assert_allclose(np.asarray(got)[real], np.asarray(ref)[real],
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_of_the_fast_paths_equal_the_reference():
+  q, k, v = _qkv(2)
+  seg, mask = _packed_causal_mask()
+  w = (seg > 0).astype(jnp.float32)[:, :, None, None]  # real positions only
+  loss = lambda f: lambda q, k, v: jnp.sum(jnp.sin(f(q, k, v, mask, None)) * w)
+  ref = jax.jit(jax.grad(loss(att.dot_product_attention), argnums=(0, 1, 2)))(q, k, v)
+  blocked = lambda *a: att.causal_blocked_attention(*a, block=16)
+  for f in (att.fast_attention, blocked):
+    for g, r in zip(jax.jit(jax.grad(loss(f), argnums=(0, 1, 2)))(q, k, v), ref):
+      np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_the_block_is_chosen_per_backend_and_length():
+  assert att.attention_block(256, "cpu") == 64
+  assert att.attention_block(2048, "cpu") == 256
+  assert att.attention_block(64, "cpu") == 0  # short: one block
+  assert att.attention_block(2048, "gpu") == 0
+
+
+def test_causal_module_equals_the_reference_module():
+  """The Attention layer with causal=True (blocked on CPU at length 128) gives the
+  outputs of the plain reference attention at every real position."""
+  length = 128
+  x = jnp.asarray(np.random.default_rng(3).normal(size=(B, length, 16)), jnp.float32)
+  seg, mask = _packed_causal_mask(length)
+  layer = att.Attention(num_heads=4, num_kv_heads=2, head_dim=4, causal=True)
+  params = layer.init(jax.random.PRNGKey(0), x, mask=mask)
+  got = jax.jit(lambda p: layer.apply(p, x, mask=mask))(params)
+  ref_layer = layer.clone(causal=False)
+  orig = att.Attention._attend
+  try:  # the reference formula in place of every fast path
+    att.Attention._attend = lambda self, q, k, v, m, b: att.dot_product_attention(
+        q, k, v, m, b)
+    ref = jax.jit(lambda p: ref_layer.apply(p, x, mask=mask))(params)
+  finally:
+    att.Attention._attend = orig
+  real = np.asarray(seg > 0)
+  np.testing.assert_allclose(np.asarray(got)[real], np.asarray(ref)[real],
+                             rtol=1e-5, atol=1e-5)

@@ -1,0 +1,609 @@
+"""Speed of tfx_jax against Hugging Face PyTorch on the same machine, in one process.
+
+  pip install torch==2.13.0 && pip install -e .[bench]   # CPU build of torch first
+  python -m tfx_jax.bench                      # everything (~10 minutes on 2 cores)
+  python -m tfx_jax.bench --quick              # smaller sizes, fewer rounds (~2 minutes)
+  python -m tfx_jax.bench --only train,position --json bench.json
+
+Measurements (``--only``, comma-separated):
+  train      training tokens/s of the reference decoder (LLaMA-style: RMSNorm
+             pre-norm, SwiGLU, RoPE, tied embeddings) against HF Llama, PyTorch
+             eager and ``torch.compile``; float32, AdamW (same betas, eps, no
+             weight decay, gradient clipping at 1.0, constant learning rate) on
+             both sides, random weights and random tokens.
+  seq2seq    the same for a small encoder-decoder (pre-norm RMSNorm, ReLU, T5
+             relative bias, tied) against HF T5 of the same shape.
+  position   tfx_jax training tokens/s with ``position`` = t5_bias and alibi
+             against rope on the reference decoder (the cost of a biased attention).
+  compile    compile time of the train step against depth (``--depths``), with
+             ``scan_layers`` on and off.
+  fixed      the fixed cost of a tiny run: wall time of ``python -m tfx_jax.train
+             --config configs/lm.py:tiny`` for one step in a fresh process
+             (imports, data, compilation, first step, final checkpoint/eval),
+             with an empty compilation cache and again with it filled.
+  decode     cached greedy decoding tokens/s (prefix then ``--new_tokens`` new
+             tokens, eos disabled) against ``generate()``: the reference decoder
+             against HF Llama, the encoder-decoder against HF T5.
+  memory     peak resident memory of a process that runs only one system's
+             training step (each in its own subprocess, so figures do not mix).
+
+Timing: every system is built and warmed up (compilation excluded and reported
+separately), then the systems of one measurement alternate round by round
+(``--rounds``), so a load change on a shared machine hits all of them; the
+table shows medians with min-max. ``--json PATH`` writes one record per system
+and measurement: ``system``, ``measurement``, ``value`` (the median), ``unit``,
+``min``, ``max``, ``rounds`` and ``config``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+MEASUREMENTS = ("train", "seq2seq", "position", "compile", "fixed", "decode", "memory")
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+  """One benchmark shape, the same on every side."""
+  vocab: int = 8192
+  d_model: int = 256
+  layers: int = 4
+  heads: int = 8
+  d_ff: int = 688  # SwiGLU hidden width (HF ``intermediate_size``)
+  seq: int = 256
+  batch: int = 8
+  s2s_layers: int = 2  # encoder and decoder layers of the seq2seq model
+  s2s_d_ff: int = 1024  # its ReLU FFN width
+  s2s_seq: int = 128  # source and target length
+
+
+QUICK = dict(layers=2, seq=128, batch=4, s2s_seq=64)
+LR, B1, B2, EPS, CLIP = 1e-3, 0.9, 0.95, 1e-8, 1.0
+
+
+@dataclasses.dataclass
+class Record:
+  system: str
+  measurement: str
+  value: float
+  unit: str
+  config: dict
+  min: float | None = None
+  max: float | None = None
+  rounds: int = 1
+
+
+# ------------------------------------------------------------------ tfx_jax
+def _lm_model(shape: Shape, **overrides) -> dict:
+  model = dict(family="decoder_only", norm_position="pre", norm_type="rmsnorm",
+               activation="swiglu", gated_d_ff=shape.d_ff, position="rope",
+               num_layers=shape.layers, d_model=shape.d_model, num_heads=shape.heads,
+               vocab_size=shape.vocab, max_len=max(shape.seq, 512), use_bias=False,
+               tie_embeddings=True, norm_eps=1e-6, dropout=0.0)
+  model.update(overrides)
+  return model
+
+
+def _s2s_model(shape: Shape, **overrides) -> dict:
+  model = dict(family="encoder_decoder", norm_position="pre", norm_type="rmsnorm",
+               activation="relu", d_ff=shape.s2s_d_ff, position="t5_bias",
+               num_layers=shape.s2s_layers, d_model=shape.d_model, num_heads=shape.heads,
+               vocab_size=shape.vocab, max_len=max(shape.s2s_seq, 512), use_bias=False,
+               tie_embeddings=True, norm_eps=1e-6, dropout=0.0)
+  model.update(overrides)
+  return model
+
+
+def _run_config(model: dict, batch: int, seq: int):
+  from tfx_jax.config_base import base_config
+  c = base_config()
+  c.task = "lm" if model["family"] == "decoder_only" else "translate"
+  for k, v in model.items():
+    c.model[k] = v
+  c.data.vocab_size = model["vocab_size"]
+  c.train.batch_size = batch
+  c.train.seq_len = seq
+  c.optim.update(dict(optimizer="adamw", learning_rate=LR, schedule="constant",
+                      warmup_steps=0, b1=B1, b2=B2, eps=EPS, weight_decay=0.0,
+                      grad_clip_norm=CLIP))
+  c.lock()
+  return c
+
+
+def _random_batch(family: str, batch: int, seq: int, vocab: int, seed: int = 0) -> dict:
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(4, vocab, size=(batch, seq + 1), dtype=np.int32)
+  ones = np.ones((batch, seq), np.int32)
+  if family == "decoder_only":
+    return {"inputs": ids[:, :-1], "targets": ids[:, 1:], "weights": ones.astype(np.float32),
+            "segment_ids": ones, "positions": np.broadcast_to(np.arange(seq, dtype=np.int32),
+                                                               (batch, seq)).copy()}
+  src = rng.integers(4, vocab, size=(batch, seq), dtype=np.int32)
+  return {"inputs": src, "decoder_inputs": ids[:, :-1], "targets": ids[:, 1:],
+          "weights": ones.astype(np.float32)}
+
+
+class TfxTrain:
+  """The jitted, donated train step of ``run_setup.ShardedRun`` on a fixed batch."""
+
+  def __init__(self, model: dict, batch: int, seq: int):
+    from tfx_jax.run_setup import ShardedRun, validate_run_config
+    from tfx_jax import sharding as sharding_lib
+    config = _run_config(model, batch, seq)
+    run = ShardedRun(config, validate_run_config(config))
+    self.state = run.init_state()
+    self.batch = sharding_lib.global_batch(
+        _random_batch(model["family"], batch, seq, model["vocab_size"]), run.mesh)
+    t0 = time.perf_counter()
+    self.step_fn = run.train_step().lower(self.state, self.batch).compile()
+    self.compile_s = time.perf_counter() - t0
+    self.tokens = batch * seq
+    self.losses = []
+
+  def __call__(self):
+    self.state, metrics = self.step_fn(self.state, self.batch)
+    self.losses.append(float(metrics["loss"]))  # blocks: the step is finished
+
+
+# -------------------------------------------------------------------- torch
+def _torch():
+  try:
+    import torch
+    import transformers
+  except ImportError:
+    return None
+  return torch, transformers
+
+
+def _hf_llama(shape: Shape):
+  torch, transformers = _torch()
+  cfg = transformers.LlamaConfig(
+      vocab_size=shape.vocab, hidden_size=shape.d_model, intermediate_size=shape.d_ff,
+      num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+      num_key_value_heads=shape.heads, max_position_embeddings=max(shape.seq, 512),
+      rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False,
+      mlp_bias=False, rope_theta=10000.0)
+  cfg._attn_implementation = "sdpa"
+  return transformers.LlamaForCausalLM(cfg)
+
+
+def _hf_t5(shape: Shape):
+  torch, transformers = _torch()
+  cfg = transformers.T5Config(
+      vocab_size=shape.vocab, d_model=shape.d_model, d_kv=shape.d_model // shape.heads,
+      d_ff=shape.s2s_d_ff, num_layers=shape.s2s_layers,
+      num_decoder_layers=shape.s2s_layers, num_heads=shape.heads, dropout_rate=0.0,
+      feed_forward_proj="relu", tie_word_embeddings=True, layer_norm_epsilon=1e-6,
+      decoder_start_token_id=2, pad_token_id=0, eos_token_id=3)
+  return transformers.T5ForConditionalGeneration(cfg)
+
+
+class TorchTrain:
+  """One HF training step (forward, loss, backward, clip, AdamW), eager or compiled."""
+
+  def __init__(self, family: str, shape: Shape, batch: int, seq: int, compiled: bool):
+    torch, _ = _torch()
+    torch.manual_seed(0)
+    self.torch = torch
+    self.model = (_hf_llama(shape) if family == "decoder_only" else _hf_t5(shape)).train()
+    self.opt = torch.optim.AdamW(self.model.parameters(), lr=LR, betas=(B1, B2), eps=EPS,
+                                 weight_decay=0.0)
+    b = _random_batch(family, batch, seq, shape.vocab)
+    self.kwargs = {"input_ids": torch.from_numpy(b["inputs"].astype(np.int64))}
+    if family == "decoder_only":
+      self.targets = torch.from_numpy(b["targets"].astype(np.int64))
+    else:
+      self.kwargs["decoder_input_ids"] = torch.from_numpy(
+          b["decoder_inputs"].astype(np.int64))
+      self.targets = torch.from_numpy(b["targets"].astype(np.int64))
+    forward = self.model
+    if compiled:
+      forward = torch.compile(self.model)
+    self.forward = forward
+    self.tokens = batch * seq
+    self.losses = []
+    t0 = time.perf_counter()
+    if compiled:
+      self()  # compilation happens on the first call
+    self.compile_s = time.perf_counter() - t0 if compiled else 0.0
+
+  def __call__(self):
+    torch = self.torch
+    logits = self.forward(**self.kwargs).logits
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), self.targets.reshape(-1))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP)
+    self.opt.step()
+    self.opt.zero_grad(set_to_none=True)
+    self.losses.append(float(loss.detach()))
+
+
+# ------------------------------------------------------------------- decode
+class TfxDecode:
+  """Cached greedy decoding (``search.generate`` / ``translate_greedy``), eos off."""
+
+  def __init__(self, model: dict, batch: int, prefix: int, new: int):
+    from tfx_jax import search
+    from tfx_jax.model_config import model_config_from_dict
+    from tfx_jax.models import init_params
+    import flax.linen as nn
+    cfg = model_config_from_dict(model)
+    params = nn.unbox(init_params(cfg, jax.random.PRNGKey(0)))
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(4, cfg.vocab_size, size=(batch, prefix), dtype=np.int32)
+    if cfg.family == "decoder_only":
+      self.fn = lambda: search.generate(params, cfg, prompt, new, greedy=True, eos_id=-1)
+    else:
+      self.fn = lambda: search.translate_greedy(params, cfg, prompt, max_len=new,
+                                                eos_id=-1)
+    t0 = time.perf_counter()
+    self()
+    self.compile_s = time.perf_counter() - t0
+    self.tokens = batch * new
+
+  def __call__(self):
+    jax.block_until_ready(self.fn())
+
+
+class HfDecode:
+  """HF ``generate()`` with the KV cache, greedy, exactly ``new`` tokens."""
+
+  def __init__(self, family: str, shape: Shape, batch: int, prefix: int, new: int):
+    torch, _ = _torch()
+    torch.manual_seed(0)
+    self.torch = torch
+    self.model = (_hf_llama(shape) if family == "decoder_only" else _hf_t5(shape)).eval()
+    rng = np.random.default_rng(0)
+    self.ids = torch.from_numpy(
+        rng.integers(4, shape.vocab, size=(batch, prefix)).astype(np.int64))
+    self.new = new
+    self.tokens = batch * new
+    self.compile_s = 0.0
+
+  def __call__(self):
+    with self.torch.inference_mode():
+      out = self.model.generate(
+          input_ids=self.ids, attention_mask=self.torch.ones_like(self.ids),
+          max_new_tokens=self.new, min_new_tokens=self.new, do_sample=False,
+          num_beams=1, eos_token_id=None, pad_token_id=0, use_cache=True)
+    assert out.shape[1] >= self.new
+
+
+# ---------------------------------------------------------------- the runs
+def _alternate(systems: dict[str, Any], rounds: int, warmup: int) -> dict[str, list[float]]:
+  """Seconds per call of each system, alternating systems round by round."""
+  for fn in systems.values():
+    for _ in range(warmup):
+      fn()
+  times = {name: [] for name in systems}
+  for _ in range(rounds):
+    for name, fn in systems.items():
+      t0 = time.perf_counter()
+      fn()
+      times[name].append(time.perf_counter() - t0)
+  return times
+
+
+def _rate_records(measurement, systems, times, config) -> list[Record]:
+  out = []
+  for name, ts in times.items():
+    rates = [systems[name].tokens / t for t in ts]
+    out.append(Record(name, measurement, statistics.median(rates), "tokens/s", config,
+                      min(rates), max(rates), len(rates)))
+    if getattr(systems[name], "compile_s", 0.0):
+      out.append(Record(name, f"{measurement}_compile", systems[name].compile_s, "s",
+                        config))
+  return out
+
+
+class _Threads:
+  """Runs a torch system with ``threads`` intra-op threads (0: torch's default)."""
+
+  def __init__(self, fn, threads: int):
+    self.fn, self.threads = fn, threads
+    self.tokens, self.compile_s = fn.tokens, fn.compile_s
+
+  def __call__(self):
+    torch, _ = _torch()
+    default = torch.get_num_threads()
+    torch.set_num_threads(self.threads or os.cpu_count())
+    try:
+      self.fn()
+    finally:
+      torch.set_num_threads(default)
+
+
+def _with_threads(name: str, fn, args) -> dict[str, Any]:
+  """One system per ``--torch_threads`` setting; the ratios use the fastest."""
+  # PyTorch's OpenMP threads busy-wait: on a small or shared CPU one thread can
+  # beat all cores, so both are timed and the peer gets its better figure.
+  return {f"{name}[threads={t or os.cpu_count()}]": _Threads(fn, t)
+          for t in args.torch_threads}
+
+
+def _torch_systems(family, shape, batch, seq, args):
+  if args.no_torch or _torch() is None:
+    return {}
+  systems = _with_threads(
+      "torch_eager", TorchTrain(family, shape, batch, seq, compiled=False), args)
+  if not args.no_compile:
+    systems.update(_with_threads(
+        "torch_compile", TorchTrain(family, shape, batch, seq, compiled=True), args))
+  return systems
+
+
+def bench_train(shape: Shape, args) -> list[Record]:
+  config = dict(model=_lm_model(shape), batch=shape.batch, seq=shape.seq, dtype="float32")
+  systems = {"tfx_jax": TfxTrain(_lm_model(shape), shape.batch, shape.seq)}
+  systems.update(_torch_systems("decoder_only", shape, shape.batch, shape.seq, args))
+  times = _alternate(systems, args.rounds, args.warmup)
+  records = _rate_records("train_lm", systems, times, config)
+  records.append(Record("tfx_jax", "train_lm_first_loss", systems["tfx_jax"].losses[0],
+                        "nats", config))
+  return records
+
+
+def bench_seq2seq(shape: Shape, args) -> list[Record]:
+  model = _s2s_model(shape)
+  config = dict(model=model, batch=shape.batch, seq=shape.s2s_seq, dtype="float32")
+  systems = {"tfx_jax": TfxTrain(model, shape.batch, shape.s2s_seq)}
+  systems.update(_torch_systems("encoder_decoder", shape, shape.batch, shape.s2s_seq, args))
+  times = _alternate(systems, args.rounds, args.warmup)
+  # Target tokens per second (the source is as long as the target).
+  return _rate_records("train_seq2seq", systems, times, config)
+
+
+def bench_position(shape: Shape, args) -> list[Record]:
+  systems = {f"tfx_jax[{p}]": TfxTrain(_lm_model(shape, position=p), shape.batch,
+                                       shape.seq)
+             for p in ("rope", "t5_bias", "alibi")}
+  times = _alternate(systems, args.rounds, args.warmup)
+  config = dict(model=_lm_model(shape, position="*"), batch=shape.batch, seq=shape.seq)
+  return _rate_records("train_position", systems, times, config)
+
+
+def bench_compile(shape: Shape, args) -> list[Record]:
+  out = []
+  for scan in (True, False):
+    for depth in args.depths:
+      model = _lm_model(dataclasses.replace(shape, layers=depth), scan_layers=scan)
+      run = TfxTrain(model, shape.batch, shape.seq)
+      out.append(Record(f"tfx_jax[scan_layers={scan}]", f"compile_{depth}_layers",
+                        run.compile_s, "s", dict(model=model, batch=shape.batch,
+                                                 seq=shape.seq)))
+      print(f"  compile: scan_layers={scan} layers={depth}: {run.compile_s:.1f} s",
+            flush=True)
+  return out
+
+
+def bench_fixed(shape: Shape, args) -> list[Record]:
+  """A tiny run in a fresh process, twice with one new compilation cache: cold
+  (everything compiled) and warm (a repeated shape, as in a sweep)."""
+  out = []
+  with tempfile.TemporaryDirectory() as tmp:
+    env = dict(os.environ, TFX_JAX_COMPILATION_CACHE=os.path.join(tmp, "xla"))
+    for label in ("cold", "warm"):
+      workdir = os.path.join(tmp, label)
+      cmd = [sys.executable, "-m", "tfx_jax.train", "--config", "configs/lm.py:tiny",
+             "--workdir", workdir, "--config.train.num_steps=1",
+             "--config.optim.warmup_steps=0"]
+      t0 = time.perf_counter()
+      proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_repo_root(),
+                            env=env)
+      wall = time.perf_counter() - t0
+      if proc.returncode != 0:
+        print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
+        raise RuntimeError("the tiny run failed")
+      out.append(Record(f"tfx_jax[{label} compilation cache]", "tiny_run_fixed_cost",
+                        wall, "s", dict(command=" ".join(cmd[1:]))))
+  return out
+
+
+def bench_decode(shape: Shape, args) -> list[Record]:
+  out = []
+  pairs = [("decode_lm", "decoder_only", _lm_model(shape)),
+           ("decode_seq2seq", "encoder_decoder", _s2s_model(shape))]
+  for measurement, family, model in pairs:
+    systems = {"tfx_jax": TfxDecode(model, args.decode_batch, args.prefix,
+                                    args.new_tokens)}
+    if not args.no_torch and _torch() is not None:
+      systems.update(_with_threads("hf_generate", HfDecode(
+          family, shape, args.decode_batch, args.prefix, args.new_tokens), args))
+    times = _alternate(systems, args.rounds, 1)
+    config = dict(model=model, batch=args.decode_batch, prefix=args.prefix,
+                  new_tokens=args.new_tokens, greedy=True)
+    out += _rate_records(measurement, systems, times, config)
+  return out
+
+
+def _repo_root() -> str:
+  return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _peak_rss_mb() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def bench_memory(shape: Shape, args) -> list[Record]:
+  systems = ["tfx_jax"]
+  if not args.no_torch and _torch() is not None:
+    systems += ["torch_eager"] + ([] if args.no_compile else ["torch_compile"])
+  out = []
+  for system in systems:
+    cmd = [sys.executable, "-m", "tfx_jax.bench", "--_memory_child", system,
+           *_shape_flags(shape)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_repo_root())
+    if proc.returncode != 0:
+      print(proc.stderr[-2000:], file=sys.stderr)
+      raise RuntimeError(f"memory child {system} failed")
+    peak = float(proc.stdout.strip().splitlines()[-1])
+    out.append(Record(system, "train_lm_peak_rss", peak, "MiB",
+                      dict(model=_lm_model(shape), batch=shape.batch, seq=shape.seq)))
+  return out
+
+
+def _memory_child(system: str, shape: Shape) -> None:
+  if system == "tfx_jax":
+    fn = TfxTrain(_lm_model(shape), shape.batch, shape.seq)
+  else:
+    fn = TorchTrain("decoder_only", shape, shape.batch, shape.seq,
+                    compiled=system == "torch_compile")
+  for _ in range(3):
+    fn()
+  print(f"{_peak_rss_mb():.1f}")
+
+
+# ------------------------------------------------------------------ report
+RATIOS = [  # (measurement, numerator, denominator, label)
+    ("train_lm", "tfx_jax", "torch_eager", "train: tfx_jax / PyTorch eager"),
+    ("train_lm", "tfx_jax", "torch_compile", "train: tfx_jax / torch.compile"),
+    ("train_seq2seq", "tfx_jax", "torch_eager", "seq2seq train: tfx_jax / PyTorch eager"),
+    ("train_seq2seq", "tfx_jax", "torch_compile", "seq2seq train: tfx_jax / torch.compile"),
+    ("train_position", "tfx_jax[t5_bias]", "tfx_jax[rope]", "t5_bias / rope"),
+    ("train_position", "tfx_jax[alibi]", "tfx_jax[rope]", "alibi / rope"),
+    ("decode_lm", "tfx_jax", "hf_generate", "decode: tfx_jax / HF generate"),
+    ("decode_seq2seq", "tfx_jax", "hf_generate", "seq2seq decode: tfx_jax / HF generate"),
+]
+
+
+def ratio_table(records: list[Record]) -> list[tuple[str, float]]:
+  """Median ratios; a peer timed at several thread counts counts at its fastest."""
+  def best(measurement, system):
+    values = [r.value for r in records if r.measurement == measurement and (
+        r.system == system or r.system.startswith(system + "[threads="))]
+    return max(values) if values else None
+
+  out = []
+  for m, a, b, label in RATIOS:
+    num, den = best(m, a), best(m, b)
+    if num is not None and den is not None:
+      out.append((label, num / den))
+  return out
+
+
+def print_tables(records: list[Record]) -> None:
+  print("\n| measurement | system | median | min-max | unit | rounds |")
+  print("|---|---|---|---|---|---|")
+  for r in records:
+    spread = f"{r.min:.4g}-{r.max:.4g}" if r.min is not None else ""
+    print(f"| {r.measurement} | {r.system} | {r.value:.4g} | {spread} | {r.unit} | "
+          f"{r.rounds} |")
+  ratios = ratio_table(records)
+  if ratios:
+    print("\n| ratio (medians) | value |")
+    print("|---|---|")
+    for label, value in ratios:
+      print(f"| {label} | {value:.2f}x |")
+
+
+def _shape_flags(shape: Shape) -> list[str]:
+  return [f"--{f.name}={getattr(shape, f.name)}" for f in dataclasses.fields(Shape)]
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--only", default=",".join(MEASUREMENTS),
+                 help=f"comma-separated subset of {','.join(MEASUREMENTS)}")
+  p.add_argument("--quick", action="store_true",
+                 help=f"smaller shapes ({QUICK}), 3 rounds, depths 2,8, no torch.compile")
+  for f in dataclasses.fields(Shape):
+    p.add_argument(f"--{f.name}", type=int, default=None)
+  p.add_argument("--rounds", type=int, default=None, help="timed rounds (default 7)")
+  p.add_argument("--warmup", type=int, default=2, help="untimed calls per system")
+  p.add_argument("--depths", default=None, help="compile: layer counts (default 2,8,24)")
+  p.add_argument("--decode_batch", type=int, default=4)
+  p.add_argument("--prefix", type=int, default=32)
+  p.add_argument("--new_tokens", type=int, default=None, help="decode (default 64)")
+  p.add_argument("--no_torch", action="store_true", help="time tfx_jax only")
+  p.add_argument("--no_compile", action="store_true", help="skip torch.compile")
+  p.add_argument("--torch_threads", default="0,1",
+                 help="torch intra-op thread counts to time (0 = all cores)")
+  p.add_argument("--json", default=None, help="write the records here")
+  p.add_argument("--_memory_child", default=None, help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+  base = dict(QUICK) if args.quick else {}
+  for f in dataclasses.fields(Shape):
+    if getattr(args, f.name) is not None:
+      base[f.name] = getattr(args, f.name)
+  shape = Shape(**base)
+  args.rounds = args.rounds or (3 if args.quick else 7)
+  args.depths = [int(d) for d in (args.depths or ("2,8" if args.quick else "2,8,24"))
+                 .split(",")]
+  args.new_tokens = args.new_tokens or (16 if args.quick else 64)
+  args.no_compile = args.no_compile or args.quick
+  args.torch_threads = [int(t) for t in args.torch_threads.split(",")]
+  args.only = [m for m in args.only.split(",") if m]
+  unknown = set(args.only) - set(MEASUREMENTS)
+  if unknown:
+    p.error(f"--only: unknown {sorted(unknown)}; choose from {','.join(MEASUREMENTS)}")
+  return args, shape
+
+
+def environment() -> dict:
+  env = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+         "machine": platform.processor() or platform.machine(),
+         "cpus": os.cpu_count(), "jax": jax.__version__,
+         "device": jax.devices()[0].device_kind,
+         "load_average": os.getloadavg()[0]}
+  try:
+    with open("/proc/cpuinfo") as f:
+      env["machine"] = next(l.split(":", 1)[1].strip() for l in f if "model name" in l)
+  except (OSError, StopIteration):
+    pass
+  t = _torch()
+  if t is not None:
+    env.update(torch=t[0].__version__, transformers=t[1].__version__,
+               torch_threads=t[0].get_num_threads())
+  return env
+
+
+def main(argv=None) -> list[Record]:
+  args, shape = parse_args(argv)
+  if args._memory_child:
+    _memory_child(args._memory_child, shape)
+    return []
+  env = environment()
+  print(" ".join(f"{k}={v}" for k, v in env.items()))
+  if not args.no_torch and _torch() is None:
+    print("torch/transformers not installed: timing tfx_jax only "
+          "(pip install torch==2.13.0 && pip install -e .[bench])")
+  print(f"shape: {shape}; rounds {args.rounds}", flush=True)
+  benches: dict[str, Callable[[Shape, Any], list[Record]]] = {
+      "train": bench_train, "seq2seq": bench_seq2seq, "position": bench_position,
+      "compile": bench_compile, "fixed": bench_fixed, "decode": bench_decode,
+      "memory": bench_memory}
+  records: list[Record] = []
+  for name in args.only:
+    t0 = time.perf_counter()
+    new = benches[name](shape, args)
+    records += new
+    print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
+    for r in new:
+      print(f"  {r.measurement} {r.system}: {r.value:.4g} {r.unit}", flush=True)
+    if args.json:  # after every measurement: a later failure keeps these
+      with open(args.json, "w") as f:
+        json.dump({"environment": env,
+                   "records": [dataclasses.asdict(r) for r in records],
+                   "ratios": dict(ratio_table(records))}, f, indent=1)
+  print_tables(records)
+  return records
+
+
+if __name__ == "__main__":
+  main()
