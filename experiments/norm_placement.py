@@ -9,8 +9,7 @@ Axes: ``model.norm_position`` post / pre / sandwich / deepnorm x
 ``model.norm_type`` layernorm / rmsnorm x (warmup 100 steps | no warmup), all
 at Adam lr 1e-2 on a 6-layer LM. Published direction: post-norm without
 warmup trains badly or diverges at a high learning rate, pre-norm trains
-without warmup (IWSLT14: 8.45 vs ~34 BLEU). With ``train.log_layer_stats``
-(when the trainer has it) the report shows the gradient norm per layer near
+without warmup (IWSLT14: 8.45 vs ~34 BLEU). With ``train.log_layer_stats`` the report shows the gradient norm per layer near
 initialisation: growing towards the top for post-norm, flat for pre-norm
 (Xiong's Figure 3).
 
@@ -23,20 +22,13 @@ from tfx_jax.sweep import Sweep
 WARMUP = {"optim.warmup_steps": [100, 0]}  # with, without (zipped: one axis)
 
 
-def _layer_stats() -> dict:
-  """``train.log_layer_stats=True`` where the trainer supports it."""
-  from tfx_jax.sweep import validate  # pylint: disable=import-outside-toplevel
-  config = validate.load_base_config("configs/lm.py:tiny")
-  return {"train.log_layer_stats": True} if "log_layer_stats" in config.train else {}
-
-
 def _base(steps: int) -> dict:
   return {"model.num_layers": 6, "model.d_model": 64, "model.num_heads": 4,
           "optim.learning_rate": 1e-2, "optim.grad_clip_norm": 0.0,
           "train.num_steps": steps, "optim.decay_steps": steps,
           "train.log_every_steps": 10, "eval.every_steps": steps // 2,
           "checkpoint.every_steps": steps // 2, "eval.num_samples": 0,
-          "model.scan_layers": True, **_layer_stats()}
+          "model.scan_layers": True, "train.log_layer_stats": True}
 
 
 def get_sweep(variant: str = "default") -> Sweep:
