@@ -1,9 +1,11 @@
 """Multi-process training: two processes on localhost (gloo), and under ``srun -n 2``.
 
 Every process runs ``python -m tfx_jax.train ... --distributed`` over one CPU
-device; JAX's coordinator listens on a free localhost port. The global batch
-is the same on one or two processes (each keeps its rows of it), so the two
-runs see the same data and differ only by float32 rounding: the data-parallel
+device; JAX's coordinator listens on a free localhost port. Each process reads
+its own data shard (``data.num_shards=0``: one per process), and the global
+batch is one sub-batch per shard, so two processes see the same data as one
+process reading the same two shards (``data.num_shards=2``) and differ only by
+float32 rounding: the data-parallel
 gradient is summed by a gloo all-reduce of two partial sums, not in one
 device's order. That rounding (~1e-7 relative per sum) stays below 3e-7
 relative on the losses over 20 Adam steps (measured; 1.1e-6 on the
@@ -18,6 +20,7 @@ import itertools
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +34,7 @@ from tfx_jax import metrics
 from tfx_jax import run_setup
 from tfx_jax import status as status_lib
 from tfx_jax.data import pipeline
+from tfx_jax.data import shards as shards_lib
 from tfx_jax.errors import ConfigError
 from test_configs import (ROOT, cli_flags, compilation_cache, run_cli, subprocess_env,
                           tiny_config)
@@ -38,6 +42,8 @@ from test_configs import (ROOT, cli_flags, compilation_cache, run_cli, subproces
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
 
 TOLERANCE = {"rel": 1e-5, "abs": 1e-6}
+# The two-process runs leave data.num_shards at 0: one shard per process.
+ONE_PROCESS_TWO_SHARDS = {"data.num_shards": 2}
 COMPARED = ("train/loss", "train/nll", "train/grad_norm", "eval/loss", "eval/perplexity")
 
 
@@ -81,7 +87,7 @@ def one_process(tmp_path_factory, cache_dir):
   workdir = tmp_path_factory.mktemp("one") / "run"
   with compilation_cache(cache_dir):
     code, _, err = run_cli(["--config", f"{ROOT / 'configs/lm.py'}:tiny", "--workdir",
-                            workdir, *cli_flags()])
+                            workdir, *cli_flags(ONE_PROCESS_TWO_SHARDS)])
   assert code == 0, err[-3000:]
   return workdir
 
@@ -118,8 +124,9 @@ def test_two_processes_train_and_evaluate_to_the_one_process_numbers(one_process
 @pytest.mark.slow
 def test_two_processes_evaluate_a_split_to_the_one_process_metrics(one_process,
                                                                    two_processes, cache_dir):
-  # 3 documents make 9 rows: 3 batches of 4, the last with 1 real row, so
-  # process 1's half of it is padding only, and both still run 3 batches.
+  # 3 documents make 9 rows, read as 2 shards (documents 0 and 2, and 1) of
+  # unequal lengths: the process whose shard ends first pads with zero rows
+  # until the other's has ended too, so both run the same number of batches.
   split = "validation[:3]"
   command = ["tfx_jax.evaluate", "--workdir", str(two_processes), "--split", split]
   finish(start(two_processes, 2, cache_dir, command=command), two_processes)
@@ -194,6 +201,53 @@ def test_srun_two_tasks_train_to_the_one_process_numbers(slurm_cluster, one_proc
   assert_close(scalars(workdir), scalars(one_process))
 
 
+@pytest.mark.slow
+def test_runs_resume_on_another_number_of_processes(one_process, two_processes, tmp_path,
+                                                    cache_dir):
+  # The two-process run (data.num_shards=0: 2 shards) goes on in one process,
+  # which keeps the checkpoint's 2 shards; the one-process run of 2 shards goes
+  # on in two processes. Both continue the same data to the same numbers.
+  more = {"train.num_steps": 30}
+  on_one, on_two = tmp_path / "on_one" / "run", tmp_path / "on_two" / "run"
+  shutil.copytree(two_processes, on_one)
+  shutil.copytree(one_process, on_two)
+  with compilation_cache(cache_dir):
+    code, out, err = run_cli(["--config", f"{ROOT / 'configs/lm.py'}:tiny", "--workdir",
+                              on_one, *cli_flags(more)])
+  assert code == 0, err[-3000:]
+  assert "Resumed from step 20" in out + err
+  finish(start(on_two, 2, cache_dir, {**more, **ONE_PROCESS_TWO_SHARDS}), on_two)
+  got, want = scalars(on_one), scalars(on_two)
+  for tag in ("train/loss", "train/grad_norm", "eval/loss"):
+    assert [s for s, _ in got[tag]][-1] == 30, tag
+    tail = [(s, v) for s, v in got[tag] if s > 20]
+    assert tail and [s for s, _ in tail] == [s for s, _ in want[tag] if s > 20]
+    for (step, a), (_, b) in zip(tail, [(s, v) for s, v in want[tag] if s > 20]):
+      assert a == pytest.approx(b, **TOLERANCE), (tag, step)
+
+
+@pytest.mark.slow
+def test_the_sbatch_script_trains_one_run_over_two_tasks(slurm_cluster, one_process,
+                                                         tmp_path, cache_dir):
+  if not (ROOT / ".venv" / "bin" / "python").exists():
+    pytest.skip("scripts/train.sbatch runs ./launch.sh, which needs the .venv that "
+                "`./launch.sh test` creates")
+  workdir, log = tmp_path / "run", tmp_path / "job.out"
+  env = {**subprocess_env(cache_dir), **slurm_cluster,
+         "JAX_COORDINATOR_PORT": str(free_port())}
+  # The script asks for 2 GPU nodes; the one-node CPU cluster gets 2 tasks on
+  # its one node instead, by the command line's options, which win over #SBATCH.
+  proc = subprocess.run(
+      ["sbatch", "--wait", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0",
+       "--cpus-per-task=1", f"--output={log}", "scripts/train.sbatch",
+       "--config", "configs/lm.py:tiny", "--workdir", str(workdir), *cli_flags()],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+  output = log.read_text() if log.exists() else ""
+  assert proc.returncode == 0, proc.stdout + proc.stderr + output[-3000:]
+  assert output.count("Finished at step 20") == 1  # process 0 only
+  assert_close(scalars(workdir), scalars(one_process))
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--num_processes=2"], "need(s) --distributed"),
     (["--distributed", "--num_processes=2"], "also needs --coordinator_address"),
@@ -231,32 +285,100 @@ def _small_source(monkeypatch, n: int) -> None:
                       lambda *a, **kw: real(*a, source=docs, **kw))
 
 
-def test_processes_keep_their_rows_of_the_same_global_batches(monkeypatch):
+def _batches(config, tokenizer, split, train, *, num_shards, process_index=0,
+             process_count=1, count=6):
+  it = iter(run_setup.make_data(config, tokenizer, split, train=train, num_shards=num_shards,
+                                process_index=process_index, process_count=process_count))
+  return list(itertools.islice(it, count))
+
+
+@pytest.mark.parametrize("num_shards,num_processes", [(2, 2), (4, 2), (1, 2), (2, 4)])
+def test_processes_read_their_shards_of_the_same_global_batches(monkeypatch, num_shards,
+                                                                num_processes):
   _small_source(monkeypatch, 23)
   config = tiny_config(overrides={"eval.batch_size": 8, "train.batch_size": 8})
   tokenizer = run_setup.load_tokenizer(config)
+  reads = []
+  real = pipeline.make_dataset
+  monkeypatch.setattr(pipeline, "make_dataset",
+                      lambda *a, **kw: reads.append(kw["shard_index"]) or real(*a, **kw))
   for split, train in (("train", True), ("validation", False)):
-    def batches(i, n):
-      it = iter(run_setup.make_data(config, tokenizer, split, train=train, process_index=i,
-                                    process_count=n))
-      return list(itertools.islice(it, 6))
-
-    one, parts = batches(0, 1), [batches(i, 2) for i in range(2)]
+    one = _batches(config, tokenizer, split, train, num_shards=num_shards)
+    parts = []
+    for i in range(num_processes):
+      reads.clear()
+      parts.append(_batches(config, tokenizer, split, train, num_shards=num_shards,
+                            process_index=i, process_count=num_processes))
+      # Each process builds the pipelines of its own shards only.
+      per = max(1, num_shards // num_processes)
+      first = i * per if num_shards >= num_processes else i // (num_processes // num_shards)
+      assert reads == list(range(first, first + per))
     # The same number of batches on every process (no stalled collective) ...
-    assert len(parts[0]) == len(parts[1]) == len(one)
-    for whole, first, second in zip(one, *parts):
-      # ... and together exactly the one-process global batch.
+    assert all(len(part) == len(one) for part in parts)
+    for whole, *rows in zip(one, *parts):
+      # ... and together exactly the one-process global batch of as many shards.
       for key in whole:
-        assert first[key].shape[0] == second[key].shape[0] == 4
-        np.testing.assert_array_equal(np.concatenate([first[key], second[key]]),
-                                      whole[key])
+        assert {r[key].shape[0] for r in rows} == {8 // num_processes}
+        np.testing.assert_array_equal(np.concatenate([r[key] for r in rows]), whole[key])
     if not train:
       # 23 short documents pack into fewer rows than 6 batches: the last batch is
       # padded with zero-weight rows, which the evaluation sums weigh out.
       assert len(one) < 6 and one[-1]["weights"][-1].sum() == 0
-  with pytest.raises(ConfigError, match="divisible by the number of processes"):
+
+
+def test_shards_change_the_order_not_the_evaluated_tokens(monkeypatch):
+  _small_source(monkeypatch, 23)
+  config = tiny_config(overrides={"eval.batch_size": 8})
+  tokenizer = run_setup.load_tokenizer(config)
+
+  def tokens(num_shards):
+    batches = _batches(config, tokenizer, "validation", False, num_shards=num_shards,
+                       count=100)
+    return sorted(int(t) for b in batches for t in b["targets"][b["weights"] > 0])
+
+  one = tokens(1)
+  assert tokens(2) == tokens(4) == one and len(one) > 500
+
+
+def test_a_sharded_position_restores_on_another_process_count(monkeypatch):
+  _small_source(monkeypatch, 23)
+  config = tiny_config(overrides={"train.batch_size": 8})
+  tokenizer = run_setup.load_tokenizer(config)
+  it = iter(run_setup.make_data(config, tokenizer, "train", train=True, num_shards=2))
+  for _ in range(3):
+    next(it)
+  state = json.loads(json.dumps(it.get_state()))  # as a checkpoint stores it
+  want = next(it)
+  for n in (1, 2):
+    got = []
+    for i in range(n):
+      resumed = iter(run_setup.make_data(config, tokenizer, "train", train=True,
+                                         num_shards=2, process_index=i, process_count=n))
+      resumed.set_state(state)
+      got.append(next(resumed))
+    for key in want:
+      np.testing.assert_array_equal(np.concatenate([g[key] for g in got]), want[key])
+  with pytest.raises(ConfigError, match="written with data.num_shards=2"):
+    iter(run_setup.make_data(config, tokenizer, "train", train=True,
+                             num_shards=4)).set_state(state)
+
+
+@pytest.mark.parametrize("overrides,processes,message", [
+    ({"train.batch_size": 8}, 3, "divisible by the number of processes"),
+    ({"train.batch_size": 6, "data.num_shards": 4}, 1, "divisible by the number of data shards"),
+])
+def test_batches_that_do_not_divide_among_processes_or_shards_are_refused(
+    overrides, processes, message):
+  config = tiny_config(overrides=overrides)
+  tokenizer = run_setup.load_tokenizer(config)
+  with pytest.raises(ConfigError, match=message):
     run_setup.make_data(config, tokenizer, "train", train=True, process_index=0,
-                        process_count=3)
+                        process_count=processes)
+
+
+def test_shard_counts_that_do_not_divide_the_processes_are_refused():
+  with pytest.raises(ConfigError, match="data.num_shards=3 and the 2 processes"):
+    shards_lib.assignment(3, 2, 0)
 
 
 _LOCKED = """

@@ -38,6 +38,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.tokenizer_file = config_dict.placeholder(str)
   c.data.vocab_size = 4096
   c.data.mask_rate = 0.15
+  # The split is read as this many grain pipelines (strided shards), divided
+  # among the processes; each process reads only its own. The global batch is
+  # one sub-batch per shard, so a fixed count gives the same batches on any
+  # number of processes that divides it or is a multiple of it. 0: one shard
+  # per process when the run starts (a resumed run keeps its checkpoint's).
+  c.data.num_shards = 0
   c.data.text_key = config_dict.placeholder(str)
   c.data.source_key = config_dict.placeholder(str)
   c.data.target_key = config_dict.placeholder(str)

@@ -15,7 +15,9 @@ split.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from typing import Any, Callable, Iterable, get_args
 
 import flax
@@ -24,10 +26,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.experimental import multihost_utils
 
 from tfx_jax import sharding as sharding_lib
 from tfx_jax import tasks
 from tfx_jax.data import pipeline
+from tfx_jax.data import shards as shards_lib
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
 from tfx_jax.model_config import DType, ModelConfig, model_config_from_dict
@@ -129,11 +133,17 @@ def validate_run_config(config) -> ModelConfig:
   mesh = sharding_lib.make_mesh(config.mesh)
   n_proc = jax.process_count()
   n_batch = math.prod(mesh.shape[a] for a in sharding_lib.BATCH_AXES)
+  need(d.num_shards >= 0, "data.num_shards", d.num_shards,
+       "must be >= 0 (0: one data shard per process)")
+  n_shards = d.num_shards or n_proc
+  shards_lib.assignment(n_shards, n_proc, 0)  # The shards divide among the processes.
   for field in ("train.batch_size", "eval.batch_size"):
     section, name = field.split(".")
     size = config[section][name]
     need(size % n_proc == 0, field, size,
          f"must be divisible by the number of processes ({n_proc})")
+    need(size % n_shards == 0, field, size,
+         f"must be divisible by the number of data shards (data.num_shards={n_shards})")
     need(size % n_batch == 0, field, size,
          f"must be divisible by the batch axes of the mesh (data x fsdp = {n_batch})")
   # Building the optimizer validates every optim.* choice.
@@ -153,34 +163,61 @@ def load_tokenizer(config):
   return tok
 
 
-def make_data(config, tokenizer, split: str, *, train: bool,
-              process_index: int | None = None, process_count: int | None = None):
+def make_data(config, tokenizer, split: str, *, train: bool, num_shards: int | None = None,
+              process_index: int | None = None, process_count: int | None = None
+              ) -> shards_lib.ShardedBatches:
   """This process's rows of the run's global batches of ``split``: endless and
   seeded (train) or one pass over the fixed evaluation shuffle (``EVAL_SEED``).
 
-  Every process reads the same global stream (grain: shuffle, tokenize, pack,
-  batch) and keeps its contiguous block of rows of each batch, so that the
-  global batch, and so the losses, are the same on 1 or N processes, every
-  process sees the same number of evaluation batches (the last one padded
-  with zero-weight rows), and the iterator state, identical on every process,
-  restores on any number of processes. The price is that each host tokenizes
-  and packs the whole global batch, which is small next to a step of a model
-  large enough to need many hosts.
+  The split is read as ``num_shards`` grain pipelines (default
+  ``data.num_shards``; 0: one per process), each process reading its own
+  shards (``data.shards``). The global batch is the concatenation of one
+  sub-batch per shard, so for a fixed shard count it, and so the losses, are
+  the same on 1 or N processes, and the iterator state restores on any
+  number of processes that divides, or is a multiple of, the shard count.
+  Every process sees the same number of evaluation batches: ended shards
+  give zero-weight rows until all have ended.
   """
   n = jax.process_count() if process_count is None else process_count
   i = jax.process_index() if process_index is None else process_index
+  if num_shards is None:
+    num_shards = int(config.data.num_shards)
+  num_shards = num_shards or n
   batch = config.train.batch_size if train else config.eval.batch_size
+  section = "train" if train else "eval"
   if batch % n:
-    raise ConfigError(f"{'train' if train else 'eval'}.batch_size={batch} must be "
-                      f"divisible by the number of processes ({n})")
-  ds = pipeline.make_dataset(
-      config.data, config.task, split, batch_size=batch, seq_len=config.train.seq_len,
-      seed=int(config.seed) if train else EVAL_SEED, tokenizer=tokenizer,
-      shuffle=True, num_epochs=None if train else 1)
-  if n == 1:
-    return ds
-  rows = slice(i * (batch // n), (i + 1) * (batch // n))
-  return ds.map(lambda b: {k: v[rows] for k, v in b.items()})
+    raise ConfigError(f"{section}.batch_size={batch} must be divisible by the number of "
+                      f"processes ({n})")
+  if batch % num_shards:
+    raise ConfigError(f"{section}.batch_size={batch} must be divisible by the number of "
+                      f"data shards (data.num_shards={num_shards})")
+  shards, rows = shards_lib.assignment(num_shards, n, i)
+  threads = max(1, min(16, os.cpu_count() or 1) // len(shards))
+  datasets = [pipeline.make_dataset(
+      config.data, config.task, split, batch_size=batch // num_shards,
+      seq_len=config.train.seq_len, seed=int(config.seed) if train else EVAL_SEED,
+      tokenizer=tokenizer, shard_index=s, shard_count=num_shards, shuffle=True,
+      num_epochs=None if train else 1, read_threads=threads) for s in shards]
+  # Processes read different rows only when there are several shards; then
+  # they agree on the end of a finite split and gather the iterator state.
+  collective = num_shards > 1 and jax.process_count() > 1
+  return shards_lib.ShardedBatches(
+      datasets, shards, num_shards, rows=rows, finite=not train,
+      **({"any_process": _any_process, "gather": _gather_json} if collective else {}))
+
+
+def _any_process(flag: bool) -> bool:
+  return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
+
+
+def _gather_json(value: Any) -> list[Any]:
+  """``value`` (JSON-able) of every process, in process order."""
+  data = np.frombuffer(json.dumps(value).encode(), np.uint8)
+  sizes = multihost_utils.process_allgather(np.asarray(data.size, np.int32))
+  padded = np.zeros(int(np.max(sizes)), np.uint8)
+  padded[:data.size] = data
+  rows = multihost_utils.process_allgather(padded)
+  return [json.loads(bytes(row[:int(size)])) for row, size in zip(rows, sizes)]
 
 
 # -------------------------------------------------------------- the steps
@@ -294,7 +331,6 @@ def evaluate_batches(eval_step, params, batches: Iterable[dict], mesh, *,
     total = tasks.add_sums(total, jax.device_get(sums))
     if on_batch is not None:
       if jax.process_count() > 1:
-        from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
         batch = jax.tree.map(np.asarray,
                              multihost_utils.process_allgather(batch, tiled=True))
       on_batch(batch, jax.device_get(pred))

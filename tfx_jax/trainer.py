@@ -30,6 +30,7 @@ from tfx_jax import sharding as sharding_lib
 from tfx_jax import status as status_lib
 from tfx_jax import tasks
 from tfx_jax.config_base import base_config
+from tfx_jax.data import shards as shards_lib
 from tfx_jax.errors import ConfigError
 from tfx_jax.preemption import Preemption
 from tfx_jax.pretrained import load_pretrained
@@ -118,9 +119,16 @@ class _TrainingLoop:
     config = self.config
     self.tokenizer = run_setup.load_tokenizer(config)
     self.sharded = sharded = run_setup.ShardedRun(config, self.model_cfg)
-    self.train_iter = iter(run_setup.make_data(config, self.tokenizer, "train", train=True))
-    if latest is not None:
-      restored = self.ckpt.restore(abstract_state=sharded.abstract_state)
+    restored = (self.ckpt.restore(abstract_state=sharded.abstract_state)
+                if latest is not None else None)
+    # data.num_shards=0 is one shard per process at the start; a resumed run
+    # keeps the shard count its data position was written with.
+    self.num_shards = int(config.data.num_shards) or (
+        jax.process_count() if restored is None
+        else shards_lib.shard_count_of(restored.data_state))
+    self.train_iter = iter(run_setup.make_data(config, self.tokenizer, "train", train=True,
+                                               num_shards=self.num_shards))
+    if restored is not None:
       self.state = restored.state
       self.train_iter.set_state(restored.data_state)
       _console(f"Resumed from step {int(self.state.step)} of {self.workdir / 'checkpoints'}.")
@@ -246,7 +254,8 @@ class _TrainingLoop:
     """eval/* on a fixed validation sample, plus the task's decoded report."""
     start = time.time()
     config = self.config
-    data = run_setup.make_data(config, self.tokenizer, "validation", train=False)
+    data = run_setup.make_data(config, self.tokenizer, "validation", train=False,
+                               num_shards=self.num_shards)
     sums = run_setup.evaluate_batches(self.eval_step, self.state.params, data,
                                       self.sharded.mesh,
                                       max_batches=config.eval.num_batches)

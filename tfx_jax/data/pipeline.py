@@ -133,12 +133,14 @@ def make_dataset(
       `target_key`, `label_key` (empty/None: the dataset's defaults).
     task: "lm", "translate", "mlm" or "classify".
     split: TFDS split, e.g. "train" or "validation".
-    batch_size: per-process batch size.
+    batch_size: rows per batch of this pipeline (the run's: batch_size /
+      data.num_shards).
     seq_len: row length (translate: source length).
     seed: shuffling, packing and masking seed.
     tokenizer: from `tokenizer.load_tokenizer` / `tokenizer_from_config`.
-    shard_index, shard_count: this process's shard (jax.process_index(),
-      jax.process_count()); shards are disjoint strided slices of the split.
+    shard_index, shard_count: the data shard this pipeline reads: shards are
+      disjoint strided slices of the split (``data.shards`` divides them among
+      the processes).
     shuffle: shuffle examples (reshuffled every epoch) and packed rows.
     num_epochs: None repeats forever; otherwise the data ends after that many.
     target_seq_len: translate target length (default: seq_len).
