@@ -109,8 +109,8 @@ def hook_training_data(monkeypatch, hook):
     def __iter__(self):
       return _Iterator(iter(self._dataset), hook)
 
-  def hooked(config, tokenizer, split, *, train):
-    dataset = make_data(config, tokenizer, split, train=train)
+  def hooked(config, tokenizer, split, *, train, **kwargs):
+    dataset = make_data(config, tokenizer, split, train=train, **kwargs)
     return Dataset(dataset) if train else dataset
 
   monkeypatch.setattr(run_setup, "make_data", hooked)
