@@ -228,10 +228,14 @@ class _Family(nn.Module):
   def _logits(self, x_BLD):
     """Final projection to the vocabulary: tied (x E^T) or its own matrix, plus
     the output bias with ``model.output_bias``."""
+    # Over tokens flattened to one axis: a plain [T, D] x [D, V] product (no
+    # transposed copy of the [T, V] gradient for the weight's on CPU).
+    x_TD = x_BLD.reshape(-1, x_BLD.shape[-1])
     if self.cfg.tie_embeddings:
-      logits = self.embedding.attend(x_BLD).astype(jnp.float32)
+      logits = self.embedding.attend(x_TD).astype(jnp.float32)
     else:
-      logits = self.output(x_BLD).astype(jnp.float32)
+      logits = self.output(x_TD).astype(jnp.float32)
+    logits = logits.reshape(*x_BLD.shape[:-1], logits.shape[-1])
     if self.cfg.output_bias:
       logits = logits + self.output_bias
     return logits

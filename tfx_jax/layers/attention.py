@@ -185,7 +185,11 @@ class Attention(nn.Module):
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
 
     vo_in = xavier(self.vo_gain, self.vo_distribution)
-    q = proj("query", self.num_heads, self.qk_init)(x_BLD)
+    # Projections over tokens flattened to one axis ([T, D] x [D, H*K]), as in
+    # the FFN: no transposed activation copies for the weight gradients.
+    flat = lambda x: x.reshape(-1, x.shape[-1])
+    unflat = lambda y, x: y.reshape(*x.shape[:-1], *y.shape[1:])
+    q = unflat(proj("query", self.num_heads, self.qk_init)(flat(x_BLD)), x_BLD)
     cross_cached = self.decode and not is_self and self.has_variable("cache", "cross_key")
     if cross_cached:
       # Cross-attention while decoding: the encoder's keys and values were
@@ -193,8 +197,8 @@ class Attention(nn.Module):
       k = self.get_variable("cache", "cross_key")
       v = self.get_variable("cache", "cross_value")
     else:
-      k = proj("key", self.num_kv_heads, self.qk_init)(kv_BSD)
-      v = proj("value", self.num_kv_heads, vo_in)(kv_BSD)
+      k = unflat(proj("key", self.num_kv_heads, self.qk_init)(flat(kv_BSD)), kv_BSD)
+      v = unflat(proj("value", self.num_kv_heads, vo_in)(flat(kv_BSD)), kv_BSD)
       if (self.decode and not is_self and not self.is_initializing()
           and self.is_mutable_collection("cache")):
         self.put_variable("cache", "cross_key", k)
@@ -213,13 +217,14 @@ class Attention(nn.Module):
           scale_logits=self.scale_logits)
     else:
       out_BLHK = self._attend(q, k, v, mask, bias)
+    B, L = out_BLHK.shape[:2]
     return nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype, name="out",
         kernel_init=nn.with_logical_partitioning(
             xavier(self.vo_gain, self.vo_distribution),
             ("heads", "kv", "embed")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-    )(out_BLHK)
+    )(out_BLHK.reshape(B * L, *out_BLHK.shape[2:])).reshape(B, L, D)
 
   def _attend(self, q_BLHK, k_BSNK, v_BSNK, mask, bias):
     """The attention path for this backend and shape (no dropout)."""
