@@ -2,9 +2,13 @@
 one record per system and measurement."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 import json
 
 from tfx_jax import bench
+from test_configs import ROOT
 
 TINY = ["--vocab=64", "--d_model=32", "--layers=1", "--heads=2", "--d_ff=32", "--seq=16",
         "--batch=2", "--s2s_layers=1", "--s2s_d_ff=32", "--s2s_seq=8", "--rounds=1",
@@ -38,3 +42,15 @@ def test_bench_tiny_end_to_end(tmp_path, capsys):
   else:
     print("torch/transformers not installed: the PyTorch side was skipped")
   assert "| ratio (medians) | value |" in capsys.readouterr().out
+
+
+def test_peak_memory_is_the_measured_process_own_not_its_parents():
+  # A forked child keeps its parent's ru_maxrss across exec; the benchmark's
+  # memory children must report their own peak. The parent here holds 1 GiB.
+  ballast = b"\x01" * (1 << 30)
+  proc = subprocess.run(
+      [sys.executable, "-c", "from tfx_jax.bench import _peak_rss_mb; print(_peak_rss_mb())"],
+      cwd=ROOT, capture_output=True, text=True, timeout=120,
+      env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert float(proc.stdout.split()[-1]) < 700 < len(ballast) / 2**20

@@ -437,6 +437,19 @@ def _repo_root() -> str:
 
 
 def _peak_rss_mb() -> float:
+  """This process's peak resident memory since it started (MiB).
+
+  Linux: VmHWM, the high-water mark of this program's own memory. Not
+  ``ru_maxrss``, which keeps across ``exec`` the peak of the forked parent
+  (here the benchmark process itself, larger than the children it measures).
+  """
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) / 1024.0  # kB
+  except OSError:
+    pass
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
