@@ -73,6 +73,41 @@ def test_gradients_of_the_fast_paths_equal_the_reference():
       np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("bias_heads", [None, 1, H])
+def test_gradients_of_the_blocked_path_with_a_learned_bias_and_grouped_heads(bias_heads):
+  """The blocked path's own backward (block 13: a shorter last block) against the
+  reference's autodiff, for the queries, keys, values and a T5-like bias."""
+  q, k, v = _qkv(2, seed=7)
+  seg, mask = _packed_causal_mask()
+  w = (seg > 0).astype(jnp.float32)[:, :, None, None]
+  bias = (None if bias_heads is None else jnp.asarray(
+      np.random.default_rng(8).normal(size=(1, bias_heads, L, L)), jnp.float32))
+
+  def loss(f):
+    return lambda q, k, v, b: jnp.sum(jnp.sin(f(q, k, v, mask, b)) * w)
+
+  args = (0, 1, 2) if bias is None else (0, 1, 2, 3)
+  ref = jax.jit(jax.grad(loss(att.dot_product_attention), argnums=args))(q, k, v, bias)
+  blocked = lambda *a: att.causal_blocked_attention(*a, block=13)
+  got = jax.jit(jax.grad(loss(blocked), argnums=args))(q, k, v, bias)
+  for g, r in zip(got, ref):
+    np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_blocked_path_in_bfloat16_is_close_to_float32():
+  q, k, v = _qkv(2, seed=9)
+  _, mask = _packed_causal_mask()
+  f32 = att.causal_blocked_attention(q, k, v, mask, block=16)
+  bf16 = att.causal_blocked_attention(*(x.astype(jnp.bfloat16) for x in (q, k, v)), mask,
+                                      block=16, dtype=jnp.bfloat16)
+  assert bf16.dtype == jnp.bfloat16
+  np.testing.assert_allclose(np.asarray(bf16, np.float32), f32, atol=0.1)
+  grads = jax.grad(lambda q: jnp.sum(att.causal_blocked_attention(
+      q, k.astype(jnp.bfloat16), v.astype(jnp.bfloat16), mask, block=16,
+      dtype=jnp.bfloat16).astype(jnp.float32)))(q.astype(jnp.bfloat16))
+  assert grads.dtype == jnp.bfloat16 and np.isfinite(np.asarray(grads, np.float32)).all()
+
+
 def test_the_block_is_chosen_per_backend_and_length():
   assert att.attention_block(256, "cpu") == 64
   assert att.attention_block(2048, "cpu") == 256

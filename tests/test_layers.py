@@ -571,3 +571,23 @@ def test_residual_formula(norm_position, norm_type):
       assert spec.alpha == pytest.approx(alpha)
       h = norm(f"{name}_norm", alpha * h + f(h))
   np.testing.assert_allclose(np.asarray(got), np.asarray(h), rtol=1e-5, atol=1e-5)
+
+
+def test_rope_gradient_is_the_inverse_rotation():
+  """rope's own backward (the rotation by the opposite angle) against autodiff of
+  the plain split-and-concatenate formula."""
+  r = np.random.default_rng(5)
+  x = jnp.asarray(r.normal(size=(2, 7, 3, 8)), jnp.float32)
+  positions = jnp.asarray(r.integers(0, 50, size=(2, 7)))
+  w = jnp.asarray(r.normal(size=x.shape), jnp.float32)
+
+  def plain(x):
+    d = x.shape[-1]
+    angle = positions[..., None] * 10000.0 ** (-jnp.arange(0, d // 2) * 2.0 / d)
+    cos, sin = jnp.cos(angle)[:, :, None], jnp.sin(angle)[:, :, None]
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+  got = jax.grad(lambda x: jnp.sum(jnp.sin(rope(x, positions, 10000.0)) * w))(x)
+  want = jax.grad(lambda x: jnp.sum(jnp.sin(plain(x)) * w))(x)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

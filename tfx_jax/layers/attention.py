@@ -6,6 +6,7 @@ heads (H = N * G), K head dim, D model dim.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import flax.linen as nn
@@ -118,16 +119,83 @@ def causal_blocked_attention(q_BLHK, k_BLNK, v_BLNK, mask_BhLL=None, bias_BhLL=N
   sees no key at all (padding) gets the uniform average of the keys it is
   shown, which differs from the reference's average over all keys, and is
   never read by a real position.
+
+  Heads-first inside, with its own backward (``_blocked_core``): the
+  FlashAttention gradient from each block's saved probabilities, with the
+  key and value gradients added into place rather than padded and summed.
   """
-  L = q_BLHK.shape[1]
-  outs = []
-  for start in range(0, L, block):
-    end = min(start + block, L)
-    rows = lambda x: None if x is None else x[:, :, start:end, :end]
-    outs.append(fast_attention(q_BLHK[:, start:end], k_BLNK[:, :end], v_BLNK[:, :end],
-                               rows(mask_BhLL), rows(bias_BhLL), dtype=dtype,
-                               scale_logits=scale_logits))
-  return jnp.concatenate(outs, axis=1)
+  B, L, H, K = q_BLHK.shape
+  N = k_BLNK.shape[2]
+  G = H // N
+  if scale_logits:
+    q_BLHK = q_BLHK * jnp.asarray(K ** -0.5, q_BLHK.dtype)
+  q_BNGLK = q_BLHK.reshape(B, L, N, G, K).transpose(0, 2, 3, 1, 4)
+  k_BNLK = k_BLNK.transpose(0, 2, 1, 3)
+  v_BNLK = v_BLNK.transpose(0, 2, 1, 3)
+  grouped = lambda x: None if x is None else _grouped(x, N, G)
+  out_BNGLK = _blocked_core(q_BNGLK, k_BNLK, v_BNLK, grouped(mask_BhLL),
+                            grouped(bias_BhLL), block, jnp.dtype(dtype))
+  return out_BNGLK.astype(dtype).transpose(0, 3, 1, 2, 4).reshape(B, L, H, K)
+
+
+def _blocks(length: int, block: int):
+  return [(start, min(start + block, length)) for start in range(0, length, block)]
+
+
+def _blocked_forward(q, k, v, mask, bias, block, dtype):
+  """(output [B, N, G, L, K] f32, each block's probabilities [B, N, G, b, end])."""
+  outs, probs = [], []
+  for start, end in _blocks(q.shape[3], block):
+    s = jnp.einsum("bngld,bnsd->bngls", q[:, :, :, start:end], k[:, :, :end],
+                   preferred_element_type=jnp.float32)
+    if bias is not None:
+      s = s + bias[..., start:end, :end].astype(jnp.float32)
+    if mask is not None:
+      s = jnp.where(mask[..., start:end, :end], s, NEG_INF)
+    e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+    denom = jnp.sum(e, axis=-1, keepdims=True)
+    outs.append(jnp.einsum("bngls,bnsd->bngld", e.astype(dtype), v[:, :, :end],
+                           preferred_element_type=jnp.float32) / denom)
+    probs.append(e / denom)
+  return jnp.concatenate(outs, axis=3), probs
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _blocked_core(q, k, v, mask, bias, block, dtype):
+  return _blocked_forward(q, k, v, mask, bias, block, dtype)[0]
+
+
+def _blocked_core_fwd(q, k, v, mask, bias, block, dtype):
+  out, probs = _blocked_forward(q, k, v, mask, bias, block, dtype)
+  return out, (q, k, v, mask, bias, out, probs)
+
+
+def _blocked_core_bwd(block, dtype, residuals, d_out):
+  """dS = P * (dP - rowsum(dO * O)) per block (the row maximum is a constant:
+  its gradient through the softmax is zero)."""
+  q, k, v, mask, bias, out, probs = residuals
+  f32 = jnp.float32
+  dq, dk, dv = [], jnp.zeros(k.shape, f32), jnp.zeros(v.shape, f32)
+  dbias = None if bias is None else jnp.zeros(bias.shape, f32)
+  for (start, end), p in zip(_blocks(q.shape[3], block), probs):
+    do = d_out[:, :, :, start:end].astype(f32)
+    dv = dv.at[:, :, :end].add(jnp.einsum("bngls,bngld->bnsd", p.astype(dtype),
+                                          do.astype(dtype), preferred_element_type=f32))
+    dp = jnp.einsum("bngld,bnsd->bngls", do.astype(dtype), v[:, :, :end],
+                    preferred_element_type=f32)
+    ds = p * (dp - jnp.sum(do * out[:, :, :, start:end], axis=-1, keepdims=True))
+    dq.append(jnp.einsum("bngls,bnsd->bngld", ds.astype(dtype), k[:, :, :end],
+                         preferred_element_type=f32))
+    dk = dk.at[:, :, :end].add(jnp.einsum("bngls,bngld->bnsd", ds.astype(dtype),
+                                          q[:, :, :, start:end], preferred_element_type=f32))
+    if bias is not None:  # summed over the axes the bias is broadcast along
+      axes = tuple(i for i in range(3) if bias.shape[i] == 1 and ds.shape[i] != 1)
+      dbias = dbias.at[..., start:end, :end].add(jnp.sum(ds, axis=axes, keepdims=True))
+  return (jnp.concatenate(dq, axis=3).astype(q.dtype), dk.astype(k.dtype),
+          dv.astype(v.dtype), None, None if bias is None else dbias.astype(bias.dtype))
+
+
+_blocked_core.defvjp(_blocked_core_fwd, _blocked_core_bwd)
 
 
 def attention_block(length: int, platform: str) -> int:

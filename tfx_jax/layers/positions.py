@@ -76,10 +76,33 @@ def rope(x_BLHK: jax.Array, positions_BL: jax.Array, base: float) -> jax.Array:
   angle_BLK = positions_BL[..., None].astype(jnp.float32) * inv_freq
   cos = jnp.cos(angle_BLK)[:, :, None, :]
   sin = jnp.sin(angle_BLK)[:, :, None, :]
-  x = x_BLHK.astype(jnp.float32)
-  x1, x2 = x[..., : d // 2], x[..., d // 2:]
-  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-  return out.astype(x_BLHK.dtype)
+  return _rotate(x_BLHK, cos, sin)
+
+
+def _rotate_by(x, cos, sin):
+  x32 = x.astype(jnp.float32)
+  x1, x2 = jnp.split(x32, 2, axis=-1)
+  return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+@jax.custom_vjp
+def _rotate(x, cos, sin):
+  return _rotate_by(x, cos, sin)
+
+
+def _rotate_fwd(x, cos, sin):
+  return _rotate_by(x, cos, sin), (cos, sin)
+
+
+def _rotate_bwd(residuals, d_out):
+  # A rotation's transpose is the rotation by the opposite angle: the same
+  # split-and-concatenate as the forward, where autodiff would pad and add
+  # the halves' gradients. The angles come from integer positions: no gradient.
+  cos, sin = residuals
+  return _rotate_by(d_out, cos, -sin), None, None
+
+
+_rotate.defvjp(_rotate_fwd, _rotate_bwd)
 
 
 # --------------------------------------------------------------------- ALiBi
