@@ -25,6 +25,15 @@ def _pyplot():
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   return plt
 
+def _save(plt, fig, path: pathlib.Path, drawn: bool) -> bool:
+  """Writes the figure when something was drawn; closes it either way."""
+  fig.tight_layout()
+  if drawn:
+    fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return drawn
+
+
 
 def _mean_band(curves: list[list[tuple[int, float]]]):
   """Steps, mean, min, max over the curves present at each step."""
@@ -66,11 +75,7 @@ def curves_plot(path: pathlib.Path, record, points, axis_index: int,
     panel.set_xlabel("step")
     panel.set_ylabel(tag)
     panel.legend(fontsize=8, title=axis["label"].split(".")[-1], title_fontsize=8)
-  fig.tight_layout()
-  if drawn:
-    fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return drawn
+  return _save(plt, fig, path, drawn)
 
 
 def lengths_plot(path: pathlib.Path, record, points) -> bool:
@@ -94,11 +99,7 @@ def lengths_plot(path: pathlib.Path, record, points) -> bool:
   ax.set_ylabel("validation perplexity")
   if drawn:
     ax.legend(fontsize=8)
-  fig.tight_layout()
-  if drawn:
-    fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return drawn
+  return _save(plt, fig, path, drawn)
 
 
 def layers_plot(path: pathlib.Path, record, points, kind: str = "grad_norm") -> bool:
@@ -119,11 +120,7 @@ def layers_plot(path: pathlib.Path, record, points, kind: str = "grad_norm") -> 
   ax.set_ylabel(f"{kind.replace('_', ' ')} at the first logged step")
   if drawn:
     ax.legend(fontsize=7)
-  fig.tight_layout()
-  if drawn:
-    fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return drawn
+  return _save(plt, fig, path, drawn)
 
 
 def write_plots(sweep_dir: pathlib.Path, record, points) -> dict[str, str]:
