@@ -54,3 +54,39 @@ def test_peak_memory_is_the_measured_process_own_not_its_parents():
       env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert float(proc.stdout.split()[-1]) < 700 < len(ballast) / 2**20
+
+
+def test_bench_kernels_rates_every_product_and_the_attention(tmp_path):
+  path = tmp_path / "bench.json"
+  bench.main(["--only=kernels", f"--json={path}", *TINY])
+  records = json.loads(path.read_text())["records"]
+  products = bench._matmul_shapes(bench.Shape(vocab=64, d_model=32, d_ff=32, seq=16,
+                                               batch=2))
+  tfx = {r["measurement"]: r for r in records if r["system"] == "tfx_jax"}
+  assert set(tfx) == {f"matmul {name}" for name in products} | {"attention"}
+  for name, (m, k, n, lhs_t, rhs_t) in products.items():
+    r = tfx[f"matmul {name}"]
+    assert r["unit"] == "GFLOP/s" and r["value"] > 0
+    assert r["config"] == dict(m=m, k=k, n=n, lhs_transposed=lhs_t, rhs_transposed=rhs_t)
+  assert tfx["attention"]["unit"] == "tokens/s" and tfx["attention"]["config"]["causal"]
+  if HAS_TORCH:
+    peers = {r["measurement"] for r in records if r["system"].startswith("torch")}
+    assert peers == set(tfx)
+    assert "attention fwd+bwd: tfx_jax / torch SDPA" in json.loads(path.read_text())["ratios"]
+
+
+def test_each_timed_call_follows_untimed_calls_of_the_same_system():
+  calls = []
+
+  class System:
+    def __init__(self, name):
+      self.name = name
+
+    def __call__(self):
+      calls.append(self.name)
+
+  times = bench._alternate({"a": System("a"), "b": System("b")}, rounds=2, warmup=1,
+                           lead_in=2)
+  assert {k: len(v) for k, v in times.items()} == {"a": 2, "b": 2}
+  # warm-up of each, then per round: a's lead-in and timed call, then b's.
+  assert calls == ["a", "b"] + ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3

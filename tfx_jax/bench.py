@@ -26,11 +26,20 @@ Measurements (``--only``, comma-separated):
              against HF Llama, the encoder-decoder against HF T5.
   memory     peak resident memory of a process that runs only one system's
              training step (each in its own subprocess, so figures do not mix).
+  kernels    what limits the training rows, one piece at a time against PyTorch:
+             GFLOP/s of each dense product of the reference decoder's step
+             (forward and both gradient products of the vocabulary projection,
+             the SwiGLU FFN and the attention projections, [batch * seq] tokens)
+             and one layer's causal self-attention forward and backward
+             (tfx_jax's path for this backend and shape against
+             ``scaled_dot_product_attention``), in tokens/s.
 
 Timing: every system is built and warmed up (compilation excluded and reported
 separately), then the systems of one measurement alternate round by round
-(``--rounds``), so a load change on a shared machine hits all of them; the
-table shows medians with min-max. ``--json PATH`` writes one record per system
+(``--rounds``), so a load change on a shared machine hits all of them; each
+timed call follows an untimed call of the same system (two for ``kernels``),
+so none starts on cores the previous system left idle; the table shows medians
+with min-max. ``--json PATH`` writes one record per system
 and measurement: ``system``, ``measurement``, ``value`` (the median), ``unit``,
 ``min``, ``max``, ``rounds`` and ``config``.
 """
@@ -54,7 +63,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-MEASUREMENTS = ("train", "seq2seq", "position", "compile", "fixed", "decode", "memory")
+MEASUREMENTS = ("train", "seq2seq", "position", "compile", "fixed", "decode", "memory",
+                "kernels")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,14 +296,23 @@ class HfDecode:
 
 
 # ---------------------------------------------------------------- the runs
-def _alternate(systems: dict[str, Any], rounds: int, warmup: int) -> dict[str, list[float]]:
-  """Seconds per call of each system, alternating systems round by round."""
+def _alternate(systems: dict[str, Any], rounds: int, warmup: int,
+               lead_in: int = 0) -> dict[str, list[float]]:
+  """Seconds per call of each system, alternating systems round by round.
+
+  ``lead_in`` untimed calls precede each timed one, so no system is timed on
+  cores the previous one left idle (a one-thread peer leaves one idle): here
+  the first call of a few milliseconds after 50 ms of idle cores measured
+  1.6-2x slower on either side.
+  """
   for fn in systems.values():
     for _ in range(warmup):
       fn()
   times = {name: [] for name in systems}
   for _ in range(rounds):
     for name, fn in systems.items():
+      for _ in range(lead_in):
+        fn()
       t0 = time.perf_counter()
       fn()
       times[name].append(time.perf_counter() - t0)
@@ -352,7 +371,7 @@ def bench_train(shape: Shape, args) -> list[Record]:
   config = dict(model=_lm_model(shape), batch=shape.batch, seq=shape.seq, dtype="float32")
   systems = {"tfx_jax": TfxTrain(_lm_model(shape), shape.batch, shape.seq)}
   systems.update(_torch_systems("decoder_only", shape, shape.batch, shape.seq, args))
-  times = _alternate(systems, args.rounds, args.warmup)
+  times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
   records = _rate_records("train_lm", systems, times, config)
   records.append(Record("tfx_jax", "train_lm_first_loss", systems["tfx_jax"].losses[0],
                         "nats", config))
@@ -364,7 +383,7 @@ def bench_seq2seq(shape: Shape, args) -> list[Record]:
   config = dict(model=model, batch=shape.batch, seq=shape.s2s_seq, dtype="float32")
   systems = {"tfx_jax": TfxTrain(model, shape.batch, shape.s2s_seq)}
   systems.update(_torch_systems("encoder_decoder", shape, shape.batch, shape.s2s_seq, args))
-  times = _alternate(systems, args.rounds, args.warmup)
+  times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
   # Target tokens per second (the source is as long as the target).
   return _rate_records("train_seq2seq", systems, times, config)
 
@@ -373,7 +392,7 @@ def bench_position(shape: Shape, args) -> list[Record]:
   systems = {f"tfx_jax[{p}]": TfxTrain(_lm_model(shape, position=p), shape.batch,
                                        shape.seq)
              for p in ("rope", "t5_bias", "alibi")}
-  times = _alternate(systems, args.rounds, args.warmup)
+  times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
   config = dict(model=_lm_model(shape, position="*"), batch=shape.batch, seq=shape.seq)
   return _rate_records("train_position", systems, times, config)
 
@@ -430,6 +449,82 @@ def bench_decode(shape: Shape, args) -> list[Record]:
                   new_tokens=args.new_tokens, greedy=True)
     out += _rate_records(measurement, systems, times, config)
   return out
+
+
+class _Timed:
+  """A callable with the work it does per call (``tokens``: tokens or GFLOP)."""
+
+  def __init__(self, fn, work: float):
+    self.fn, self.tokens, self.compile_s = fn, work, 0.0
+
+  def __call__(self):
+    self.fn()
+
+
+def _matmul_shapes(shape: Shape) -> dict[str, tuple[int, int, int, bool, bool]]:
+  """(M, K, N, lhs stored transposed, rhs stored transposed) of the reference
+  decoder's dense products, as the step holds its operands (T = batch * seq
+  tokens; the tied embedding is [V, D])."""
+  T, D, F, V = shape.batch * shape.seq, shape.d_model, shape.d_ff, shape.vocab
+  return {"logits [T,D]x[V,D]^T": (T, D, V, False, True),
+          "logits dX [T,V]x[V,D]": (T, V, D, False, False),
+          "logits dW [T,V]^Tx[T,D]": (V, T, D, True, False),
+          "ffn in [T,D]x[D,F]": (T, D, F, False, False),
+          "ffn dX [T,F]x[D,F]^T": (T, F, D, False, True),
+          "ffn dW [T,D]^Tx[T,F]": (D, T, F, True, False),
+          "projection [T,D]x[D,D]": (T, D, D, False, False)}
+
+
+def _attention_systems(shape: Shape, args) -> dict[str, Any]:
+  """One causal self-attention's forward and backward at the reference shape."""
+  from tfx_jax.layers import attention
+  B, L, H = shape.batch, shape.seq, shape.heads
+  K = shape.d_model // H
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  q, k, v, g = (jax.random.normal(key, (B, L, H, K)) for key in keys)
+  mask = jnp.tril(jnp.ones((L, L), bool))[None, None]
+  layer = attention.Attention(num_heads=H, num_kv_heads=H, head_dim=K, causal=True)
+  loss = lambda q, k, v: jnp.sum(layer._attend(q, k, v, mask, None) * g)
+  grad = jax.jit(jax.grad(loss, (0, 1, 2)))
+  systems = {"tfx_jax": _Timed(lambda: jax.block_until_ready(grad(q, k, v)), B * L)}
+  if not args.no_torch and _torch() is not None:
+    torch, _ = _torch()
+    tq, tk, tv = (torch.from_numpy(np.asarray(x).transpose(0, 2, 1, 3).copy())
+                  .requires_grad_() for x in (q, k, v))
+    tg = torch.from_numpy(np.asarray(g).transpose(0, 2, 1, 3).copy())
+
+    def torch_step():
+      out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+      torch.autograd.grad((out * tg).sum(), (tq, tk, tv))
+    systems.update(_with_threads("torch_sdpa", _Timed(torch_step, B * L), args))
+  return systems
+
+
+def bench_kernels(shape: Shape, args) -> list[Record]:
+  records = []
+  rng = np.random.default_rng(0)
+  for name, (m, k, n, lhs_t, rhs_t) in _matmul_shapes(shape).items():
+    a = rng.standard_normal((k, m) if lhs_t else (m, k), np.float32)
+    b = rng.standard_normal((n, k) if rhs_t else (k, n), np.float32)
+    orient = lambda x, t: x.T if t else x
+    product = jax.jit(lambda x, y, lt=lhs_t, rt=rhs_t: orient(x, lt) @ orient(y, rt))
+    ja, jb = jnp.asarray(a), jnp.asarray(b)
+    gflop = 2 * m * k * n / 1e9
+    systems = {"tfx_jax": _Timed(lambda: product(ja, jb).block_until_ready(), gflop)}
+    if not args.no_torch and _torch() is not None:
+      torch, _ = _torch()
+      ta, tb = orient(torch.from_numpy(a), lhs_t), orient(torch.from_numpy(b), rhs_t)
+      systems.update(_with_threads("torch", _Timed(lambda: torch.matmul(ta, tb), gflop),
+                                   args))
+    times = _alternate(systems, args.rounds, args.warmup, lead_in=2)
+    config = dict(m=m, k=k, n=n, lhs_transposed=lhs_t, rhs_transposed=rhs_t)
+    for r in _rate_records(f"matmul {name}", systems, times, config):
+      records.append(dataclasses.replace(r, unit="GFLOP/s"))
+  systems = _attention_systems(shape, args)
+  times = _alternate(systems, args.rounds, args.warmup, lead_in=2)
+  config = dict(batch=shape.batch, seq=shape.seq, heads=shape.heads,
+                head_dim=shape.d_model // shape.heads, causal=True, backward=True)
+  return records + _rate_records("attention", systems, times, config)
 
 
 def _repo_root() -> str:
@@ -490,6 +585,7 @@ RATIOS = [  # (measurement, numerator, denominator, label)
     ("train_seq2seq", "tfx_jax", "torch_compile", "seq2seq train: tfx_jax / torch.compile"),
     ("train_position", "tfx_jax[t5_bias]", "tfx_jax[rope]", "t5_bias / rope"),
     ("train_position", "tfx_jax[alibi]", "tfx_jax[rope]", "alibi / rope"),
+    ("attention", "tfx_jax", "torch_sdpa", "attention fwd+bwd: tfx_jax / torch SDPA"),
     ("decode_lm", "tfx_jax", "hf_generate", "decode: tfx_jax / HF generate"),
     ("decode_seq2seq", "tfx_jax", "hf_generate", "seq2seq decode: tfx_jax / HF generate"),
 ]
@@ -600,7 +696,7 @@ def main(argv=None) -> list[Record]:
   benches: dict[str, Callable[[Shape, Any], list[Record]]] = {
       "train": bench_train, "seq2seq": bench_seq2seq, "position": bench_position,
       "compile": bench_compile, "fixed": bench_fixed, "decode": bench_decode,
-      "memory": bench_memory}
+      "memory": bench_memory, "kernels": bench_kernels}
   records: list[Record] = []
   for name in args.only:
     t0 = time.perf_counter()
