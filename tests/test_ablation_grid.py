@@ -225,27 +225,51 @@ def _grid_slice(family, norm_position):
   return failures
 
 
-@pytest.fixture(scope="module", autouse=True)
-def grid_slices(request):
-  """The selected slices of the grid, submitted to two worker processes as soon
-  as this module starts; the tests above run meanwhile, the grid tests below
-  collect the results.
+GRID_TEST = "test_every_ablation_combination_trains"
 
-  The per-combination cost is Python dispatch (about 0.1 s), so the two cores
-  of a small CI machine halve the wall time. Worker processes are spawned, not
+
+def start_grid(items) -> dict:
+  """{(family, norm_position): future} for the grid tests among ``items``.
+
+  Called once the session is collected (``tests/conftest.py``), which also
+  puts these tests last: the slices train in two spawned worker processes at
+  a lower priority while the rest of the suite runs, on the core it leaves
+  idle, and the tests below collect the results. The per-combination cost is
+  Python dispatch (about 0.1-0.3 s), which would otherwise add minutes of one
+  busy core to the suite's wall time. Worker processes are spawned, not
   forked: forking a process that has initialised JAX is unsafe.
   """
   keys = [(item.callspec.params["family"], item.callspec.params["norm_position"])
-          for item in request.session.items
-          if getattr(item, "originalname", None) == "test_every_ablation_combination_trains"]
+          for item in items if getattr(item, "originalname", None) == GRID_TEST]
+  # The encoder-decoder slices are the slowest: first.
+  keys.sort(key=lambda key: key[0] != "encoder_decoder")
   workers = min(2, os.cpu_count() or 1, len(keys))
   # Workers import this file by module name (pytest's default import mode).
   if workers < 2 or importlib.util.find_spec(_grid_slice.__module__) is None:
-    yield {key: _InProcess(_grid_slice, *key) for key in keys}
-    return
-  context = multiprocessing.get_context("spawn")
-  with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-    yield {key: pool.submit(_grid_slice, *key) for key in keys}
+    return {key: _InProcess(_grid_slice, *key) for key in keys}
+  global _POOL
+  _POOL = concurrent.futures.ProcessPoolExecutor(
+      workers, mp_context=multiprocessing.get_context("spawn"),
+      initializer=os.nice, initargs=(10,))
+  return {key: _POOL.submit(_grid_slice, *key) for key in keys}
+
+
+_POOL = None
+
+
+def stop_grid() -> None:
+  """At the end of the session: slices not started are dropped (an interrupted
+  session does not wait for them), the workers exit after their current one."""
+  if _POOL is not None:
+    _POOL.shutdown(wait=False, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def grid_slices(request):
+  """The futures started at collection, or started now when this module is
+  imported some other way (e.g. ``pytest --collect-only`` plugins)."""
+  futures = getattr(request.config, "ablation_grid", None)
+  return futures if futures is not None else start_grid(request.session.items)
 
 
 class _InProcess:

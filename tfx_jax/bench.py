@@ -1,7 +1,7 @@
 """Speed of tfx_jax against Hugging Face PyTorch on the same machine, in one process.
 
   pip install torch==2.13.0 && pip install -e .[bench]   # CPU build of torch first
-  python -m tfx_jax.bench                      # everything (~4 minutes on 2 quiet cores)
+  python -m tfx_jax.bench                      # everything (~5 minutes on 2 quiet cores)
   python -m tfx_jax.bench --quick              # smaller sizes, fewer rounds (~2 minutes)
   python -m tfx_jax.bench --only train,position --json bench.json
 
