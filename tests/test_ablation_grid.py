@@ -250,7 +250,7 @@ def start_grid(items) -> dict:
   global _POOL
   _POOL = concurrent.futures.ProcessPoolExecutor(
       workers, mp_context=multiprocessing.get_context("spawn"),
-      initializer=os.nice, initargs=(10,))
+      initializer=os.nice, initargs=(19,))
   return {key: _POOL.submit(_grid_slice, *key) for key in keys}
 
 
