@@ -59,9 +59,6 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
 SchedulerType=sched/backfill
-# Pending jobs are tried every 2 s, not every 60 (main loop) or 30 (backfill):
-# a job submitted while the previous one is completing starts within seconds.
-SchedulerParameters=sched_interval=2,bf_interval=2
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 NodeName=localhost CPUs={cpus} RealMemory={memory} State=UNKNOWN
