@@ -29,6 +29,7 @@ import pytest
 from tfx_jax.model_config import (Activation, Family, NormPosition, NormType, Position,
                                   Remat, model_config_from_dict)
 from tfx_jax.models import build_model, stack_layer_params
+from conftest import _is_grid
 
 FAMILIES = get_args(Family)
 # The grid: every value of every ablation axis. One test per (family,
@@ -225,9 +226,6 @@ def _grid_slice(family, norm_position):
   return failures
 
 
-GRID_TEST = "test_every_ablation_combination_trains"
-
-
 def start_grid(items) -> dict:
   """{(family, norm_position): future} for the grid tests among ``items``.
 
@@ -240,7 +238,7 @@ def start_grid(items) -> dict:
   forked: forking a process that has initialised JAX is unsafe.
   """
   keys = [(item.callspec.params["family"], item.callspec.params["norm_position"])
-          for item in items if getattr(item, "originalname", None) == GRID_TEST]
+          for item in items if _is_grid(item)]
   # The encoder-decoder slices are the slowest: first.
   keys.sort(key=lambda key: key[0] != "encoder_decoder")
   workers = min(2, os.cpu_count() or 1, len(keys))
@@ -266,8 +264,8 @@ def stop_grid() -> None:
 
 @pytest.fixture(scope="module")
 def grid_slices(request):
-  """The futures started at collection, or started now when this module is
-  imported some other way (e.g. ``pytest --collect-only`` plugins)."""
+  """The futures started at collection, or started here when that hook of
+  ``tests/conftest.py`` did not run."""
   futures = getattr(request.config, "ablation_grid", None)
   return futures if futures is not None else start_grid(request.session.items)
 
