@@ -22,7 +22,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from tfx_jax import run_setup
+from tfx_jax import run_config
 from tfx_jax.models import build_model, dummy_inputs
 
 # ml_collections loads config files with the deprecated importlib load_module().
@@ -158,7 +158,7 @@ def test_every_preset_loads_locked_and_validates(file, preset):
   config = load_config(f"{file}:{preset}")
   with pytest.raises(AttributeError):
     config.model.nrom = "rmsnorm"  # locked: a typo cannot add a field
-  model_cfg = run_setup.validate_run_config(config)  # no data read, nothing compiled
+  model_cfg = run_config.validate_run_config(config)  # no data read, nothing compiled
   assert model_cfg.vocab_size >= config.data.vocab_size
   assert model_cfg.dtype == (config.compute_dtype or config.model.dtype)
 
@@ -166,7 +166,7 @@ def test_every_preset_loads_locked_and_validates(file, preset):
 @pytest.mark.parametrize("file,preset", TINY_PRESETS)
 def test_tiny_presets_build_the_model(file, preset):
   config = load_config(f"{file}:{preset}")
-  model_cfg = run_setup.validate_run_config(config)
+  model_cfg = run_config.validate_run_config(config)
   model = build_model(model_cfg)
   inputs = dummy_inputs(model_cfg, 2, config.train.seq_len)
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **inputs))
@@ -195,10 +195,10 @@ def test_unknown_preset_lists_the_presets():
 
 def test_model_dtype_is_used_unless_compute_dtype_is_set():
   config = tiny_config(overrides={"model.dtype": "bfloat16"})
-  assert run_setup.validate_run_config(config).dtype == "bfloat16"
+  assert run_config.validate_run_config(config).dtype == "bfloat16"
   config.compute_dtype = "float32"
-  assert run_setup.validate_run_config(config).dtype == "float32"
-  assert run_setup.validate_run_config(load_config("lm.py:llama_7b")).dtype == "bfloat16"
+  assert run_config.validate_run_config(config).dtype == "float32"
+  assert run_config.validate_run_config(load_config("lm.py:llama_7b")).dtype == "bfloat16"
 
 
 def test_overrides_of_every_type_parse():
@@ -214,7 +214,7 @@ def test_overrides_of_every_type_parse():
   assert (c.model.activation, c.model.num_layers, c.model.use_bias) == ("swiglu", 3, True)
   assert c.optim.learning_rate == 2e-4 and isinstance(c.optim.learning_rate, float)
   assert c.finetune.init_checkpoint == "/runs/x" and c.seed == 7
-  assert run_setup.validate_run_config(c).activation == "swiglu"
+  assert run_config.validate_run_config(c).activation == "swiglu"
 
 
 def test_override_through_the_real_command(tmp_path_factory):

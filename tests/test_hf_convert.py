@@ -219,7 +219,7 @@ def gpt2_run(hf_dirs, tmp_path_factory):
 
 
 def test_imported_workdir_is_an_ordinary_run(gpt2_run, hf_dirs, tmp_path):
-  from tfx_jax import pretrained, run_setup, saved_run, texts
+  from tfx_jax import pretrained, run_config, run_setup, saved_run, texts
   from tfx_jax.data.tokenizer import HFTokenizer
   hf = hf_dirs["gpt2"][0]
   run = saved_run.load_run(gpt2_run)
@@ -241,7 +241,7 @@ def test_imported_workdir_is_an_ordinary_run(gpt2_run, hf_dirs, tmp_path):
   # Fine-tuning (finetune.init_checkpoint=W) starts from these parameters.
   sharded = run_setup.ShardedRun(run.config, run.model_cfg)
   state = pretrained.load_pretrained(
-      sharded.init_state(), str(gpt2_run), run_setup.flatten_config(run.config),
+      sharded.init_state(), str(gpt2_run), run_config.flatten_config(run.config),
       sharded.state_shardings.params, log=lambda *_: None)
   for (k, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(state.params),
                             jax.tree_util.tree_leaves_with_path(run.params)):

@@ -24,7 +24,7 @@ import pytest
 from tfx_jax import checkpoint as ckpt_lib
 from tfx_jax import metrics
 from tfx_jax import status as status_lib
-from tfx_jax import run_setup, trainer
+from tfx_jax import run_config, run_setup, trainer
 from test_configs import (ROOT, cli_flags, compilation_cache, run_cli, subprocess_env,
                           tiny_config, train_command)
 
@@ -143,7 +143,7 @@ def test_same_config_and_seed_give_identical_metrics(reference, tmp_path):
 def test_seed_changes_initialisation_and_data_order():
   def init_and_first_batch(seed):
     config = tiny_config("lm.py:tiny", {"seed": seed})
-    setup = run_setup.ShardedRun(config, run_setup.validate_run_config(config))
+    setup = run_setup.ShardedRun(config, run_config.validate_run_config(config))
     params = jax.device_get(setup.init_state().params)
     tokenizer = run_setup.load_tokenizer(config)
     batch = next(iter(run_setup.make_data(config, tokenizer, "train", train=True)))

@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SETUP = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
-    from tfx_jax import config_base, run_setup, sharding
+    from tfx_jax import config_base, run_config, run_setup, sharding
 
     def make_run(mesh):
       c = config_base.base_config()
@@ -37,7 +37,7 @@ _SETUP = textwrap.dedent("""
       c.train.update(batch_size=8, seq_len=16, num_steps=3)
       c.optim.update(warmup_steps=1, learning_rate=1e-2)
       c.mesh.update(mesh)
-      return run_setup.ShardedRun(c, run_setup.validate_run_config(c))
+      return run_setup.ShardedRun(c, run_config.validate_run_config(c))
 
     def batches(n):
       rng = np.random.default_rng(0)

@@ -6,6 +6,8 @@ import sys
 
 from absl import flags
 
+from tfx_jax.errors import ConfigError, did_you_mean
+
 
 def new_flags() -> flags.FlagValues:
   """A command's own flag registry.
@@ -24,8 +26,9 @@ def run_main(main, flag_values: flags.FlagValues, argv=None) -> None:
   """Parses ``argv`` into ``flag_values`` and calls ``main(remaining_argv)``.
 
   Bad flags and bad ``--config.x=...`` overrides (ml_collections reports them
-  while flags are parsed: unknown field, wrong type) become a one-paragraph
-  ``error: ...`` on stderr and exit code 2, never a traceback.
+  while flags are parsed: unknown field, wrong type), and a ``ConfigError``
+  raised by ``main``, become a one-paragraph ``error: ...`` on stderr and exit
+  code 2, never a traceback.
   """
   from absl import logging
   argv = list(sys.argv if argv is None else argv)
@@ -45,12 +48,24 @@ def run_main(main, flag_values: flags.FlagValues, argv=None) -> None:
     flags.FLAGS.mark_as_parsed()  # absl logging reads the global registry
   # Library INFO logs (orbax, tfds) drown the console; --verbosity=0 restores them.
   logging.set_verbosity(flag_values["verbosity"].value)
-  main(remaining)
+  code = exit_code(main, remaining)
+  if code:
+    sys.exit(code)
+
+
+def exit_code(main, *args) -> int:
+  """The exit code of ``main(*args)`` (None: 0). A ConfigError (bad input
+  found after the flags were parsed: a field's value, a path, the devices)
+  becomes ``error: ...`` on stderr and exit code 2, never a traceback."""
+  try:
+    return main(*args) or 0
+  except ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
 
 
 def _unknown_field(argv) -> str | None:
   """Names an override path that is not a config field, with a suggestion."""
-  import difflib
   config = _config_from_argv(argv)
   if config is None:
     return None
@@ -63,8 +78,7 @@ def _unknown_field(argv) -> str | None:
       keys = list(node.keys()) if hasattr(node, "keys") else []
       if key not in keys:
         where = ".".join(["config"] + seen)
-        close = difflib.get_close_matches(key, keys, n=1, cutoff=0.4)
-        hint = f" Did you mean {'.'.join(seen + [close[0]])!r}?" if close else ""
+        hint = did_you_mean(key, keys, prefix="".join(f"{k}." for k in seen))
         return (f"{'.'.join(seen + [key])!r} is not a config field.{hint} "
                 f"Fields of {where}: {', '.join(sorted(keys))}.")
       node, seen = node[key], seen + [key]
@@ -73,7 +87,7 @@ def _unknown_field(argv) -> str | None:
 
 def _config_from_argv(argv):
   """Loads the ``--config file[:preset]`` named in ``argv`` (None if it fails)."""
-  import importlib.util
+  from tfx_jax.config_base import load_config_file
   spec_arg = None
   for i, arg in enumerate(argv):
     if arg == "--config" and i + 1 < len(argv):
@@ -82,12 +96,8 @@ def _config_from_argv(argv):
       spec_arg = arg.split("=", 1)[1]
   if not spec_arg:
     return None
-  path, _, preset = spec_arg.partition(":")
   try:
-    spec = importlib.util.spec_from_file_location("_tfx_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(preset) if preset else module.get_config()
+    return load_config_file(spec_arg)
   except Exception:  # pylint: disable=broad-except
     return None
 

@@ -8,11 +8,14 @@ locked (a typo fails with a suggestion) and overridden from the command line
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import pathlib
 from typing import Any, Mapping
 
 import ml_collections
 from ml_collections import config_dict
 
+from tfx_jax.errors import ConfigError
 from tfx_jax.model_config import ModelConfig
 
 
@@ -134,3 +137,22 @@ def _set(section: ml_collections.ConfigDict, where: str, /, **values) -> None:
     if key not in section:
       raise KeyError(f"{where}.{key} is not a config field")
     setattr(section, key, value)
+
+
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+  """``configs/lm.py:tiny`` -> that file's ``get_config("tiny")``.
+
+  A missing file, or a config file that fails (an unknown preset, a bad
+  table), is a ConfigError naming the spec.
+  """
+  path, _, preset = spec.partition(":")
+  if not pathlib.Path(path).is_file():
+    raise ConfigError(f"config file {path!r} does not exist.")
+  module_spec = importlib.util.spec_from_file_location(
+      f"_tfx_config_{pathlib.Path(path).stem}", path)
+  module = importlib.util.module_from_spec(module_spec)
+  try:
+    module_spec.loader.exec_module(module)
+    return module.get_config(preset) if preset else module.get_config()
+  except (ValueError, KeyError) as e:
+    raise ConfigError(f"--config {spec}: {e}") from None

@@ -31,7 +31,8 @@ import jax
 import numpy as np
 
 from tfx_jax import checkpoint as ckpt_lib
-from tfx_jax import run_setup
+from tfx_jax import run_config, run_setup
+from tfx_jax.cli import exit_code
 from tfx_jax.config_base import base_config
 from tfx_jax.errors import ConfigError
 from tfx_jax.hf_architectures import ARCHITECTURES, Architecture, architecture_for
@@ -232,12 +233,12 @@ def import_run(hf_dir, workdir) -> pathlib.Path:
   cfg, params = from_hf(hf_dir)
   config = run_config(arch, cfg, _copy_tokenizer(hf_dir, workdir, hf_cfg))
   (workdir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
-  model_cfg = run_setup.resolve_model_config(config)
+  model_cfg = run_config.resolve_model_config(config)
   sharded = run_setup.ShardedRun(config, model_cfg)
   state = sharded.init_state()
   state = state.replace(params=jax.device_put(params, sharded.state_shardings.params))
   with ckpt_lib.Checkpointer(workdir / "checkpoints") as ckpt:
-    ckpt.save(0, state, None, run_setup.flatten_config(config), force=True)
+    ckpt.save(0, state, None, run_config.flatten_config(config), force=True)
     ckpt.wait()
   return workdir
 
@@ -247,7 +248,7 @@ def export_run(workdir, out_dir, step: int | None = None) -> Architecture:
   from tfx_jax import saved_run
   # Checked on the config first: nothing is restored or written for a variant
   # HF cannot represent.
-  export_architecture(run_setup.resolve_model_config(saved_run.load_config(workdir)))
+  export_architecture(run_config.resolve_model_config(saved_run.load_config(workdir)))
   run = saved_run.load_run(workdir, step)
   special = None
   tok_dir = pathlib.Path(workdir) / "tokenizer"
@@ -273,17 +274,16 @@ def main(argv=None) -> int:
   p.add_argument("--out", required=True)
   p.add_argument("--step", type=int, default=None)
   args = parser.parse_args(argv)
-  try:
-    if args.command == "from-hf":
-      import_run(args.hf_dir, args.workdir)
-      print(f"wrote {args.workdir} (config.json, checkpoints/0)")
-    else:
-      arch = export_run(args.workdir, args.out, args.step)
-      print(f"wrote {args.out} ({arch.name})")
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  return 0
+  return exit_code(_convert, args)
+
+
+def _convert(args) -> None:
+  if args.command == "from-hf":
+    import_run(args.hf_dir, args.workdir)
+    print(f"wrote {args.workdir} (config.json, checkpoints/0)")
+  else:
+    arch = export_run(args.workdir, args.out, args.step)
+    print(f"wrote {args.out} ({arch.name})")
 
 
 if __name__ == "__main__":

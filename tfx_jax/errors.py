@@ -1,11 +1,25 @@
-"""The project-wide user-input error.
+"""The project-wide user-input error, and the hint that comes with a typo.
 
 Every module that validates user input (config fields, flags, paths) raises
-``ConfigError``; the command-line entry points turn it into ``error: ...`` and
-exit code 2. It lives here, at the bottom of the import graph, so that raising
-it never pulls in the model config or anything else.
+``ConfigError``; the command-line entry points (``cli.run_main``) turn it into
+``error: ...`` and exit code 2. It lives here, at the bottom of the import
+graph, so that raising it never pulls in the model config or anything else.
 """
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
 
 
 class ConfigError(ValueError):
   """Bad user input: names the field, the value and the valid choices."""
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, prefix: str = "") -> str:
+  """`` Did you mean 'x'?`` for the closest of ``choices``, or ``""``.
+
+  ``prefix`` is put before the suggestion (``model.`` for a field path).
+  """
+  close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.4)
+  return f" Did you mean {prefix + close[0]!r}?" if close else ""

@@ -18,12 +18,11 @@ paper's extrapolation experiment) and prints a table.
 
 from __future__ import annotations
 
-import json
-import sys
 
 from absl import flags
 
 from tfx_jax import distributed
+from tfx_jax import files
 from tfx_jax import scoring
 from tfx_jax.cli import new_flags, run_main
 from tfx_jax.errors import ConfigError
@@ -65,41 +64,33 @@ def main(argv):
   del argv
   # Deferred: jax, orbax and the model load only when the command runs, so
   # --help and flag errors answer at once.
-  try:
-    distributed.initialize_from_flags(FLAGS)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  distributed.initialize_from_flags(FLAGS)
   from tfx_jax.saved_run import load_run
-  try:
-    # `is not None`: an empty --lengths= is a bad spec, not "no extrapolation".
-    multiples = (scoring.parse_lengths(_LENGTHS.value)
-                 if _LENGTHS.value is not None else None)
-    run = load_run(_WORKDIR.value, _STEP.value)
-    _check_processes(run, multiples)
-    out_dir = run.workdir / "eval"
-    out_dir.mkdir(exist_ok=True)
-    stem = out_dir / f"{_SPLIT.value}-{run.step}"
-    if multiples:
-      rows = scoring.extrapolation(run, _SPLIT.value, multiples, _MAX_BATCHES.value)
-      if not distributed.is_chief():
-        return
-      print(scoring.format_extrapolation(rows, run.model_cfg.position))
-      path = out_dir / f"{_SPLIT.value}-{run.step}.lengths.json"
-      path.write_text(json.dumps(rows, indent=2))
-      print(f"written: {path}")
+  # `is not None`: an empty --lengths= is a bad spec, not "no extrapolation".
+  multiples = (scoring.parse_lengths(_LENGTHS.value)
+               if _LENGTHS.value is not None else None)
+  run = load_run(_WORKDIR.value, _STEP.value)
+  _check_processes(run, multiples)
+  out_dir = run.workdir / "eval"
+  out_dir.mkdir(exist_ok=True)
+  stem = out_dir / f"{_SPLIT.value}-{run.step}"
+  if multiples:
+    rows = scoring.extrapolation(run, _SPLIT.value, multiples, _MAX_BATCHES.value)
+    if not distributed.is_chief():
       return
-    metrics, hyps, refs = scoring.score_split(run, _SPLIT.value, max_batches=_MAX_BATCHES.value,
-                                              beam_size=_BEAM.value, alpha=_ALPHA.value)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    print(scoring.format_extrapolation(rows, run.model_cfg.position))
+    path = out_dir / f"{_SPLIT.value}-{run.step}.lengths.json"
+    files.write_json(path, rows)
+    print(f"written: {path}")
+    return
+  metrics, hyps, refs = scoring.score_split(run, _SPLIT.value, max_batches=_MAX_BATCHES.value,
+                                            beam_size=_BEAM.value, alpha=_ALPHA.value)
   if not distributed.is_chief():
     return  # process 0 writes and prints what all of them computed
   stem.with_suffix(".hyp.txt").write_text("".join(h.replace("\n", " ") + "\n" for h in hyps))
   stem.with_suffix(".ref.txt").write_text("".join(r.replace("\n", " ") + "\n" for r in refs))
   metrics.update(step=run.step, split=_SPLIT.value, task=run.config.task)
-  (out_dir / f"{_SPLIT.value}-{run.step}.json").write_text(json.dumps(metrics, indent=2))
+  files.write_json(out_dir / f"{_SPLIT.value}-{run.step}.json", metrics)
   print(f"{run.config.task} evaluation of {run.workdir} at step {run.step} "
         f"({_SPLIT.value}, {metrics['num_examples']} examples)")
   for key, value in metrics.items():

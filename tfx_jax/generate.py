@@ -10,7 +10,6 @@ All use the model's KV cache inside one jitted loop.
 
 from __future__ import annotations
 
-import sys
 
 from absl import flags
 
@@ -44,29 +43,25 @@ def main(argv):
   # Deferred: jax, orbax and the model load only when the command runs, so
   # --help and flag errors answer at once.
   from tfx_jax.saved_run import load_run
-  try:
-    if bool(_PROMPT.value) == bool(_SOURCE.value):
-      raise ConfigError("give --prompt (decoder_only) or --source (encoder_decoder).")
-    run = load_run(_WORKDIR.value, _STEP.value)
-    texts = _PROMPT.value or _SOURCE.value
-    want = "encoder_decoder" if _SOURCE.value else "decoder_only"
-    sampling = (_TEMPERATURE.value != 1.0 or _TOP_K.value or _TOP_P.value != 1.0)
-    if want == "encoder_decoder" and sampling:
-      raise ConfigError("--temperature / --top_k / --top_p sample from a decoder_only "
-                        "model; translate with --greedy or --beam_size N.")
-    if run.model_cfg.family != want:
-      flag = "--source" if want == "encoder_decoder" else "--prompt"
-      raise ConfigError(f"{flag} is for model.family={want!r}; this run is "
-                        f"{run.model_cfg.family!r}.")
-    outs = texts_lib.generate_texts(
-        run, texts, max_new_tokens=_MAX_NEW.value,
-        greedy=_GREEDY.value or (want == "encoder_decoder" and _BEAM.value == 0),
-        temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
-        beam_size=_BEAM.value, alpha=_ALPHA.value, seed=_SEED.value,
-        include_prompt=True)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  if bool(_PROMPT.value) == bool(_SOURCE.value):
+    raise ConfigError("give --prompt (decoder_only) or --source (encoder_decoder).")
+  run = load_run(_WORKDIR.value, _STEP.value)
+  texts = _PROMPT.value or _SOURCE.value
+  want = "encoder_decoder" if _SOURCE.value else "decoder_only"
+  sampling = (_TEMPERATURE.value != 1.0 or _TOP_K.value or _TOP_P.value != 1.0)
+  if want == "encoder_decoder" and sampling:
+    raise ConfigError("--temperature / --top_k / --top_p sample from a decoder_only "
+                      "model; translate with --greedy or --beam_size N.")
+  if run.model_cfg.family != want:
+    flag = "--source" if want == "encoder_decoder" else "--prompt"
+    raise ConfigError(f"{flag} is for model.family={want!r}; this run is "
+                      f"{run.model_cfg.family!r}.")
+  outs = texts_lib.generate_texts(
+      run, texts, max_new_tokens=_MAX_NEW.value,
+      greedy=_GREEDY.value or (want == "encoder_decoder" and _BEAM.value == 0),
+      temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
+      beam_size=_BEAM.value, alpha=_ALPHA.value, seed=_SEED.value,
+      include_prompt=True)
   for text, out in zip(texts, outs):
     if want == "decoder_only":
       print(out)

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Literal, Mapping, get_args
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.errors import ConfigError, did_you_mean
 
 Family = Literal["encoder_decoder", "decoder_only", "encoder_only"]
 NormPosition = Literal["post", "pre", "sandwich", "deepnorm"]
@@ -266,9 +266,7 @@ def model_config_from_dict(d: Mapping[str, Any] | Any, *,
   values = {}
   for key, value in dict(d).items():
     if key not in _FIELDS:
-      import difflib
-      close = difflib.get_close_matches(key, _FIELDS, n=1)
-      hint = f" Did you mean {close[0]!r}?" if close else ""
+      hint = did_you_mean(key, _FIELDS)
       raise ConfigError(
           f"model.{key} is not a model field.{hint} Valid fields: "
           f"{', '.join(sorted(_FIELDS))}.")

@@ -46,6 +46,49 @@ def _check(ok: bool, field: str, value: Any, requirement: str) -> None:
     raise ConfigError(f"optim.{field}={value!r} is not valid: {requirement}")
 
 
+def check_config(optim_cfg: Any, *, num_train_steps: int) -> None:
+  """Every check of the ``optim`` section, without building anything.
+
+  ``make_schedule`` and ``make_optimizer`` call it first; the run config's
+  validation calls it alone (``run_config.validate_run_config``).
+  """
+  kind = _choice(optim_cfg, "schedule", SCHEDULES)
+  _choice(optim_cfg, "optimizer", OPTIMIZERS)
+  lr = float(optim_cfg.learning_rate)
+  warmup = int(optim_cfg.warmup_steps)
+  _check(lr > 0, "learning_rate", lr, "must be > 0")
+  _check(warmup >= 0, "warmup_steps", warmup, "must be >= 0")
+  if optim_cfg.scale_by_d_model:
+    _check(kind == "inverse_sqrt", "scale_by_d_model", True,
+           f"only valid with schedule='inverse_sqrt' (got schedule={kind!r})")
+    _check(warmup > 0, "warmup_steps", warmup,
+           "must be > 0 when scale_by_d_model is set")
+  if kind == "inverse_sqrt":
+    _check(warmup > 0, "warmup_steps", warmup,
+           "must be > 0 for schedule='inverse_sqrt'")
+  if kind in ("cosine", "linear"):
+    decay_steps = int(optim_cfg.decay_steps) or int(num_train_steps)
+    _check(decay_steps > warmup, "decay_steps", decay_steps,
+           f"must be > warmup_steps ({warmup}) for schedule={kind!r}")
+  if kind == "cosine":
+    min_ratio = float(optim_cfg.min_lr_ratio)
+    _check(0.0 <= min_ratio <= 1.0, "min_lr_ratio", min_ratio, "must be in [0, 1]")
+  for field in ("b1", "b2"):
+    value = float(getattr(optim_cfg, field))
+    _check(0.0 <= value < 1.0, field, value, "must be in [0, 1)")
+  _check(float(optim_cfg.eps) > 0, "eps", optim_cfg.eps, "must be > 0")
+  weight_decay = float(optim_cfg.weight_decay)
+  _check(weight_decay >= 0, "weight_decay", weight_decay, "must be >= 0")
+  _check(float(optim_cfg.grad_clip_norm) >= 0, "grad_clip_norm", optim_cfg.grad_clip_norm,
+         "must be >= 0 (0 = off)")
+  _check(int(optim_cfg.accumulate_steps) >= 1, "accumulate_steps",
+         optim_cfg.accumulate_steps, "must be >= 1 (1 = off)")
+  if optim_cfg.optimizer == "adam":
+    _check(weight_decay == 0, "weight_decay", weight_decay,
+           "optimizer='adam' has no weight decay; use optimizer='adamw' or "
+           "set weight_decay=0.0")
+
+
 def make_schedule(optim_cfg: Any, *, d_model: int,
                   num_train_steps: int) -> optax.Schedule:
   """Returns the learning-rate schedule as a function of optax's update count.
@@ -75,20 +118,14 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
   - "constant": linear warmup to `peak` (no warmup if warmup_steps is 0),
     then constant.
   """
-  kind = _choice(optim_cfg, "schedule", SCHEDULES)
+  check_config(optim_cfg, num_train_steps=num_train_steps)
+  kind = optim_cfg.schedule
   lr = float(optim_cfg.learning_rate)
   warmup = int(optim_cfg.warmup_steps)
-  _check(lr > 0, "learning_rate", lr, "must be > 0")
-  _check(warmup >= 0, "warmup_steps", warmup, "must be >= 0")
-
   if optim_cfg.scale_by_d_model:
-    _check(kind == "inverse_sqrt", "scale_by_d_model", True,
-           f"only valid with schedule='inverse_sqrt' (got schedule={kind!r})")
     d_model = int(d_model)
     if d_model <= 0:
       raise ConfigError(f"model.d_model={d_model!r} must be > 0")
-    _check(warmup > 0, "warmup_steps", warmup,
-           "must be > 0 when scale_by_d_model is set")
     lr = lr * d_model**-0.5 * warmup**-0.5
 
   def warmup_factor(step):
@@ -96,14 +133,9 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
       return jnp.ones_like(step)
     return jnp.minimum(step / warmup, 1.0)
 
-  if kind in ("cosine", "linear"):
-    decay_steps = int(optim_cfg.decay_steps) or int(num_train_steps)
-    _check(decay_steps > warmup, "decay_steps", decay_steps,
-           f"must be > warmup_steps ({warmup}) for schedule={kind!r}")
+  decay_steps = int(optim_cfg.decay_steps) or int(num_train_steps)
 
   if kind == "inverse_sqrt":
-    _check(warmup > 0, "warmup_steps", warmup,
-           "must be > 0 for schedule='inverse_sqrt'")
 
     def schedule(count):
       step = jnp.asarray(count, jnp.float32) + 1.0
@@ -111,8 +143,6 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
 
   elif kind == "cosine":
     min_ratio = float(optim_cfg.min_lr_ratio)
-    _check(0.0 <= min_ratio <= 1.0, "min_lr_ratio", min_ratio,
-           "must be in [0, 1]")
 
     def schedule(count):
       step = jnp.asarray(count, jnp.float32) + 1.0
@@ -179,21 +209,14 @@ def make_optimizer(optim_cfg: Any, *, d_model: int,
   applied once, so clipping acts on the averaged gradient and the schedule
   counts real updates, not micro-batches.
   """
-  name = _choice(optim_cfg, "optimizer", OPTIMIZERS)
   schedule = make_schedule(optim_cfg, d_model=d_model,
                            num_train_steps=num_train_steps)
+  name = optim_cfg.optimizer
   weight_decay = float(optim_cfg.weight_decay)
   clip = float(optim_cfg.grad_clip_norm)
   accumulate = int(optim_cfg.accumulate_steps)
-  _check(weight_decay >= 0, "weight_decay", weight_decay, "must be >= 0")
-  _check(clip >= 0, "grad_clip_norm", clip, "must be >= 0 (0 = off)")
-  _check(accumulate >= 1, "accumulate_steps", accumulate,
-         "must be >= 1 (1 = off)")
 
   if name == "adam":
-    _check(weight_decay == 0, "weight_decay", weight_decay,
-           "optimizer='adam' has no weight decay; use optimizer='adamw' or "
-           "set weight_decay=0.0")
     opt = optax.adam(schedule, b1=optim_cfg.b1, b2=optim_cfg.b2,
                      eps=optim_cfg.eps)
   elif name == "adamw":

@@ -1,12 +1,13 @@
-"""What a run config means, below every command that runs one.
+"""The setup of one run: devices, data, state and steps.
 
-A locked ConfigDict becomes, here and nowhere else: a validated
-``ModelConfig`` (``validate_run_config``), the tokenizer and the data
-pipelines of its splits, and a ``ShardedRun``: the mesh, the abstract sharded
-train state and the jitted train and evaluation steps. The training loop
-(``trainer``), the evaluation and generation commands (through
-``saved_run``), the sweep runner and the checkpoint converters import this
-module; it imports none of them.
+What a config means is decided before this (``run_config``, no devices);
+here a validated config meets the machine: ``check_devices`` (the mesh
+against the devices, the batch against the processes, once when a run
+starts), the tokenizer and the data pipelines of its splits, and a
+``ShardedRun``: the mesh, the abstract sharded train state and the jitted
+train and evaluation steps. The training loop (``trainer``), the evaluation
+and generation commands (through ``saved_run``) and the checkpoint converters
+import this module; it imports none of them.
 
 One evaluation forward (``make_eval_step``) serves the in-training evaluation
 and ``python -m tfx_jax.evaluate``; ``evaluate_batches`` adds its sums over a
@@ -16,9 +17,8 @@ split.
 from __future__ import annotations
 
 import json
-import math
 import os
-from typing import Any, Callable, Iterable, get_args
+from typing import Any, Callable, Iterable
 
 import flax
 import flax.linen as nn
@@ -34,16 +34,10 @@ from tfx_jax.data import pipeline
 from tfx_jax.data import shards as shards_lib
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
-from tfx_jax.model_config import DType, ModelConfig, model_config_from_dict
+from tfx_jax.model_config import ModelConfig
 from tfx_jax.models import build_model, dummy_inputs
 from tfx_jax.optim import make_optimizer, make_schedule
 
-# Config fields a checkpoint must agree on to be resumed: they decide shapes,
-# data order or what is learned. Others (num_steps, eval, logging) may change.
-RESUME_FIELDS = ("model.", "task", "seed", "data.name", "data.tokenizer",
-                 "data.vocab_size", "data.mask_rate", "train.batch_size",
-                 "train.seq_len", "optim.optimizer", "optim.accumulate_steps")
-NONFINITE_CHOICES = ("stop", "skip")
 # Evaluation reads a fixed shuffle of the split (the same for every run and
 # seed): eval.num_batches then samples the whole split, not its first
 # documents (one work, one genre), and runs stay comparable across seeds.
@@ -60,95 +54,31 @@ class TrainState:
   rng: jax.Array  # raw uint32 PRNG key; step keys are fold_in(rng, step)
 
 
-def flatten_config(config) -> dict[str, Any]:
-  """{"model.d_model": 128, ...} with JSON-able values."""
-  d = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-  flat = flax.traverse_util.flatten_dict(d, sep=".")
-  return {k: (list(v) if isinstance(v, tuple) else v) for k, v in flat.items()}
+# ------------------------------------------------------------ the machine
+def check_devices(config, *, num_shards: int | None = None) -> None:
+  """What a validated config needs of this machine, checked when a run starts.
 
-
-# -------------------------------------------------------------- validation
-def resolve_model_config(config) -> ModelConfig:
-  """``config.model`` (+ compute dtype, task checks) -> validated ModelConfig."""
-  model = config.model.to_dict()
-  compute_dtype = config.get("compute_dtype")
-  if compute_dtype:
-    # Checked here so that the message names the field the user set.
-    choices = get_args(DType)
-    if compute_dtype not in choices:
-      raise ConfigError(f"compute_dtype={compute_dtype!r} is not a valid choice; "
-                        f"choose one of: {', '.join(choices)}.")
-    model["dtype"] = compute_dtype
-  cfg = model_config_from_dict(model, seq_len=config.train.seq_len)
-  task = tasks.check_task(config.task, cfg.family)
-  if task.labelled and cfg.num_classes < 2:
-    raise ConfigError(
-        f"task={config.task!r} needs model.num_classes >= 2 (the number of labels of "
-        f"data.name={config.data.name!r}), got {cfg.num_classes}.")
-  return cfg
-
-
-def validate_run_config(config) -> ModelConfig:
-  """Every check that can be made before data is read or anything compiled."""
-  cfg = resolve_model_config(config)
-  t = config.train
-
-  def need(ok, field, value, what):
-    if not ok:
-      raise ConfigError(f"{field}={value!r} is not valid: {what}.")
-
-  for name in ("num_steps", "batch_size", "seq_len", "log_every_steps"):
-    need(getattr(t, name) > 0, f"train.{name}", getattr(t, name), "must be > 0")
-  need(t.seq_len >= 2, "train.seq_len", t.seq_len, "must be >= 2")
-  need(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing", t.label_smoothing,
-       "must be in [0, 1)")
-  need(t.on_nonfinite in NONFINITE_CHOICES, "train.on_nonfinite", t.on_nonfinite,
-       f"choose one of: {', '.join(NONFINITE_CHOICES)}")
-  for name in ("every_steps", "num_batches", "batch_size"):
-    need(config.eval[name] > 0, f"eval.{name}", config.eval[name], "must be > 0")
-  need(config.checkpoint.every_steps > 0, "checkpoint.every_steps",
-       config.checkpoint.every_steps, "must be > 0")
-  need(config.checkpoint.max_to_keep > 0, "checkpoint.max_to_keep",
-       config.checkpoint.max_to_keep, "must be > 0")
-  need(0.0 <= config.finetune.lambda_pt <= 1.0, "finetune.lambda_pt",
-       config.finetune.lambda_pt, "must be in [0, 1]")
-  need(config.optim.learning_rate > 0, "optim.learning_rate",
-       config.optim.learning_rate, "must be > 0")
-  need(config.optim.warmup_steps >= 0, "optim.warmup_steps",
-       config.optim.warmup_steps, "must be >= 0")
-  for name in ("b1", "b2"):
-    need(0.0 <= config.optim[name] < 1.0, f"optim.{name}", config.optim[name],
-         "must be in [0, 1)")
-  need(config.optim.eps > 0, "optim.eps", config.optim.eps, "must be > 0")
-  for name in ("num_bleu_examples", "num_samples"):
-    need(config.eval[name] >= 0, f"eval.{name}", config.eval[name], "must be >= 0")
-  d = config.data
-  need(d.tokenizer in tokenizer_lib.TOKENIZER_KINDS, "data.tokenizer", d.tokenizer,
-       f"choose one of: {', '.join(tokenizer_lib.TOKENIZER_KINDS)}")
-  need(d.vocab_size > 0, "data.vocab_size", d.vocab_size, "must be > 0")
-  task = tasks.get(config.task)
-  if task.check_data is not None:
-    task.check_data(d)
-  # The mesh is checked against the devices now, not when the state is built.
+  The mesh must fit the devices (``sharding.make_mesh`` names the
+  ``config.mesh.*`` fields, the device count and sizes that fit); each batch
+  must divide among the processes, the data shards (``num_shards``, default
+  ``data.num_shards``; 0: one per process) and the mesh's batch axes.
+  """
   mesh = sharding_lib.make_mesh(config.mesh)
   n_proc = jax.process_count()
-  n_batch = math.prod(mesh.shape[a] for a in sharding_lib.BATCH_AXES)
-  need(d.num_shards >= 0, "data.num_shards", d.num_shards,
-       "must be >= 0 (0: one data shard per process)")
-  n_shards = d.num_shards or n_proc
-  shards_lib.assignment(n_shards, n_proc, 0)  # The shards divide among the processes.
-  for field in ("train.batch_size", "eval.batch_size"):
-    section, name = field.split(".")
-    size = config[section][name]
-    need(size % n_proc == 0, field, size,
-         f"must be divisible by the number of processes ({n_proc})")
-    need(size % n_shards == 0, field, size,
-         f"must be divisible by the number of data shards (data.num_shards={n_shards})")
-    need(size % n_batch == 0, field, size,
-         f"must be divisible by the batch axes of the mesh (data x fsdp = {n_batch})")
-  # Building the optimizer validates every optim.* choice.
-  make_optimizer(config.optim, d_model=cfg.d_model, num_train_steps=t.num_steps)
-  return cfg
+  if num_shards is None:
+    num_shards = int(config.data.num_shards)
+  num_shards = num_shards or n_proc
+  shards_lib.assignment(num_shards, n_proc, 0)  # The shards divide among the processes.
+  n_batch = mesh.shape["data"] * mesh.shape["fsdp"]
+  for section in ("train", "eval"):
+    size = config[section].batch_size
+    for ok, what in ((size % n_proc == 0, f"the number of processes ({n_proc})"),
+                     (size % num_shards == 0,
+                      f"the number of data shards (data.num_shards={num_shards})"),
+                     (size % n_batch == 0, f"the batch axes of the mesh (mesh.data x "
+                      f"mesh.fsdp = {n_batch} on {mesh.devices.size} devices)")):
+      if not ok:
+        raise ConfigError(f"{section}.batch_size={size} must be divisible by {what}.")
 
 
 # ------------------------------------------------------------------- data
@@ -184,13 +114,6 @@ def make_data(config, tokenizer, split: str, *, train: bool, num_shards: int | N
     num_shards = int(config.data.num_shards)
   num_shards = num_shards or n
   batch = config.train.batch_size if train else config.eval.batch_size
-  section = "train" if train else "eval"
-  if batch % n:
-    raise ConfigError(f"{section}.batch_size={batch} must be divisible by the number of "
-                      f"processes ({n})")
-  if batch % num_shards:
-    raise ConfigError(f"{section}.batch_size={batch} must be divisible by the number of "
-                      f"data shards (data.num_shards={num_shards})")
   shards, rows = shards_lib.assignment(num_shards, n, i)
   threads = max(1, min(16, os.cpu_count() or 1) // len(shards))
   datasets = [pipeline.make_dataset(
@@ -258,9 +181,8 @@ def make_train_step(model_cfg: ModelConfig, config, tx: optax.GradientTransforma
   """
   task = tasks.get(config.task)
   model = build_model(model_cfg, deterministic=False)
+  loss = task.objective(config, model_cfg.family, train=True)
   skip_nonfinite = config.train.on_nonfinite == "skip"
-  smoothing = float(config.train.label_smoothing)
-  lambda_pt = float(config.finetune.lambda_pt)
   accumulate = int(config.optim.accumulate_steps)
   layer_stats = bool(config.train.log_layer_stats)
 
@@ -270,8 +192,7 @@ def make_train_step(model_cfg: ModelConfig, config, tx: optax.GradientTransforma
     def loss_fn(params):
       out = model.apply({"params": params}, **task.model_inputs(batch),
                         rngs={"dropout": rng})
-      return task.loss(out, batch, label_smoothing=smoothing, lambda_pt=lambda_pt,
-                       family=model_cfg.family)
+      return loss(out, batch)
 
     (objective, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     grad_norm = optax.tree.norm(grads)
@@ -301,12 +222,11 @@ def make_eval_step(model_cfg: ModelConfig, config):
   """``eval_step(params, batch) -> (sums, predictions)``: the one evaluation forward."""
   task = tasks.get(config.task)
   model = build_model(model_cfg, deterministic=True)
-  lambda_pt = float(config.finetune.lambda_pt)
+  loss = task.objective(config, model_cfg.family, train=False)
 
   def eval_step(params, batch):
     out = model.apply({"params": params}, **task.model_inputs(batch))
-    _, sums = task.loss(out, batch, label_smoothing=0.0, lambda_pt=lambda_pt,
-                        family=model_cfg.family)
+    _, sums = loss(out, batch)
     return sums, task.predictions(out)
 
   return eval_step

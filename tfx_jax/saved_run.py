@@ -15,7 +15,7 @@ from typing import Any
 import ml_collections
 
 from tfx_jax import checkpoint as ckpt_lib
-from tfx_jax import run_setup
+from tfx_jax import run_config, run_setup
 from tfx_jax.config_base import base_config
 from tfx_jax.errors import ConfigError
 from tfx_jax.model_config import ModelConfig
@@ -46,7 +46,7 @@ def load_config(workdir) -> ml_collections.ConfigDict:
 def load_run(workdir, step: int | None = None) -> SavedRun:
   """Config, tokenizer and parameters of ``step`` (default: latest) of a run."""
   config = load_config(workdir)
-  model_cfg = run_setup.resolve_model_config(config)
+  model_cfg = run_config.validate_run_config(config)
   directory = pathlib.Path(workdir) / "checkpoints"
   if not directory.is_dir():
     raise ConfigError(f"--workdir={workdir} has no checkpoints directory.")

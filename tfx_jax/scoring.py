@@ -86,14 +86,13 @@ def extrapolation(run, split: str, multiples: list[int], max_windows: int = 0):
   if usable == 0:
     raise ConfigError(f"split {split!r} has fewer than {longest + 1} tokens.")
   model = build_model(run.model_cfg)
-  lm = tasks.get("lm")
   capacity = position_capacity(run.model_cfg)
 
   @jax.jit
   def nll(params, inputs, targets):
     out = model.apply({"params": params}, inputs)
     batch = {"targets": targets, "weights": np.ones(targets.shape, np.float32)}
-    _, sums = lm.loss(out, batch)
+    _, sums = tasks.token_loss(out, batch)
     return sums["nll"], sums["weight"]
 
   rows = []

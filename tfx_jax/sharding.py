@@ -34,23 +34,47 @@ LOGICAL_RULES = (
 )
 
 
+def mesh_sizes(mesh_cfg) -> tuple[int, int, int]:
+  """(data, fsdp, tensor) as the config sets them, checked without devices:
+  each a positive integer or -1 (all remaining devices), at most one -1."""
+  sizes = tuple(int(mesh_cfg[name]) for name in MESH_AXES)
+  for name, size in zip(MESH_AXES, sizes):
+    if not (size > 0 or size == -1):
+      raise ConfigError(f"mesh.{name}={size} is not valid: must be a positive integer "
+                        "or -1 (all remaining devices).")
+  if sizes.count(-1) > 1:
+    minus = [f"mesh.{n}" for n, s in zip(MESH_AXES, sizes) if s == -1]
+    raise ConfigError(f"{' and '.join(minus)} are all -1: at most one mesh size may be "
+                      "-1 (all remaining devices).")
+  return sizes
+
+
 def make_mesh(mesh_cfg, devices=None) -> Mesh:
-  """A (data, fsdp, tensor) mesh; one size may be -1 (all remaining devices)."""
+  """A (data, fsdp, tensor) mesh; one size may be -1 (all remaining devices).
+
+  Sizes that do not fit the devices are a ConfigError naming the
+  ``config.mesh.*`` fields, the device count and the sizes that would fit.
+  """
   devices = list(devices if devices is not None else jax.devices())
-  sizes = [int(mesh_cfg.data), int(mesh_cfg.fsdp), int(mesh_cfg.tensor)]
-  if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
+  sizes = list(mesh_sizes(mesh_cfg))
+  n = len(devices)
+  fixed = {name: size for name, size in zip(MESH_AXES, sizes) if size != -1}
+  known = int(np.prod(list(fixed.values())))
+  free = -1 in sizes
+  if (n % known) if free else (known != n):
+    named = [f"config.mesh.{k}={v}" for k, v in fixed.items() if v != 1] or [
+        f"config.mesh.{k}={v}" for k, v in fixed.items()]
+    need = f"a multiple of {known}" if free else f"exactly {known}"
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    platform = devices[0].platform if devices else "none"
     raise ConfigError(
-        f"mesh sizes (data, fsdp, tensor) = {tuple(sizes)}: each must be a positive "
-        "integer, and at most one may be -1 (all remaining devices).")
-  known = int(np.prod([s for s in sizes if s != -1]))
-  if -1 in sizes:
-    if len(devices) % known:
-      raise ConfigError(f"{len(devices)} devices cannot be split by mesh sizes {sizes}.")
-    sizes[sizes.index(-1)] = len(devices) // known
-  if int(np.prod(sizes)) != len(devices):
-    raise ConfigError(
-        f"mesh (data={sizes[0]}, fsdp={sizes[1]}, tensor={sizes[2]}) needs "
-        f"{int(np.prod(sizes))} devices, but {len(devices)} are available.")
+        f"{', '.join(named)}: the mesh (data, fsdp, tensor) = {tuple(sizes)} needs {need} "
+        f"devices, but this process sees {n} ({platform}). Sizes that fit {n} "
+        f"device{'s' if n != 1 else ''}: config.mesh.data, config.mesh.fsdp and "
+        f"config.mesh.tensor each one of {divisors}, with a product of {n} (or one of "
+        "them -1, the remaining devices).")
+  if free:
+    sizes[sizes.index(-1)] = n // known
   return Mesh(np.asarray(devices).reshape(sizes), MESH_AXES)
 
 

@@ -16,8 +16,9 @@ import datetime
 import json
 import os
 import pathlib
-import tempfile
 from typing import Any
+
+from tfx_jax import files
 
 STATES = ("running", "finished", "diverged", "failed", "preempted")
 FILENAME = "status.json"
@@ -44,19 +45,7 @@ def write_status(workdir: str | os.PathLike, state: str, step: int,
           timespec="seconds"),
       **extra,
   }
-  path = pathlib.Path(workdir) / FILENAME
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{FILENAME}.",
-                             suffix=".tmp")
-  try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(status, f, indent=2, default=str)
-      f.write("\n")
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    pathlib.Path(tmp).unlink(missing_ok=True)
-    raise
+  files.write_json(pathlib.Path(workdir) / FILENAME, status)
   return status
 
 

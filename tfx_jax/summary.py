@@ -13,14 +13,13 @@ of the optimizer state (``optim.*`` of the config), the last two lines.
 from __future__ import annotations
 
 import collections
-import sys
 
 from absl import flags
 from ml_collections import config_flags
 
 from tfx_jax.cli import new_flags, run_main
 from tfx_jax.errors import ConfigError
-from tfx_jax.model_config import model_config_from_dict
+from tfx_jax import run_config
 
 FLAGS = new_flags()
 _CONFIG = config_flags.DEFINE_config_file(
@@ -137,19 +136,11 @@ def sharding_report(config, model_cfg, mesh_shape: dict[str, int]) -> str:
 
 def main(argv):
   del argv
-  try:
-    cfg = model_config_from_dict(_CONFIG.value.model)
-    mesh = parse_mesh(_MESH.value) if _MESH.value is not None else None
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  cfg = run_config.validate_run_config(_CONFIG.value)
+  mesh = parse_mesh(_MESH.value) if _MESH.value is not None else None
   print(format_table(param_shapes(cfg), _DEPTH.value))
   if mesh is not None:
-    try:
-      report = sharding_report(_CONFIG.value, cfg, mesh)
-    except ConfigError as e:
-      print(f"error: {e}", file=sys.stderr)
-      sys.exit(2)
+    report = sharding_report(_CONFIG.value, cfg, mesh)
     print()
     print(report)
 

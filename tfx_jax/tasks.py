@@ -4,10 +4,10 @@ A ``Task`` says everything the rest of the code needs to know about a task:
 which families can run it, how one raw example becomes batch rows (and
 whether rows are packed), what the model is fed, the loss, which evaluation
 metrics are meaningful, how evaluation predictions read as text, and what is
-decoded during training. The pipeline, the run setup, the training loop and
-the evaluation command look a task up with ``get(name)`` and never switch on
-its name. Adding a task is one ``Task(...)`` below plus its row builder in
-``data/rows.py``.
+decoded during training. The run config, the run setup, the training loop
+and the evaluation command look a task up with ``get(name)`` and never switch
+on its name. Adding a task is one ``Task(...)`` below plus its row format in
+``data/rows.py`` (the data pipeline knows rows, not tasks).
 
 lm        decoder_only: next-token cross entropy over real tokens.
 translate encoder_decoder: label-smoothed cross entropy over target tokens.
@@ -22,6 +22,7 @@ Every loss returns sums (not means) so evaluation can add them over batches.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable
 
@@ -44,18 +45,16 @@ class Task:
 
   name: str
   families: tuple[str, ...]
-  rows: Callable[..., list]          # data/rows.py builder of one example's rows
-  packed: bool                       # documents packed first-fit into rows
+  rows: rows_lib.RowFormat           # how examples become rows (data/rows.py)
   model_inputs: Callable[[dict], dict]
-  loss: Callable[..., tuple]         # (outputs, batch, *, label_smoothing, lambda_pt, family)
+  # (config, family, *, train) -> loss(outputs, batch) -> (objective, sums):
+  # the task's loss with the settings it reads bound (none at evaluation).
+  objective: Callable[..., Callable[[dict, dict], tuple]]
   perplexity: bool                   # eval/perplexity is meaningful
   accuracy: bool                     # eval/accuracy is meaningful
   predictions: Callable[[dict], jax.Array]  # outputs -> argmax ids or labels
   # (batch, predictions, tokenizer) -> (hypotheses, references) as text.
   prediction_texts: Callable[..., tuple[list[str], list[str]]]
-  labelled: bool = False             # examples carry a class label (num_classes)
-  # Checks of data.* fields that only this task reads (no data is read).
-  check_data: Callable[[Any], None] | None = None
   # Optional in-training decoding: config -> examples, then
   # (run, examples, config) -> DecodeReport.
   decode_examples: Callable[[Any], list] | None = None
@@ -90,22 +89,22 @@ def _token_sums(logits, batch, smoothing):
   return loss, {"loss": loss, "nll": nll, "weight": denom, "correct": correct}
 
 
-def token_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
-               lambda_pt: float = 0.0, family: str = "decoder_only"):
+def token_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0):
   """(mean objective, sums) of a token-level task (lm, translate, mlm).
 
   Sums: ``loss`` (objective summed), ``nll`` (unsmoothed, for perplexity),
   ``weight`` (tokens it was summed over), ``correct``.
   """
-  del lambda_pt, family
   loss, sums = _token_sums(outputs["logits"], batch, label_smoothing)
   return loss / jnp.maximum(sums["weight"], 1.0), sums
 
 
-def classify_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
-                  lambda_pt: float = 0.0, family: str = "decoder_only"):
-  """(objective, sums) of classification; rows with no real token are padding."""
-  del label_smoothing
+def classify_loss(outputs: dict, batch: dict, *, lambda_pt: float = 0.0):
+  """(objective, sums) of classification; rows with no real token are padding.
+
+  With ``lambda_pt`` > 0 the LM loss of the same passage is added (decoder-only
+  fine-tuning, L = L_FT + lambda * L_PT).
+  """
   real = (batch["segment_ids"].max(-1) > 0).astype(jnp.float32)
   logits = outputs["class_logits"].astype(jnp.float32)
   nll_B = -jnp.take_along_axis(jax.nn.log_softmax(logits), batch["label"][:, None], -1)[:, 0]
@@ -114,12 +113,26 @@ def classify_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
   objective = ft / n
   sums = {"loss": ft, "nll": ft, "weight": real.sum(),
           "correct": jnp.sum((jnp.argmax(logits, -1) == batch["label"]) * real)}
-  if family == "decoder_only" and lambda_pt:
+  if lambda_pt:
     pt, pt_sums = _token_sums(outputs["logits"], batch, 0.0)
     objective = objective + lambda_pt * pt / jnp.maximum(pt_sums["weight"], 1.0)
     sums["pt_loss"] = pt
     sums["pt_weight"] = pt_sums["weight"]
   return objective, sums
+
+
+def _token_objective(config, family: str, *, train: bool):
+  """Label smoothing (``train.label_smoothing``) while training only."""
+  del family
+  smoothing = float(config.train.label_smoothing) if train else 0.0
+  return functools.partial(token_loss, label_smoothing=smoothing)
+
+
+def _classify_objective(config, family: str, *, train: bool):
+  """L_PT (``finetune.lambda_pt``) for decoder-only models, which predict tokens."""
+  del train  # eval/pt_loss is reported on the same objective
+  lambda_pt = float(config.finetune.lambda_pt) if family == "decoder_only" else 0.0
+  return functools.partial(classify_loss, lambda_pt=lambda_pt)
 
 
 # ------------------------------------------------------------- predictions
@@ -206,24 +219,21 @@ def _continuation_report(run, examples, config) -> DecodeReport:
 
 # ----------------------------------------------------------- the registry
 _TASKS = (
-    Task("lm", ("decoder_only",), rows_lib.lm_rows, packed=True,
-         model_inputs=_token_inputs, loss=token_loss, perplexity=True, accuracy=False,
+    Task("lm", ("decoder_only",), rows_lib.FORMATS["lm"], model_inputs=_token_inputs,
+         objective=_token_objective, perplexity=True, accuracy=False,
          predictions=_token_predictions, prediction_texts=_token_texts,
          decode_examples=_prompt_examples, decode_report=_continuation_report),
-    Task("translate", ("encoder_decoder",), rows_lib.translate_rows, packed=False,
-         model_inputs=_translation_inputs, loss=token_loss, perplexity=True,
+    Task("translate", ("encoder_decoder",), rows_lib.FORMATS["translate"],
+         model_inputs=_translation_inputs, objective=_token_objective, perplexity=True,
          accuracy=False, predictions=_token_predictions, prediction_texts=_token_texts,
          decode_examples=_translation_examples, decode_report=_translation_report,
          decode_split=_translation_split),
-    Task("mlm", ("encoder_only",), rows_lib.mlm_rows, packed=True,
-         model_inputs=_token_inputs, loss=token_loss, perplexity=True, accuracy=True,
-         predictions=_token_predictions, prediction_texts=_token_texts,
-         check_data=lambda data: rows_lib.check_mask_rate(
-             getattr(data, "mask_rate", rows_lib.DEFAULT_MASK_RATE))),
-    Task("classify", ("decoder_only", "encoder_only"), rows_lib.classify_rows,
-         packed=False, model_inputs=_token_inputs, loss=classify_loss, perplexity=False,
-         accuracy=True, predictions=_class_predictions, prediction_texts=_label_texts,
-         labelled=True),
+    Task("mlm", ("encoder_only",), rows_lib.FORMATS["mlm"], model_inputs=_token_inputs,
+         objective=_token_objective, perplexity=True, accuracy=True,
+         predictions=_token_predictions, prediction_texts=_token_texts),
+    Task("classify", ("decoder_only", "encoder_only"), rows_lib.FORMATS["classify"],
+         model_inputs=_token_inputs, objective=_classify_objective, perplexity=False,
+         accuracy=True, predictions=_class_predictions, prediction_texts=_label_texts),
 )
 TASKS: dict[str, Task] = {t.name: t for t in _TASKS}
 

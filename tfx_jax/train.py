@@ -38,15 +38,10 @@ flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
 
 def main(argv):
   if len(argv) > 1:
-    print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
-    sys.exit(2)
+    raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
   # Before jax starts; jax and the trainer load only when a run starts, so
   # --help and flag errors answer at once.
-  try:
-    distributed.initialize_from_flags(FLAGS)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  distributed.initialize_from_flags(FLAGS)
   import jax
   # A sweep repeats shapes: XLA executables are kept on disk and a repeated
   # shape skips compilation. TFX_JAX_COMPILATION_CACHE="" turns this off; a
@@ -57,11 +52,7 @@ def main(argv):
   if cache_dir and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     jax.config.update("jax_compilation_cache_dir", cache_dir)
   from tfx_jax import trainer
-  try:
-    result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   if result.status == "diverged":
     sys.exit(1)
 

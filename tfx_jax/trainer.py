@@ -25,7 +25,7 @@ import numpy as np
 
 from tfx_jax import checkpoint as ckpt_lib
 from tfx_jax import metrics as metrics_lib
-from tfx_jax import run_setup
+from tfx_jax import run_config, run_setup
 from tfx_jax import sharding as sharding_lib
 from tfx_jax import status as status_lib
 from tfx_jax import tasks
@@ -59,7 +59,8 @@ def _write_status(workdir, state: str, step: int, **fields) -> None:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunResult:
   """Trains ``config`` in ``workdir``, resuming from its latest checkpoint."""
-  model_cfg = run_setup.validate_run_config(config)
+  model_cfg = run_config.validate_run_config(config)
+  run_setup.check_devices(config)
   workdir_path = ckpt_lib.ensure_writable(workdir)
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints",
                                max_to_keep=config.checkpoint.max_to_keep)
@@ -96,7 +97,7 @@ class _TrainingLoop:
 
   def __init__(self, config, model_cfg, workdir: pathlib.Path, ckpt):
     self.config, self.model_cfg, self.workdir, self.ckpt = config, model_cfg, workdir, ckpt
-    self.flat_config = run_setup.flatten_config(config)
+    self.flat_config = run_config.flatten_config(config)
     self.is_chief = jax.process_index() == 0
     self.task = tasks.get(config.task)
     self.num_skipped = 0
@@ -111,8 +112,8 @@ class _TrainingLoop:
       latest, saved = self.ckpt.read_latest_config()
       # Fields added to the config since the checkpoint was written take their
       # defaults, which keep the behaviour the checkpoint was trained with.
-      saved = {**run_setup.flatten_config(base_config()), **saved}
-      ckpt_lib.check_compatible(saved, self.flat_config, run_setup.RESUME_FIELDS)
+      saved = {**run_config.flatten_config(base_config()), **saved}
+      ckpt_lib.check_compatible(saved, self.flat_config, run_config.RESUME_FIELDS)
     return latest
 
   def _build(self, latest):
@@ -126,6 +127,8 @@ class _TrainingLoop:
     self.num_shards = int(config.data.num_shards) or (
         jax.process_count() if restored is None
         else shards_lib.shard_count_of(restored.data_state))
+    if self.num_shards != (int(config.data.num_shards) or jax.process_count()):
+      run_setup.check_devices(config, num_shards=self.num_shards)
     self.train_iter = iter(run_setup.make_data(config, self.tokenizer, "train", train=True,
                                                num_shards=self.num_shards))
     if restored is not None:

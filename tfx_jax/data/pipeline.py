@@ -38,7 +38,6 @@ from typing import Any
 import grain
 import numpy as np
 
-from tfx_jax import tasks
 from tfx_jax.data import rows as rows_lib
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
@@ -152,34 +151,26 @@ def make_dataset(
     source: a random-access sequence of example dicts to read instead of the
       TFDS dataset `data_cfg.name` (tests, in-memory data).
   """
-  task_decl = tasks.get(task)
-  for field, value in (("batch_size", batch_size), ("seq_len", seq_len)):
-    if int(value) < 1 or (field == "seq_len" and int(value) < 2):
-      raise ConfigError(f"{field}={value} must be positive (seq_len >= 2)")
-  if not 0 <= shard_index < shard_count:
-    raise ConfigError(f"shard_index={shard_index} must be in [0, "
-                      f"shard_count={shard_count})")
+  rows = rows_lib.get_format(task)
   seed = int(seed) % 2**32
   mask_rate = getattr(data_cfg, "mask_rate", None)
   mask_rate = rows_lib.DEFAULT_MASK_RATE if mask_rate is None else float(mask_rate)
-  if task_decl.check_data is not None:
-    task_decl.check_data(data_cfg)
   keys = resolve_keys(data_cfg)
   data_dir = getattr(data_cfg, "data_dir", None) or None
   n_classes = None  # An in-memory source: labels are only checked to be >= 0.
   if source is None:
     source = sources.open_source(data_cfg.name, split, data_dir)
-    if task_decl.labelled:
+    if rows.labelled:
       n_classes = num_classes(data_cfg)
   if len(source) < shard_count:
     raise ConfigError(f"{data_cfg.name}[{split}] has {len(source)} examples, "
                       f"fewer than shard_count={shard_count}")
   counts = _COUNTS.setdefault(f"{data_cfg.name}:{split}",
                               rows_lib.Counts(f"{data_cfg.name}[{split}]"))
-  preprocess = functools.partial(
-      task_decl.rows, tok=tokenizer, key=keys.text_key, keys=keys,
-      seq_len=int(seq_len), target_seq_len=int(target_seq_len or seq_len),
-      counts=counts, seed=seed, mask_rate=mask_rate, n_classes=n_classes)
+  preprocess = rows.bind(
+      tok=tokenizer, keys=keys, seq_len=int(seq_len),
+      target_seq_len=int(target_seq_len or seq_len), counts=counts, seed=seed,
+      mask_rate=mask_rate, n_classes=n_classes)
 
   ds = grain.MapDataset.source(source)[shard_index::shard_count]
   if shuffle:
@@ -191,7 +182,7 @@ def make_dataset(
   ds = ds.to_iter_dataset(grain.ReadOptions(
       num_threads=read_threads, prefetch_buffer_size=max(64, 2 * batch_size)))
   ds = grain.experimental.FlatMapIterDataset(ds, _Unlist())
-  if task_decl.packed:
+  if rows.packed:
     ds = grain.experimental.FirstFitPackIterDataset(
         ds, length_struct={k: int(seq_len) for k in _PACKED_KEYS},
         num_packing_bins=max(8, batch_size), seed=seed,

@@ -8,14 +8,12 @@ Other TFDS datasets are prepared with TFDS itself:
 `tfds build --file_format=array_record <name>`.
 """
 
-import sys
 
 from absl import flags
 
 from tfx_jax.cli import new_flags, run_main
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
-from tfx_jax.errors import ConfigError
 
 FLAGS = new_flags()
 _NAME = flags.DEFINE_string(
@@ -47,12 +45,8 @@ def main(argv):
   del argv
   names = (sources.embedded_datasets() if _NAME.value == "all"
            else [_NAME.value])
-  try:
-    for name in names:
-      prepare(name, _DATA_DIR.value, _VOCAB_SIZE.value)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  for name in names:
+    prepare(name, _DATA_DIR.value, _VOCAB_SIZE.value)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
 Each ``*_rows(example, index, *, tok, ..., counts)`` returns a list of rows
 (dicts of NumPy arrays); an empty list skips the example, and whatever was
-skipped or repaired is counted in ``counts``. The task declarations in
-``tfx_jax.tasks`` name the builder each task uses; ``pipeline.make_dataset``
-maps it over a split.
+skipped or repaired is counted in ``counts``. Its keyword arguments are the
+settings it reads, and only those are passed to it (``RowFormat.bind``). A
+``RowFormat`` per task (``FORMATS``) says which builder makes its rows and
+whether rows are packed; the task declarations in ``tfx_jax.tasks`` name
+theirs, and ``pipeline.make_dataset`` maps it over a split.
 
 * lm:        inputs (bos + text), targets (text + eos), weights; cut into rows
 * translate: inputs (source + eos), decoder_inputs (bos + target),
@@ -18,9 +20,12 @@ maps it over a split.
 from __future__ import annotations
 
 import collections
+import dataclasses
+import functools
+import inspect
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Callable
 
 from absl import logging
 import numpy as np
@@ -103,9 +108,9 @@ def _nonempty_text(example, key, counts) -> str | None:
   return text
 
 
-def lm_rows(example, index, *, tok, key, seq_len, counts, **_):
+def lm_rows(example, index, *, tok, keys, seq_len, counts):
   del index
-  text = _nonempty_text(example, key, counts)
+  text = _nonempty_text(example, keys.text_key, counts)
   if text is None:
     return []
   ids = tok.encode(text)
@@ -135,8 +140,8 @@ def bert_mask(ids: np.ndarray, rng: np.random.Generator, *, mask_rate: float,
   return inputs.astype(np.int32), chosen.astype(np.float32)
 
 
-def mlm_rows(example, index, *, tok, key, seq_len, counts, seed, mask_rate, **_):
-  text = _nonempty_text(example, key, counts)
+def mlm_rows(example, index, *, tok, keys, seq_len, counts, seed, mask_rate):
+  text = _nonempty_text(example, keys.text_key, counts)
   if text is None:
     return []
   ids = np.asarray([tok.bos_id] + tok.encode(text) + [tok.eos_id], np.int32)
@@ -148,8 +153,7 @@ def mlm_rows(example, index, *, tok, key, seq_len, counts, seed, mask_rate, **_)
                  seq_len, counts)
 
 
-def translate_rows(example, index, *, tok, keys, seq_len, target_seq_len, counts,
-               **_):
+def translate_rows(example, index, *, tok, keys, seq_len, target_seq_len, counts):
   del index
   source = tok.encode(_text(example, keys.source_key, counts))
   target = tok.encode(_text(example, keys.target_key, counts))
@@ -168,7 +172,7 @@ def translate_rows(example, index, *, tok, keys, seq_len, target_seq_len, counts
   }]
 
 
-def classify_rows(example, index, *, tok, keys, seq_len, counts, n_classes, **_):
+def classify_rows(example, index, *, tok, keys, seq_len, counts, n_classes):
   del index
   label = int(np.asarray(example[keys.label_key]))
   if label < 0 or (n_classes is not None and label >= n_classes):
@@ -191,3 +195,40 @@ def classify_rows(example, index, *, tok, keys, seq_len, counts, n_classes, **_)
       "targets": _pad(targets, seq_len),
       "weights": _pad(np.ones(len(targets)), seq_len, np.float32),
   }]
+
+
+# ------------------------------------------------------------ the formats
+@dataclasses.dataclass(frozen=True)
+class RowFormat:
+  """How one task's examples become batch rows."""
+
+  name: str
+  build: Callable[..., list]  # one of the *_rows builders above
+  packed: bool                # documents packed first-fit into rows
+  labelled: bool = False      # examples carry a class label (model.num_classes)
+  # Checks of data.* fields that only this format reads (no data is read).
+  check_data: Callable[[Any], None] | None = None
+
+  def bind(self, **settings) -> Callable[[Any, int], list]:
+    """``build(example, index)`` with the settings its signature names."""
+    wanted = inspect.signature(self.build).parameters
+    return functools.partial(self.build,
+                             **{k: v for k, v in settings.items() if k in wanted})
+
+
+FORMATS: dict[str, RowFormat] = {f.name: f for f in (
+    RowFormat("lm", lm_rows, packed=True),
+    RowFormat("translate", translate_rows, packed=False),
+    RowFormat("mlm", mlm_rows, packed=True,
+              check_data=lambda data: check_mask_rate(
+                  getattr(data, "mask_rate", DEFAULT_MASK_RATE))),
+    RowFormat("classify", classify_rows, packed=False, labelled=True),
+)}
+
+
+def get_format(name: str) -> RowFormat:
+  """The rows of task ``name``; ConfigError listing the choices otherwise."""
+  if name not in FORMATS:
+    raise ConfigError(f"task={name!r} is not a valid choice; choices: "
+                      f"{', '.join(FORMATS)}.")
+  return FORMATS[name]

@@ -21,7 +21,9 @@ import shlex
 import sys
 from typing import Any
 
+from tfx_jax.cli import exit_code
 from tfx_jax.errors import ConfigError
+from tfx_jax.config_base import load_config_file
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
 from tfx_jax.sweep import validate
@@ -87,7 +89,7 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
   if spec_lib.safe(sweep.name) != sweep.name:
     raise ConfigError(f"sweep name {sweep.name!r}: use letters, digits, '.', '+', '-', '_'.")
   # Command-line strings become typed values (the fields' own types).
-  base = validate.load_base_config(sweep.config)
+  base = load_config_file(sweep.config)
   overrides = {k: validate.coerce(base, k, v)
                for k, v in {**dict(sweep.overrides), **cli_overrides}.items()}
   axes = []
@@ -145,22 +147,18 @@ def reproduce_command(argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-  argv = list(sys.argv[1:] if argv is None else argv)
-  # The sweep process validates configs on the CPU and leaves accelerators to
-  # its runs; the runs get the user's own JAX_PLATFORMS back.
-  user_env = dict(os.environ)
-  os.environ.setdefault("JAX_PLATFORMS", "cpu")
-  try:
-    rest, cli_overrides = split_overrides(argv)
-    args = _parser().parse_args(rest)
-    if args.parallel < 1:
-      raise ConfigError(f"--parallel={args.parallel}: must be >= 1.")
-    sweep = declared_sweep(args, cli_overrides)
-    axes, runs = spec_lib.expand(sweep)
-    validate.check_runs(sweep.config, axes, runs)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  """The command's exit code: 2 for bad input (nothing written), 1 if a run failed."""
+  return exit_code(_sweep, list(sys.argv[1:] if argv is None else argv))
+
+
+def _sweep(argv: list[str]) -> int:
+  rest, cli_overrides = split_overrides(argv)
+  args = _parser().parse_args(rest)
+  if args.parallel < 1:
+    raise ConfigError(f"--parallel={args.parallel}: must be >= 1.")
+  sweep = declared_sweep(args, cli_overrides)
+  axes, runs = spec_lib.expand(sweep)
+  validate.check_runs(sweep.config, axes, runs)
   sweep_dir = pathlib.Path(args.workdir) / sweep.name
   previous = state_lib.read_sweep(sweep_dir)
   record = build_record(sweep, axes, runs, reproduce_command(argv), previous)
@@ -185,4 +183,4 @@ def main(argv: list[str] | None = None) -> int:
     print("  " + ", ".join(f"{n} {s}" for s, n in state_lib.counts(record).items() if n))
     return 0
   from tfx_jax.sweep import execute  # pylint: disable=import-outside-toplevel
-  return execute.execute(args, sweep_dir, record, header, user_env)
+  return execute.execute(args, sweep_dir, record, header, dict(os.environ))

@@ -22,9 +22,9 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 from typing import Any, Sequence
 
+from tfx_jax import files
 from tfx_jax import status as status_lib
 from tfx_jax.sweep.spec import Run, format_value
 
@@ -148,15 +148,7 @@ def write_sweep(sweep_dir: pathlib.Path, record: dict[str, Any]) -> None:
   """Atomically replaces sweep.json (a reader never sees half a file)."""
   record["updated"] = now()
   sweep_dir.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=sweep_dir, prefix=".sweep.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(record, f, indent=2, default=str)
-      f.write("\n")
-    os.replace(tmp, sweep_dir / SWEEP_FILE)
-  except BaseException:
-    pathlib.Path(tmp).unlink(missing_ok=True)
-    raise
+  files.write_json(sweep_dir / SWEEP_FILE, record)
 
 
 def refresh(sweep_dir: pathlib.Path, record: dict[str, Any]) -> dict[str, Any]:

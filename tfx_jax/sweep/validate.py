@@ -2,37 +2,22 @@
 
 For every run: load the base config file, apply the run's overrides exactly as
 ``python -m tfx_jax.train --config.a.b=v`` would (same types), and run the
-trainer's own validation. The first problem is a ConfigError naming the axis,
-the field and the valid choices; the caller exits 2 having written nothing.
+trainer's own validation (``run_config``: no devices, so a sweep for an 8-GPU
+node is checked on a laptop). The first problem is a ConfigError naming the
+field and the valid choices (and the axis, where its value is the cause); the
+caller exits 2 having written nothing.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib.util
-import pathlib
 from typing import Any, Mapping, Sequence
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.errors import ConfigError, did_you_mean
+from tfx_jax.config_base import load_config_file
 from tfx_jax.sweep.spec import Axis, Run
 
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
-
-
-def load_base_config(spec: str):
-  """``configs/lm.py:tiny`` -> the locked ConfigDict (ConfigError if it fails)."""
-  path, _, preset = spec.partition(":")
-  if not pathlib.Path(path).is_file():
-    raise ConfigError(f"config file {path!r} does not exist.")
-  module_spec = importlib.util.spec_from_file_location(
-      f"_sweep_config_{pathlib.Path(path).stem}", path)
-  module = importlib.util.module_from_spec(module_spec)
-  try:
-    module_spec.loader.exec_module(module)
-    return module.get_config(preset) if preset else module.get_config()
-  except (ValueError, KeyError) as e:
-    raise ConfigError(f"--config {spec}: {e}") from None
 
 
 def _parent(config, path: str):
@@ -43,8 +28,7 @@ def _parent(config, path: str):
     fields = list(node.keys()) if hasattr(node, "keys") else []
     if key not in fields:
       where = ".".join(seen) or "the config"
-      close = difflib.get_close_matches(key, fields, n=1, cutoff=0.4)
-      hint = f" Did you mean {'.'.join(seen + [close[0]])!r}?" if close else ""
+      hint = did_you_mean(key, fields, prefix="".join(f"{k}." for k in seen))
       raise ConfigError(f"{path!r} is not a config field.{hint} Fields of {where}: "
                         f"{', '.join(sorted(fields))}.")
     if key is keys[-1]:
@@ -90,20 +74,22 @@ def apply_overrides(config, overrides: Mapping[str, Any]) -> None:
                         f"({kind}): {e}") from None
 
 
-def validate_config(config) -> None:
-  """The run's own config validation (``run_setup.validate_run_config``)."""
-  # Deferred: jax loads only once a sweep is validated (fast --help, --status).
-  from tfx_jax import run_setup  # pylint: disable=import-outside-toplevel
-  run_setup.validate_run_config(config)
-
-
+def _validate(config) -> None:
+  # Deferred: jax loads only once a sweep is validated (fast --help).
+  from tfx_jax import run_config  # pylint: disable=import-outside-toplevel
+  run_config.validate_run_config(config)
 
 
 def check_runs(base_spec: str, axes: Sequence[Axis], runs: Sequence[Run]) -> None:
-  """Validates every run's config; a ConfigError names the axis and the run."""
+  """Validates every run's config, without devices (``run_config``).
+
+  A ConfigError names the field that is wrong; it names an axis and a run
+  only when that axis's value is the cause: a base config (with the sweep's
+  overrides) that fails on its own is reported as such, once.
+  """
   owner = {f: a.label for a in axes for f in a.fields}
   for run in runs:
-    config = load_base_config(base_spec)
+    config = load_config_file(base_spec)
     for path, value in run.overrides.items():
       where = f"axis {owner[path]}" if path in owner else "override"
       try:
@@ -111,19 +97,24 @@ def check_runs(base_spec: str, axes: Sequence[Axis], runs: Sequence[Run]) -> Non
       except ConfigError as e:
         raise ConfigError(f"{where} (run {run.name}): {e}") from None
     try:
-      validate_config(config)
+      _validate(config)
     except ConfigError as e:
-      fields = [f for v in run.values for f in v]
-      labels = [a.label for a in axes]
-      where = ((("axis " if len(labels) == 1 else "axes ") + ", ".join(labels))
-               if fields else "base config")
-      raise ConfigError(f"{where} (run {run.name}): {e}") from None
+      base = load_config_file(base_spec)
+      apply_overrides(base, {k: v for k, v in run.overrides.items() if k not in owner})
+      try:
+        _validate(base)
+      except ConfigError as base_error:
+        raise ConfigError(f"the base config {base_spec} with the sweep's overrides "
+                          f"(every run has it): {base_error}") from None
+      labels = sorted({owner[f] for value in run.values for f in value})
+      raise ConfigError(f"{'axis' if len(labels) == 1 else 'axes'} {', '.join(labels)} "
+                        f"(run {run.name}): {e}") from None
 
 
 def base_values(base_spec: str, overrides: Mapping[str, Any], fields: Sequence[str]
                 ) -> dict[str, Any]:
   """The base config's value (after the sweep's overrides) of each of ``fields``."""
-  config = load_base_config(base_spec)
+  config = load_config_file(base_spec)
   apply_overrides(config, overrides)
   out = {}
   for path in fields:

@@ -1,0 +1,111 @@
+"""What a run config means, checked once and without devices.
+
+A locked ConfigDict (``configs/*.py`` plus ``--config.*`` overrides) becomes,
+here and nowhere else, a validated ``ModelConfig``; every other field is
+checked on the way. Nothing here looks at devices or processes, builds a
+mesh, an optimizer or a model, or compiles anything, so a run meant for an
+8-GPU node is checked on a laptop. ``train``, ``sweep``, ``evaluate`` and
+``summary`` call ``validate_run_config``; what depends on the machine (the
+mesh against the devices, the batch against the processes) is checked when a
+run starts (``run_setup.check_devices``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import flax
+
+from tfx_jax import optim
+from tfx_jax import sharding
+from tfx_jax import tasks
+from tfx_jax.data import tokenizer as tokenizer_lib
+from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import DType, ModelConfig, model_config_from_dict
+
+# Config fields a checkpoint must agree on to be resumed: they decide shapes,
+# data order or what is learned. Others (num_steps, eval, logging) may change.
+RESUME_FIELDS = ("model.", "task", "seed", "data.name", "data.tokenizer",
+                 "data.vocab_size", "data.mask_rate", "train.batch_size",
+                 "train.seq_len", "optim.optimizer", "optim.accumulate_steps")
+NONFINITE_CHOICES = ("stop", "skip")
+
+
+def flatten_config(config) -> dict[str, Any]:
+  """{"model.d_model": 128, ...} with JSON-able values."""
+  d = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+  flat = flax.traverse_util.flatten_dict(d, sep=".")
+  return {k: (list(v) if isinstance(v, tuple) else v) for k, v in flat.items()}
+
+
+def resolve_model_config(config) -> ModelConfig:
+  """``config.model`` (+ ``compute_dtype``, task checks) -> validated ModelConfig."""
+  model = config.model.to_dict()
+  compute_dtype = config.get("compute_dtype")
+  if compute_dtype:
+    # Checked here so that the message names the field the user set.
+    choices = get_args(DType)
+    if compute_dtype not in choices:
+      raise ConfigError(f"compute_dtype={compute_dtype!r} is not a valid choice; "
+                        f"choose one of: {', '.join(choices)}.")
+    model["dtype"] = compute_dtype
+  cfg = model_config_from_dict(model, seq_len=config.train.seq_len)
+  task = tasks.check_task(config.task, cfg.family)
+  if task.rows.labelled and cfg.num_classes < 2:
+    raise ConfigError(
+        f"task={config.task!r} needs model.num_classes >= 2 (the number of labels of "
+        f"data.name={config.data.name!r}), got {cfg.num_classes}.")
+  return cfg
+
+
+def _need(ok: bool, field: str, value: Any, what: str) -> None:
+  if not ok:
+    raise ConfigError(f"{field}={value!r} is not valid: {what}.")
+
+
+def validate_run_config(config) -> ModelConfig:
+  """Every check that can be made before devices, data or compilation.
+
+  Returns the validated model config; raises ConfigError naming the field.
+  """
+  cfg = resolve_model_config(config)
+  t = config.train
+  for name in ("num_steps", "batch_size", "seq_len", "log_every_steps"):
+    _need(t[name] > 0, f"train.{name}", t[name], "must be > 0")
+  _need(t.seq_len >= 2, "train.seq_len", t.seq_len, "must be >= 2")
+  _need(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing", t.label_smoothing,
+        "must be in [0, 1)")
+  _need(t.on_nonfinite in NONFINITE_CHOICES, "train.on_nonfinite", t.on_nonfinite,
+        f"choose one of: {', '.join(NONFINITE_CHOICES)}")
+  for name in ("every_steps", "num_batches", "batch_size"):
+    _need(config.eval[name] > 0, f"eval.{name}", config.eval[name], "must be > 0")
+  for name in ("num_bleu_examples", "num_samples"):
+    _need(config.eval[name] >= 0, f"eval.{name}", config.eval[name], "must be >= 0")
+  for name in ("every_steps", "max_to_keep"):
+    _need(config.checkpoint[name] > 0, f"checkpoint.{name}", config.checkpoint[name],
+          "must be > 0")
+  _need(0.0 <= config.finetune.lambda_pt <= 1.0, "finetune.lambda_pt",
+        config.finetune.lambda_pt, "must be in [0, 1]")
+  optim.check_config(config.optim, num_train_steps=t.num_steps)
+  d = config.data
+  _need(d.tokenizer in tokenizer_lib.TOKENIZER_KINDS, "data.tokenizer", d.tokenizer,
+        f"choose one of: {', '.join(tokenizer_lib.TOKENIZER_KINDS)}")
+  _need(d.vocab_size > 0, "data.vocab_size", d.vocab_size, "must be > 0")
+  _need(d.num_shards >= 0, "data.num_shards", d.num_shards,
+        "must be >= 0 (0: one data shard per process)")
+  rows = tasks.get(config.task).rows
+  if rows.check_data is not None:
+    rows.check_data(d)
+  data, fsdp, _ = sharding.mesh_sizes(config.mesh)
+  for section in ("train", "eval"):
+    size = config[section].batch_size
+    if d.num_shards:
+      _need(size % d.num_shards == 0, f"{section}.batch_size", size,
+            f"must be divisible by the number of data shards "
+            f"(data.num_shards={d.num_shards})")
+    if data != -1 and fsdp != -1:  # else known once the devices are
+      _need(size % (data * fsdp) == 0, f"{section}.batch_size", size,
+            f"must be divisible by the batch axes of the mesh (mesh.data x mesh.fsdp "
+            f"= {data * fsdp})")
+  return cfg
+
