@@ -1,9 +1,13 @@
 """Speed of tfx_jax against Hugging Face PyTorch on the same machine, in one process.
 
   pip install torch==2.13.0 && pip install -e .[bench]   # CPU build of torch first
-  python -m tfx_jax.bench                      # everything (~5 minutes on 2 quiet cores)
-  python -m tfx_jax.bench --quick              # smaller sizes, fewer rounds (~2 minutes)
-  python -m tfx_jax.bench --only train,position --json bench.json
+  python benchmarks/bench.py                   # everything (~5 minutes on 2 quiet cores)
+  python benchmarks/bench.py --quick           # smaller sizes, fewer rounds (~2 minutes)
+  python benchmarks/bench.py --only train,position --json bench.json
+  ./launch.sh bench --quick                    # the same inside the project's .venv
+
+A script, not part of the package: it imports the installed ``tfx_jax`` and
+finds ``configs/`` next to this directory, so it runs from any directory.
 
 Measurements (``--only``, comma-separated):
   train      training tokens/s of the reference decoder (LLaMA-style: RMSNorm
@@ -50,6 +54,7 @@ import argparse
 import dataclasses
 import json
 import os
+import pathlib
 import platform
 import resource
 import statistics
@@ -62,6 +67,9 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+SCRIPT = pathlib.Path(__file__).resolve()
+ROOT = SCRIPT.parents[1]  # the repository: configs/ is here
 
 MEASUREMENTS = ("train", "seq2seq", "position", "compile", "fixed", "decode", "memory",
                 "kernels")
@@ -423,8 +431,8 @@ def bench_fixed(shape: Shape, args) -> list[Record]:
              "--workdir", workdir, "--config.train.num_steps=1",
              "--config.optim.warmup_steps=0"]
       t0 = time.perf_counter()
-      proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_repo_root(),
-                            env=env)
+      # In the repository, whatever the caller's directory: configs/ is there.
+      proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
       wall = time.perf_counter() - t0
       if proc.returncode != 0:
         print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
@@ -527,10 +535,6 @@ def bench_kernels(shape: Shape, args) -> list[Record]:
   return records + _rate_records("attention", systems, times, config)
 
 
-def _repo_root() -> str:
-  return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
 def _peak_rss_mb() -> float:
   """This process's peak resident memory since it started (MiB).
 
@@ -554,9 +558,8 @@ def bench_memory(shape: Shape, args) -> list[Record]:
     systems += ["torch_eager"] + ([] if args.no_compile else ["torch_compile"])
   out = []
   for system in systems:
-    cmd = [sys.executable, "-m", "tfx_jax.bench", "--_memory_child", system,
-           *_shape_flags(shape)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_repo_root())
+    cmd = [sys.executable, str(SCRIPT), "--_memory_child", system, *_shape_flags(shape)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
       print(proc.stderr[-2000:], file=sys.stderr)
       raise RuntimeError(f"memory child {system} failed")
