@@ -13,7 +13,9 @@ SCRIPT = ROOT / "benchmarks" / "bench.py"
 
 
 def _load_script(path: pathlib.Path):
-  """The script at ``path`` as a module (it is no part of the package)."""
+  """The script at ``path`` as a module (it is no part of the package), with its
+  directory on sys.path for its sibling modules, as ``python path`` has it."""
+  sys.path.insert(0, str(path.parent))
   spec = importlib.util.spec_from_file_location(path.stem, path)
   module = importlib.util.module_from_spec(spec)
   sys.modules[spec.name] = module  # dataclasses look their module up there
