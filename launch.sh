@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|train ARGS...|srun-train ARGS...|sweep ARGS...|report SWEEP_DIR}
+# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|train ARGS...|srun-train ARGS...|sweep ARGS...|report SWEEP_DIR|bench ARGS...}
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -23,6 +23,10 @@ usage: ./launch.sh COMMAND
                   experiments/activations.py:tiny --parallel 2; --dry-run,
                   --executor slurm, --status, --retry-failed, --workdir)
   report DIR      python -m tfx_jax.report DIR (a sweep directory, runs/NAME)
+  bench ARGS...   python benchmarks/bench.py ARGS... inside .venv: speed against
+                  Hugging Face PyTorch (e.g. --quick --json bench.json; a
+                  relative path is in the repository); the PyTorch side needs
+                  the bench extra (README.md, Performance)
 USAGE
 }
 
@@ -90,6 +94,11 @@ case "${1:-}" in
     shift
     setup_venv
     "$PY" -m tfx_jax.report "$@"
+    ;;
+  bench)
+    shift
+    setup_venv
+    "$PY" benchmarks/bench.py "$@"
     ;;
   -h|--help|help)
     usage

@@ -1,14 +1,31 @@
-"""``python -m tfx_jax.bench`` end to end on a tiny shape: it runs and its JSON holds
-one record per system and measurement."""
+"""``python benchmarks/bench.py`` end to end on a tiny shape: it runs, from any
+directory, and its JSON holds one record per system and measurement."""
 
 import importlib.util
+import json
 import os
+import pathlib
 import subprocess
 import sys
-import json
 
-from tfx_jax import bench
-from test_configs import ROOT
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "bench.py"
+
+
+def _load_script(path: pathlib.Path):
+  """The script at ``path`` as a module (it is no part of the package), with its
+  directory on sys.path for its sibling modules, as ``python path`` has it."""
+  sys.path.insert(0, str(path.parent))
+  spec = importlib.util.spec_from_file_location(path.stem, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # dataclasses look their module up there
+  spec.loader.exec_module(module)
+  return module
+
+
+bench = _load_script(SCRIPT)
 
 TINY = ["--vocab=64", "--d_model=32", "--layers=1", "--heads=2", "--d_ff=32", "--seq=16",
         "--batch=2", "--s2s_layers=1", "--s2s_d_ff=32", "--s2s_seq=8", "--rounds=1",
@@ -17,6 +34,7 @@ TINY = ["--vocab=64", "--d_model=32", "--layers=1", "--heads=2", "--d_ff=32", "-
 HAS_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "transformers"))
 
 
+@pytest.mark.slow
 def test_bench_tiny_end_to_end(tmp_path, capsys):
   path = tmp_path / "bench.json"
   bench.main(["--only=train,seq2seq,position,decode", f"--json={path}", *TINY])
@@ -44,18 +62,42 @@ def test_bench_tiny_end_to_end(tmp_path, capsys):
   assert "| ratio (medians) | value |" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_bench_runs_as_a_script_from_another_directory(tmp_path):
+  # `memory` runs the script again, by its own path, in one child per system.
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+  proc = subprocess.run(
+      [sys.executable, str(SCRIPT), "--only=memory", "--json=bench.json", *TINY],
+      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  out = json.loads((tmp_path / "bench.json").read_text())  # --json: the caller's path
+  records = out["records"]
+  assert {r["system"] for r in records} == (
+      {"tfx_jax", "torch_eager"} if HAS_TORCH else {"tfx_jax"})
+  for r in records:
+    assert r["measurement"] == "train_lm_peak_rss" and r["unit"] == "MiB", r
+    assert 0 < r["value"] < 4096, r
+    assert r["config"]["batch"] == 2 and r["config"]["model"]["d_model"] == 32
+  assert out["environment"]["cpus"] == os.cpu_count()
+  assert "| train_lm_peak_rss | tfx_jax |" in proc.stdout
+  # `fixed` trains configs/lm.py:tiny in the repository the script belongs to.
+  assert (bench.ROOT / "configs" / "lm.py").is_file()
+
+
 def test_peak_memory_is_the_measured_process_own_not_its_parents():
   # A forked child keeps its parent's ru_maxrss across exec; the benchmark's
   # memory children must report their own peak. The parent here holds 1 GiB.
   ballast = b"\x01" * (1 << 30)
   proc = subprocess.run(
-      [sys.executable, "-c", "from tfx_jax.bench import _peak_rss_mb; print(_peak_rss_mb())"],
-      cwd=ROOT, capture_output=True, text=True, timeout=120,
+      [sys.executable, "-c", "from bench import _peak_rss_mb; print(_peak_rss_mb())"],
+      cwd=SCRIPT.parent, capture_output=True, text=True, timeout=120,
       env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert float(proc.stdout.split()[-1]) < 700 < len(ballast) / 2**20
 
 
+@pytest.mark.slow
 def test_bench_kernels_rates_every_product_and_the_attention(tmp_path):
   path = tmp_path / "bench.json"
   bench.main(["--only=kernels", f"--json={path}", *TINY])

@@ -1,9 +1,15 @@
 """Speed of tfx_jax against Hugging Face PyTorch on the same machine, in one process.
 
   pip install torch==2.13.0 && pip install -e .[bench]   # CPU build of torch first
-  python -m tfx_jax.bench                      # everything (~5 minutes on 2 quiet cores)
-  python -m tfx_jax.bench --quick              # smaller sizes, fewer rounds (~2 minutes)
-  python -m tfx_jax.bench --only train,position --json bench.json
+  python benchmarks/bench.py                   # everything (~5 minutes on 2 quiet cores)
+  python benchmarks/bench.py --quick           # smaller sizes, fewer rounds (~2 minutes)
+  python benchmarks/bench.py --only train,position --json bench.json
+  ./launch.sh bench --quick                    # the same inside the project's .venv
+
+A script, not part of the package: it imports the installed ``tfx_jax``, the
+systems it times from ``systems.py`` beside it, and finds ``configs/`` in the
+repository above it, so it runs from any directory. This file holds the
+measurements, the report and the command line.
 
 Measurements (``--only``, comma-separated):
   train      training tokens/s of the reference decoder (LLaMA-style: RMSNorm
@@ -50,6 +56,7 @@ import argparse
 import dataclasses
 import json
 import os
+import pathlib
 import platform
 import resource
 import statistics
@@ -63,27 +70,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+# A sibling module: ``python benchmarks/bench.py`` puts this directory on sys.path.
+from systems import (HfDecode, Shape, TfxDecode, TfxTrain, TorchTrain, lm_model,
+                     s2s_model, torch_modules)
+
+SCRIPT = pathlib.Path(__file__).resolve()
+ROOT = SCRIPT.parents[1]  # the repository: configs/ is here
+
 MEASUREMENTS = ("train", "seq2seq", "position", "compile", "fixed", "decode", "memory",
                 "kernels")
-
-
-@dataclasses.dataclass(frozen=True)
-class Shape:
-  """One benchmark shape, the same on every side."""
-  vocab: int = 8192
-  d_model: int = 256
-  layers: int = 4
-  heads: int = 8
-  d_ff: int = 688  # SwiGLU hidden width (HF ``intermediate_size``)
-  seq: int = 256
-  batch: int = 8
-  s2s_layers: int = 2  # encoder and decoder layers of the seq2seq model
-  s2s_d_ff: int = 1024  # its ReLU FFN width
-  s2s_seq: int = 128  # source and target length
-
-
 QUICK = dict(layers=2, seq=128, batch=4, s2s_seq=64)
-LR, B1, B2, EPS, CLIP = 1e-3, 0.9, 0.95, 1e-8, 1.0
 
 
 @dataclasses.dataclass
@@ -96,203 +92,6 @@ class Record:
   min: float | None = None
   max: float | None = None
   rounds: int = 1
-
-
-# ------------------------------------------------------------------ tfx_jax
-def _lm_model(shape: Shape, **overrides) -> dict:
-  model = dict(family="decoder_only", norm_position="pre", norm_type="rmsnorm",
-               activation="swiglu", gated_d_ff=shape.d_ff, position="rope",
-               num_layers=shape.layers, d_model=shape.d_model, num_heads=shape.heads,
-               vocab_size=shape.vocab, max_len=max(shape.seq, 512), use_bias=False,
-               tie_embeddings=True, norm_eps=1e-6, dropout=0.0)
-  model.update(overrides)
-  return model
-
-
-def _s2s_model(shape: Shape, **overrides) -> dict:
-  model = dict(family="encoder_decoder", norm_position="pre", norm_type="rmsnorm",
-               activation="relu", d_ff=shape.s2s_d_ff, position="t5_bias",
-               num_layers=shape.s2s_layers, d_model=shape.d_model, num_heads=shape.heads,
-               vocab_size=shape.vocab, max_len=max(shape.s2s_seq, 512), use_bias=False,
-               tie_embeddings=True, norm_eps=1e-6, dropout=0.0)
-  model.update(overrides)
-  return model
-
-
-def _run_config(model: dict, batch: int, seq: int):
-  from tfx_jax.config_base import base_config
-  c = base_config()
-  c.task = "lm" if model["family"] == "decoder_only" else "translate"
-  for k, v in model.items():
-    c.model[k] = v
-  c.data.vocab_size = model["vocab_size"]
-  c.train.batch_size = batch
-  c.train.seq_len = seq
-  c.optim.update(dict(optimizer="adamw", learning_rate=LR, schedule="constant",
-                      warmup_steps=0, b1=B1, b2=B2, eps=EPS, weight_decay=0.0,
-                      grad_clip_norm=CLIP))
-  c.lock()
-  return c
-
-
-def _random_batch(family: str, batch: int, seq: int, vocab: int, seed: int = 0) -> dict:
-  rng = np.random.default_rng(seed)
-  ids = rng.integers(4, vocab, size=(batch, seq + 1), dtype=np.int32)
-  ones = np.ones((batch, seq), np.int32)
-  if family == "decoder_only":
-    return {"inputs": ids[:, :-1], "targets": ids[:, 1:], "weights": ones.astype(np.float32),
-            "segment_ids": ones, "positions": np.broadcast_to(np.arange(seq, dtype=np.int32),
-                                                               (batch, seq)).copy()}
-  src = rng.integers(4, vocab, size=(batch, seq), dtype=np.int32)
-  return {"inputs": src, "decoder_inputs": ids[:, :-1], "targets": ids[:, 1:],
-          "weights": ones.astype(np.float32)}
-
-
-class TfxTrain:
-  """The jitted, donated train step of ``run_setup.ShardedRun`` on a fixed batch."""
-
-  def __init__(self, model: dict, batch: int, seq: int):
-    from tfx_jax.run_setup import ShardedRun, validate_run_config
-    from tfx_jax import sharding as sharding_lib
-    config = _run_config(model, batch, seq)
-    run = ShardedRun(config, validate_run_config(config))
-    self.state = run.init_state()
-    self.batch = sharding_lib.global_batch(
-        _random_batch(model["family"], batch, seq, model["vocab_size"]), run.mesh)
-    t0 = time.perf_counter()
-    self.step_fn = run.train_step().lower(self.state, self.batch).compile()
-    self.compile_s = time.perf_counter() - t0
-    self.tokens = batch * seq
-    self.losses = []
-
-  def __call__(self):
-    self.state, metrics = self.step_fn(self.state, self.batch)
-    self.losses.append(float(metrics["loss"]))  # blocks: the step is finished
-
-
-# -------------------------------------------------------------------- torch
-def _torch():
-  try:
-    import torch
-    import transformers
-  except ImportError:
-    return None
-  return torch, transformers
-
-
-def _hf_llama(shape: Shape):
-  torch, transformers = _torch()
-  cfg = transformers.LlamaConfig(
-      vocab_size=shape.vocab, hidden_size=shape.d_model, intermediate_size=shape.d_ff,
-      num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-      num_key_value_heads=shape.heads, max_position_embeddings=max(shape.seq, 512),
-      rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False,
-      mlp_bias=False, rope_theta=10000.0)
-  cfg._attn_implementation = "sdpa"
-  return transformers.LlamaForCausalLM(cfg)
-
-
-def _hf_t5(shape: Shape):
-  torch, transformers = _torch()
-  cfg = transformers.T5Config(
-      vocab_size=shape.vocab, d_model=shape.d_model, d_kv=shape.d_model // shape.heads,
-      d_ff=shape.s2s_d_ff, num_layers=shape.s2s_layers,
-      num_decoder_layers=shape.s2s_layers, num_heads=shape.heads, dropout_rate=0.0,
-      feed_forward_proj="relu", tie_word_embeddings=True, layer_norm_epsilon=1e-6,
-      decoder_start_token_id=2, pad_token_id=0, eos_token_id=3)
-  return transformers.T5ForConditionalGeneration(cfg)
-
-
-class TorchTrain:
-  """One HF training step (forward, loss, backward, clip, AdamW), eager or compiled."""
-
-  def __init__(self, family: str, shape: Shape, batch: int, seq: int, compiled: bool):
-    torch, _ = _torch()
-    torch.manual_seed(0)
-    self.torch = torch
-    self.model = (_hf_llama(shape) if family == "decoder_only" else _hf_t5(shape)).train()
-    self.opt = torch.optim.AdamW(self.model.parameters(), lr=LR, betas=(B1, B2), eps=EPS,
-                                 weight_decay=0.0)
-    b = _random_batch(family, batch, seq, shape.vocab)
-    self.kwargs = {"input_ids": torch.from_numpy(b["inputs"].astype(np.int64))}
-    if family == "decoder_only":
-      self.targets = torch.from_numpy(b["targets"].astype(np.int64))
-    else:
-      self.kwargs["decoder_input_ids"] = torch.from_numpy(
-          b["decoder_inputs"].astype(np.int64))
-      self.targets = torch.from_numpy(b["targets"].astype(np.int64))
-    forward = self.model
-    if compiled:
-      forward = torch.compile(self.model)
-    self.forward = forward
-    self.tokens = batch * seq
-    self.losses = []
-    t0 = time.perf_counter()
-    if compiled:
-      self()  # compilation happens on the first call
-    self.compile_s = time.perf_counter() - t0 if compiled else 0.0
-
-  def __call__(self):
-    torch = self.torch
-    logits = self.forward(**self.kwargs).logits
-    loss = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(), self.targets.reshape(-1))
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP)
-    self.opt.step()
-    self.opt.zero_grad(set_to_none=True)
-    self.losses.append(float(loss.detach()))
-
-
-# ------------------------------------------------------------------- decode
-class TfxDecode:
-  """Cached greedy decoding (``search.generate`` / ``translate_greedy``), eos off."""
-
-  def __init__(self, model: dict, batch: int, prefix: int, new: int):
-    from tfx_jax import search
-    from tfx_jax.model_config import model_config_from_dict
-    from tfx_jax.models import init_params
-    import flax.linen as nn
-    cfg = model_config_from_dict(model)
-    params = nn.unbox(init_params(cfg, jax.random.PRNGKey(0)))
-    rng = np.random.default_rng(0)
-    prompt = rng.integers(4, cfg.vocab_size, size=(batch, prefix), dtype=np.int32)
-    if cfg.family == "decoder_only":
-      self.fn = lambda: search.generate(params, cfg, prompt, new, greedy=True, eos_id=-1)
-    else:
-      self.fn = lambda: search.translate_greedy(params, cfg, prompt, max_len=new,
-                                                eos_id=-1)
-    t0 = time.perf_counter()
-    self()
-    self.compile_s = time.perf_counter() - t0
-    self.tokens = batch * new
-
-  def __call__(self):
-    jax.block_until_ready(self.fn())
-
-
-class HfDecode:
-  """HF ``generate()`` with the KV cache, greedy, exactly ``new`` tokens."""
-
-  def __init__(self, family: str, shape: Shape, batch: int, prefix: int, new: int):
-    torch, _ = _torch()
-    torch.manual_seed(0)
-    self.torch = torch
-    self.model = (_hf_llama(shape) if family == "decoder_only" else _hf_t5(shape)).eval()
-    rng = np.random.default_rng(0)
-    self.ids = torch.from_numpy(
-        rng.integers(4, shape.vocab, size=(batch, prefix)).astype(np.int64))
-    self.new = new
-    self.tokens = batch * new
-    self.compile_s = 0.0
-
-  def __call__(self):
-    with self.torch.inference_mode():
-      out = self.model.generate(
-          input_ids=self.ids, attention_mask=self.torch.ones_like(self.ids),
-          max_new_tokens=self.new, min_new_tokens=self.new, do_sample=False,
-          num_beams=1, eos_token_id=None, pad_token_id=0, use_cache=True)
-    assert out.shape[1] >= self.new
 
 
 # ---------------------------------------------------------------- the runs
@@ -339,7 +138,7 @@ class _Threads:
     self.tokens, self.compile_s = fn.tokens, fn.compile_s
 
   def __call__(self):
-    torch, _ = _torch()
+    torch, _ = torch_modules()
     default = torch.get_num_threads()
     torch.set_num_threads(self.threads or os.cpu_count())
     try:
@@ -357,7 +156,7 @@ def _with_threads(name: str, fn, args) -> dict[str, Any]:
 
 
 def _torch_systems(family, shape, batch, seq, args):
-  if args.no_torch or _torch() is None:
+  if args.no_torch or torch_modules() is None:
     return {}
   systems = _with_threads(
       "torch_eager", TorchTrain(family, shape, batch, seq, compiled=False), args)
@@ -368,8 +167,8 @@ def _torch_systems(family, shape, batch, seq, args):
 
 
 def bench_train(shape: Shape, args) -> list[Record]:
-  config = dict(model=_lm_model(shape), batch=shape.batch, seq=shape.seq, dtype="float32")
-  systems = {"tfx_jax": TfxTrain(_lm_model(shape), shape.batch, shape.seq)}
+  config = dict(model=lm_model(shape), batch=shape.batch, seq=shape.seq, dtype="float32")
+  systems = {"tfx_jax": TfxTrain(lm_model(shape), shape.batch, shape.seq)}
   systems.update(_torch_systems("decoder_only", shape, shape.batch, shape.seq, args))
   times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
   records = _rate_records("train_lm", systems, times, config)
@@ -379,7 +178,7 @@ def bench_train(shape: Shape, args) -> list[Record]:
 
 
 def bench_seq2seq(shape: Shape, args) -> list[Record]:
-  model = _s2s_model(shape)
+  model = s2s_model(shape)
   config = dict(model=model, batch=shape.batch, seq=shape.s2s_seq, dtype="float32")
   systems = {"tfx_jax": TfxTrain(model, shape.batch, shape.s2s_seq)}
   systems.update(_torch_systems("encoder_decoder", shape, shape.batch, shape.s2s_seq, args))
@@ -389,11 +188,11 @@ def bench_seq2seq(shape: Shape, args) -> list[Record]:
 
 
 def bench_position(shape: Shape, args) -> list[Record]:
-  systems = {f"tfx_jax[{p}]": TfxTrain(_lm_model(shape, position=p), shape.batch,
+  systems = {f"tfx_jax[{p}]": TfxTrain(lm_model(shape, position=p), shape.batch,
                                        shape.seq)
              for p in ("rope", "t5_bias", "alibi")}
   times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
-  config = dict(model=_lm_model(shape, position="*"), batch=shape.batch, seq=shape.seq)
+  config = dict(model=lm_model(shape, position="*"), batch=shape.batch, seq=shape.seq)
   return _rate_records("train_position", systems, times, config)
 
 
@@ -401,7 +200,7 @@ def bench_compile(shape: Shape, args) -> list[Record]:
   out = []
   for scan in (True, False):
     for depth in args.depths:
-      model = _lm_model(dataclasses.replace(shape, layers=depth), scan_layers=scan)
+      model = lm_model(dataclasses.replace(shape, layers=depth), scan_layers=scan)
       run = TfxTrain(model, shape.batch, shape.seq)
       out.append(Record(f"tfx_jax[scan_layers={scan}]", f"compile_{depth}_layers",
                         run.compile_s, "s", dict(model=model, batch=shape.batch,
@@ -423,8 +222,8 @@ def bench_fixed(shape: Shape, args) -> list[Record]:
              "--workdir", workdir, "--config.train.num_steps=1",
              "--config.optim.warmup_steps=0"]
       t0 = time.perf_counter()
-      proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_repo_root(),
-                            env=env)
+      # In the repository, whatever the caller's directory: configs/ is there.
+      proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
       wall = time.perf_counter() - t0
       if proc.returncode != 0:
         print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
@@ -436,12 +235,12 @@ def bench_fixed(shape: Shape, args) -> list[Record]:
 
 def bench_decode(shape: Shape, args) -> list[Record]:
   out = []
-  pairs = [("decode_lm", "decoder_only", _lm_model(shape)),
-           ("decode_seq2seq", "encoder_decoder", _s2s_model(shape))]
+  pairs = [("decode_lm", "decoder_only", lm_model(shape)),
+           ("decode_seq2seq", "encoder_decoder", s2s_model(shape))]
   for measurement, family, model in pairs:
     systems = {"tfx_jax": TfxDecode(model, args.decode_batch, args.prefix,
                                     args.new_tokens)}
-    if not args.no_torch and _torch() is not None:
+    if not args.no_torch and torch_modules() is not None:
       systems.update(_with_threads("hf_generate", HfDecode(
           family, shape, args.decode_batch, args.prefix, args.new_tokens), args))
     times = _alternate(systems, args.rounds, 1)
@@ -487,8 +286,8 @@ def _attention_systems(shape: Shape, args) -> dict[str, Any]:
   loss = lambda q, k, v: jnp.sum(layer._attend(q, k, v, mask, None) * g)
   grad = jax.jit(jax.grad(loss, (0, 1, 2)))
   systems = {"tfx_jax": _Timed(lambda: jax.block_until_ready(grad(q, k, v)), B * L)}
-  if not args.no_torch and _torch() is not None:
-    torch, _ = _torch()
+  if not args.no_torch and torch_modules() is not None:
+    torch, _ = torch_modules()
     tq, tk, tv = (torch.from_numpy(np.asarray(x).transpose(0, 2, 1, 3).copy())
                   .requires_grad_() for x in (q, k, v))
     tg = torch.from_numpy(np.asarray(g).transpose(0, 2, 1, 3).copy())
@@ -511,8 +310,8 @@ def bench_kernels(shape: Shape, args) -> list[Record]:
     ja, jb = jnp.asarray(a), jnp.asarray(b)
     gflop = 2 * m * k * n / 1e9
     systems = {"tfx_jax": _Timed(lambda: product(ja, jb).block_until_ready(), gflop)}
-    if not args.no_torch and _torch() is not None:
-      torch, _ = _torch()
+    if not args.no_torch and torch_modules() is not None:
+      torch, _ = torch_modules()
       ta, tb = orient(torch.from_numpy(a), lhs_t), orient(torch.from_numpy(b), rhs_t)
       systems.update(_with_threads("torch", _Timed(lambda: torch.matmul(ta, tb), gflop),
                                    args))
@@ -525,10 +324,6 @@ def bench_kernels(shape: Shape, args) -> list[Record]:
   config = dict(batch=shape.batch, seq=shape.seq, heads=shape.heads,
                 head_dim=shape.d_model // shape.heads, causal=True, backward=True)
   return records + _rate_records("attention", systems, times, config)
-
-
-def _repo_root() -> str:
-  return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _peak_rss_mb() -> float:
@@ -550,25 +345,24 @@ def _peak_rss_mb() -> float:
 
 def bench_memory(shape: Shape, args) -> list[Record]:
   systems = ["tfx_jax"]
-  if not args.no_torch and _torch() is not None:
+  if not args.no_torch and torch_modules() is not None:
     systems += ["torch_eager"] + ([] if args.no_compile else ["torch_compile"])
   out = []
   for system in systems:
-    cmd = [sys.executable, "-m", "tfx_jax.bench", "--_memory_child", system,
-           *_shape_flags(shape)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_repo_root())
+    cmd = [sys.executable, str(SCRIPT), "--_memory_child", system, *_shape_flags(shape)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
       print(proc.stderr[-2000:], file=sys.stderr)
       raise RuntimeError(f"memory child {system} failed")
     peak = float(proc.stdout.strip().splitlines()[-1])
     out.append(Record(system, "train_lm_peak_rss", peak, "MiB",
-                      dict(model=_lm_model(shape), batch=shape.batch, seq=shape.seq)))
+                      dict(model=lm_model(shape), batch=shape.batch, seq=shape.seq)))
   return out
 
 
 def _memory_child(system: str, shape: Shape) -> None:
   if system == "tfx_jax":
-    fn = TfxTrain(_lm_model(shape), shape.batch, shape.seq)
+    fn = TfxTrain(lm_model(shape), shape.batch, shape.seq)
   else:
     fn = TorchTrain("decoder_only", shape, shape.batch, shape.seq,
                     compiled=system == "torch_compile")
@@ -675,7 +469,7 @@ def environment() -> dict:
       env["machine"] = next(l.split(":", 1)[1].strip() for l in f if "model name" in l)
   except (OSError, StopIteration):
     pass
-  t = _torch()
+  t = torch_modules()
   if t is not None:
     env.update(torch=t[0].__version__, transformers=t[1].__version__,
                torch_threads=t[0].get_num_threads())
@@ -689,7 +483,7 @@ def main(argv=None) -> list[Record]:
     return []
   env = environment()
   print(" ".join(f"{k}={v}" for k, v in env.items()))
-  if not args.no_torch and _torch() is None:
+  if not args.no_torch and torch_modules() is None:
     print("torch/transformers not installed: timing tfx_jax only "
           "(pip install torch==2.13.0 && pip install -e .[bench])")
   print(f"shape: {shape}; rounds {args.rounds}", flush=True)
