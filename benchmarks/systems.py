@@ -90,7 +90,8 @@ class TfxTrain:
   """The jitted, donated train step of ``run_setup.ShardedRun`` on a fixed batch."""
 
   def __init__(self, model: dict, batch: int, seq: int):
-    from tfx_jax.run_setup import ShardedRun, validate_run_config
+    from tfx_jax.run_config import validate_run_config
+    from tfx_jax.run_setup import ShardedRun
     from tfx_jax import sharding as sharding_lib
     config = _run_config(model, batch, seq)
     run = ShardedRun(config, validate_run_config(config))
