@@ -144,6 +144,33 @@ def test_bad_sweeps_exit_2_and_write_nothing(tmp_path, capsys, args, message):
   assert not (tmp_path / "runs").exists()
 
 
+def test_a_sweep_for_an_8_device_node_is_declared_on_one_cpu(tmp_path, capsys):
+  """Run semantics are checked without devices: the mesh meets them at the run."""
+  code, out, err = in_process(["--config", "configs/lm.py:tiny", "--axis",
+                               "model.activation=relu,swiglu", "--config.mesh.fsdp=8",
+                               "--dry-run", "--name", "meshcheck",
+                               "--workdir", tmp_path / "runs"], capsys)
+  assert code == 0, err
+  assert "meshcheck: 2 runs" in out and "activation-swiglu_s0" in out
+
+
+@pytest.mark.parametrize("args, message, axis", [
+    (["--config.train.batch_size=0"], "the base config configs/lm.py:tiny with the "
+     "sweep's overrides (every run has it): train.batch_size=0 is not valid", False),
+    (["--config.mesh.data=2", "--axis", "train.batch_size=8,7"],
+     "axis train.batch_size (run batch_size-7_s0): train.batch_size=7 is not valid", True),
+])
+def test_a_sweep_error_names_the_field_and_the_axis_only_when_it_is_the_cause(
+    tmp_path, capsys, args, message, axis):
+  code, _, err = in_process(["--config", "configs/lm.py:tiny", "--name", "bad",
+                             "--workdir", tmp_path / "runs",
+                             *(args if axis else [*args, "--axis", "model.activation=relu,gelu"])],
+                            capsys)
+  assert code == 2 and message in err
+  assert ("axis" in err) == axis
+  assert not (tmp_path / "runs").exists()
+
+
 def test_bad_zip_and_sweep_file(tmp_path, capsys):
   file = tmp_path / "zip.py"
   file.write_text(textwrap.dedent("""

@@ -1,0 +1,116 @@
+"""What a config means is checked without devices; the devices when a run starts."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from tfx_jax import run_config, run_setup, sharding, tasks
+from tfx_jax.config_base import load_config_file
+from tfx_jax.data import rows as rows_lib
+from tfx_jax.errors import ConfigError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _lm_tiny():
+  return load_config_file(str(ROOT / "configs" / "lm.py") + ":tiny")
+
+
+@pytest.fixture
+def no_devices(monkeypatch):
+  """Any look at devices or processes fails the test."""
+  def refuse(*args, **kwargs):
+    raise AssertionError("the config's meaning was checked against devices")
+  for name in ("devices", "local_devices", "device_count", "local_device_count",
+               "process_count", "process_index"):
+    monkeypatch.setattr(jax, name, refuse)
+
+
+def test_an_8_device_mesh_validates_without_devices(no_devices):
+  config = _lm_tiny()
+  config.mesh.fsdp = 8
+  assert run_config.validate_run_config(config).family == "decoder_only"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("fsdp", 0, "mesh.fsdp=0 is not valid: must be a positive integer or -1"),
+    ("tensor", -1, "mesh.data and mesh.tensor are all -1"),
+])
+def test_mesh_sizes_are_checked_without_devices(no_devices, field, value, message):
+  config = _lm_tiny()
+  config.mesh[field] = value
+  with pytest.raises(ConfigError, match=message):
+    run_config.validate_run_config(config)
+
+
+def test_a_batch_that_explicit_mesh_sizes_cannot_split_fails_without_devices(no_devices):
+  config = _lm_tiny()
+  config.mesh.data, config.mesh.fsdp = 2, 4
+  config.train.batch_size = 12
+  with pytest.raises(ConfigError, match=r"train.batch_size=12 .*mesh.data x mesh.fsdp = 8"):
+    run_config.validate_run_config(config)
+
+
+def test_the_mesh_is_checked_against_the_devices_when_a_run_starts():
+  config = _lm_tiny()
+  config.mesh.fsdp = 8
+  n = jax.device_count()
+  with pytest.raises(ConfigError) as e:
+    run_setup.check_devices(config)
+  message = str(e.value)
+  assert "config.mesh.fsdp=8" in message
+  assert f"sees {n} " in message and "Sizes that fit" in message
+
+
+def test_make_mesh_names_the_fields_and_the_sizes_that_fit():
+  devices = jax.devices()[:1] * 6  # shapes only: the mesh is never used
+  with pytest.raises(ConfigError, match=r"config.mesh.tensor=4: .* needs a multiple of 4 "
+                     r"devices, but this process sees 6 .* each one of \[1, 2, 3, 6\]"):
+    sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 4}, devices)
+  with pytest.raises(ConfigError, match="needs exactly 4 devices"):
+    sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 1}, devices)
+
+
+def test_train_with_an_8_way_mesh_on_one_cpu_exits_2_naming_the_field(tmp_path):
+  workdir = tmp_path / "run"
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_jax.train", "--config", "configs/lm.py:tiny",
+       f"--workdir={workdir}", "--config.mesh.fsdp=8"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300,
+      env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)})
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "config.mesh.fsdp=8" in proc.stderr and "Traceback" not in proc.stderr
+  assert not workdir.exists()  # nothing written, nothing compiled
+
+
+# ----------------------------------------------------------- one place each
+def test_every_task_loss_and_row_builder_takes_only_its_own_settings():
+  import inspect
+  for task in tasks.TASKS.values():
+    params = inspect.signature(task.rows.build).parameters
+    assert not any(p.kind is p.VAR_KEYWORD for p in params.values()), task.name
+  assert set(inspect.signature(tasks.token_loss).parameters) == {
+      "outputs", "batch", "label_smoothing"}
+  assert set(inspect.signature(tasks.classify_loss).parameters) == {
+      "outputs", "batch", "lambda_pt"}
+  config = _lm_tiny()
+  config.train.label_smoothing = 0.1
+  assert tasks.get("lm").objective(config, "decoder_only", train=True).keywords == {
+      "label_smoothing": 0.1}
+  assert tasks.get("lm").objective(config, "decoder_only", train=False).keywords == {
+      "label_smoothing": 0.0}
+  assert tasks.get("classify").objective(config, "encoder_only", train=True).keywords == {
+      "lambda_pt": 0.0}
+
+
+def test_a_row_format_is_bound_to_the_settings_its_builder_names():
+  bound = rows_lib.FORMATS["lm"].bind(tok="T", keys="K", seq_len=8, counts="C", seed=1,
+                                      mask_rate=0.2, n_classes=None, target_seq_len=8)
+  assert bound.keywords == {"tok": "T", "keys": "K", "seq_len": 8, "counts": "C"}
+  assert set(rows_lib.FORMATS) == set(tasks.TASKS)
+  assert all(tasks.TASKS[n].rows is f for n, f in rows_lib.FORMATS.items())
