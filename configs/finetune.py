@@ -1,6 +1,6 @@
 """Classification fine-tuning: which genre of play a passage comes from.
 
-Decoder-only (GPT-1 style, seed 003): the class head reads the last real
+Decoder-only (GPT-1 style, textbook chapter 003): the class head reads the last real
 token, and the objective is L = L_FT + lambda * L_PT with lambda =
 ``finetune.lambda_pt`` in [0, 1]. Encoder-only (BERT style): the pooled first
 token, L = L_FT. Start from a pretrained run's checkpoint, or from scratch:

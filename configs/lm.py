@@ -34,8 +34,7 @@ def _llama(d_model, num_heads, num_layers):
       "model": dict(num_layers=num_layers, d_model=d_model, num_heads=num_heads,
                     max_len=2048, norm_type="rmsnorm", activation="swiglu",
                     ff_multiple_of=256, position="rope", use_bias=False,
-                    tie_embeddings=False, norm_eps=1e-6, scan_layers=True, remat="full",
-                    dtype="bfloat16"),
+                    tie_embeddings=False, norm_eps=1e-6, scan_layers=True, remat="full"),
       "train": dict(seq_len=2048),
       "compute_dtype": "bfloat16",
   }

@@ -3,7 +3,7 @@
   python -m tfx_jax.train --config configs/mlm.py:tiny --workdir runs/mlm_tiny
   python -m tfx_jax.summary --config configs/mlm.py:bert_base
 
-Mask rate 0.15 by default (BERT); ``--config.data.mask_rate=0.2`` as in seed 003.
+Mask rate 0.15 by default (BERT); ``--config.data.mask_rate=0.2`` as in textbook chapter 003.
 Presets: tiny, bert_base. Each preset is one row of ``_PRESETS``, applied over
 ``_COMMON``.
 """

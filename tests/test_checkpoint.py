@@ -268,8 +268,8 @@ FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "lm_before_restructure"
 def test_a_checkpoint_from_before_the_restructure_restores_exactly():
   """A tiny run written by the code before the run side was reorganised
   (byte tokenizer, 1 layer, 4 steps): its parameters load bitwise."""
-  from tfx_jax import saved_run
-  run = saved_run.load_run(FIXTURE)
+  from tfx_jax import trained_run
+  run = trained_run.load_run(FIXTURE)
   assert run.step == 4
   saved = np.load(FIXTURE / "params_at_save.npz")
   from flax import traverse_util
@@ -283,7 +283,7 @@ def test_a_checkpoint_from_before_the_restructure_resumes(tmp_path):
   """The same command with more steps continues the old run from step 4."""
   import json
 
-  from tfx_jax import config_base, saved_run, trainer
+  from tfx_jax import config_base, trained_run, trainer
   workdir = tmp_path / "run"
   shutil.copytree(FIXTURE, workdir)
   config = config_base.base_config()
@@ -291,4 +291,4 @@ def test_a_checkpoint_from_before_the_restructure_resumes(tmp_path):
   config.train.num_steps = 6
   result = trainer.train_and_evaluate(config, str(workdir))
   assert (result.status, result.step) == ("finished", 6)
-  assert saved_run.load_run(workdir).step == 6
+  assert trained_run.load_run(workdir).step == 6

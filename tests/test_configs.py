@@ -23,6 +23,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from tfx_jax import run_config
+from tfx_jax.errors import ConfigError
 from tfx_jax.models import build_model, dummy_inputs
 
 # ml_collections loads config files with the deprecated importlib load_module().
@@ -193,12 +194,26 @@ def test_unknown_preset_lists_the_presets():
   assert code == 2 and "gpt2_small" in err and "Traceback" not in err
 
 
-def test_model_dtype_is_used_unless_compute_dtype_is_set():
-  config = tiny_config(overrides={"model.dtype": "bfloat16"})
-  assert run_config.validate_run_config(config).dtype == "bfloat16"
-  config.compute_dtype = "float32"
+def test_compute_dtype_is_the_one_dtype_field_and_model_dtype_its_deprecated_alias():
+  config = tiny_config()
+  assert config.compute_dtype == "float32" and config.model.dtype is None
   assert run_config.validate_run_config(config).dtype == "float32"
+  config.compute_dtype = "bfloat16"
+  assert run_config.validate_run_config(config).dtype == "bfloat16"
   assert run_config.validate_run_config(load_config("lm.py:llama_7b")).dtype == "bfloat16"
+  legacy = tiny_config(overrides={"model.dtype": "bfloat16"})  # still accepted
+  assert run_config.validate_run_config(legacy).dtype == "bfloat16"
+  legacy.compute_dtype = "float32"  # the default: the alias decides
+  assert run_config.validate_run_config(legacy).dtype == "bfloat16"
+  legacy.model.dtype = "float32"
+  legacy.compute_dtype = "bfloat16"
+  with pytest.raises(ConfigError, match="compute_dtype='bfloat16' and model.dtype="):
+    run_config.validate_run_config(legacy)
+  # A checkpoint's config written with model.dtype resumes under compute_dtype.
+  old = {"model.dtype": "float32", "compute_dtype": None, "model.d_model": 32}
+  new = run_config.flatten_config(tiny_config())
+  assert run_config.resume_view(old)["compute_dtype"] == run_config.resume_view(new)[
+      "compute_dtype"] == "float32"
 
 
 def test_overrides_of_every_type_parse():

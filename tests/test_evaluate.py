@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from tfx_jax import cli, evaluate, generate, metrics, saved_run, search, texts, trainer
+from tfx_jax import cli, evaluate, generate, metrics, trained_run, search, texts, trainer
 from tfx_jax.model_config import Position
 from test_configs import compilation_cache, tiny_config
 
@@ -152,7 +152,7 @@ def test_evaluate_translation_reports_bleu_chrf_and_signatures(translate_run):
   workdir, _ = translate_run
   result, hyps, refs, out = evaluated(workdir)
   assert result["task"] == "translate" and result["step"] == 20
-  config = saved_run.load_config(workdir)
+  config = trained_run.load_config(workdir)
   n = MAX_BATCHES * config.eval.batch_size
   pairs = texts.translation_pairs(config, "validation", n)
   assert refs == [r.replace("\n", " ") for _, r in pairs] and len(hyps) == n
@@ -181,7 +181,7 @@ def test_evaluate_classifier_reports_accuracy_over_the_written_labels(classify_r
   result, hyps, refs, _ = evaluated(workdir)
   assert result["task"] == "classify"
   assert "accuracy" in result and "perplexity" not in result
-  labels = {str(i) for i in range(saved_run.load_config(workdir).model.num_classes)}
+  labels = {str(i) for i in range(trained_run.load_config(workdir).model.num_classes)}
   assert set(hyps) <= labels and set(refs) <= labels
   assert result["accuracy"] == pytest.approx(np.mean([h == r for h, r in zip(hyps, refs)]))
   assert_as_logged(result["accuracy"], scalars, "eval/accuracy", 20)
@@ -205,7 +205,7 @@ def test_generate_greedy_continues_the_prompt_as_the_argmax_loop(lm_run):
   prompt, n = "ROMEO:", 8
   out = ok(generate, "--workdir", workdir, "--prompt", prompt, "--greedy",
            "--max_new_tokens", n)
-  run = saved_run.load_run(workdir)
+  run = trained_run.load_run(workdir)
   tok = run.tokenizer
   ids = np.asarray([[tok.bos_id] + tok.encode(prompt)], np.int32)
   new = list(search.uncached_greedy(run.params, run.model_cfg, ids, n)[0])
@@ -245,7 +245,7 @@ def test_generate_translation_of_a_source(translate_run):
   lines = ok(generate, "--workdir", workdir, "--source", source).splitlines()
   assert len(lines) == 2 and lines[0] == source and lines[1].startswith("  -> ")
   # Greedy by default (no beam): the argmax loop's translation.
-  run = saved_run.load_run(workdir)
+  run = trained_run.load_run(workdir)
   tok, seq_len = run.tokenizer, int(run.config.train.seq_len)
   ids = np.zeros((1, seq_len), np.int32)
   row = tok.encode(source) + [tok.eos_id]
@@ -322,7 +322,7 @@ def test_translation_run_logs_bleu_and_samples(translate_run):
   assert all(0.0 <= v <= 100.0 for _, v in scalars["eval/bleu"])
   samples = metrics.read_texts(logdir)["samples"]
   assert [s for s, _ in samples] == [10, 20]
-  pairs = texts.translation_pairs(saved_run.load_config(workdir), "validation",
+  pairs = texts.translation_pairs(trained_run.load_config(workdir), "validation",
                                       NUM_SAMPLES)
   shown = samples[-1][1].split("\n\n")
   assert len(shown) == NUM_SAMPLES

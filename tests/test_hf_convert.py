@@ -219,10 +219,10 @@ def gpt2_run(hf_dirs, tmp_path_factory):
 
 
 def test_imported_workdir_is_an_ordinary_run(gpt2_run, hf_dirs, tmp_path):
-  from tfx_jax import pretrained, run_config, run_setup, saved_run, texts
+  from tfx_jax import pretrained, run_config, run_setup, trained_run, texts
   from tfx_jax.data.tokenizer import HFTokenizer
   hf = hf_dirs["gpt2"][0]
-  run = saved_run.load_run(gpt2_run)
+  run = trained_run.load_run(gpt2_run)
   assert run.step == 0
   got, want = _logits("gpt2", hf, run.model_cfg, run.params)
   assert float(np.abs(got - want).max()) <= TOL

@@ -224,7 +224,7 @@ _stacked = stack_layer_params
 
 def _decode_incrementally(cfg, params, tgt_BL, src_BS, chunks):
   """Feeds ``tgt`` through the KV cache in pieces of the given lengths."""
-  model = build_model(cfg, decode=True)
+  model = build_model(cfg, use_cache=True)
   capacity = jnp.ones(tgt_BL.shape, jnp.int32)
   if cfg.family == "decoder_only":
     cache = model.init(jax.random.PRNGKey(0), inputs=capacity)["cache"]

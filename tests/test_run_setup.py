@@ -98,6 +98,6 @@ def test_every_task_is_declared_once_with_its_hooks():
   assert set(tasks.TASKS) == {"lm", "translate", "mlm", "classify"}
   for task in tasks.TASKS.values():
     assert task.families and callable(task.rows.build) and callable(task.objective)
-    assert (task.decode_examples is None) == (task.decode_report is None)
+    assert (task.sample_inputs is None) == (task.sample_report is None)
   with pytest.raises(Exception, match="choices: lm, translate, mlm, classify"):
     tasks.get("summarize")

@@ -104,7 +104,7 @@ def test_the_graph_sees_function_local_and_parent_package_imports(tmp_path):
   assert "tfx_jax.data.pipeline" in graph["tfx_jax.run_setup"]
   assert "tfx_jax.data" in graph["tfx_jax.run_setup"]  # the parent package
   assert "tfx_jax.run_setup" in graph["tfx_jax.trainer"]
-  assert "tfx_jax.saved_run" in graph["tfx_jax.evaluate"]  # a local import
+  assert "tfx_jax.trained_run" in graph["tfx_jax.evaluate"]  # a local import
 
 
 def test_tfx_jax_import_graph_is_acyclic():
@@ -147,7 +147,7 @@ def test_tfx_jax_package_graph_is_acyclic():
     ("tfx_jax.data.pipeline", "tfx_jax.tasks"),
     ("tfx_jax.run_setup", "tfx_jax.trainer"),
     ("tfx_jax.run_setup", "tfx_jax.scoring"),
-    ("tfx_jax.run_setup", "tfx_jax.saved_run"),
+    ("tfx_jax.run_setup", "tfx_jax.trained_run"),
     ("tfx_jax.tasks", "tfx_jax.run_setup"),
     ("tfx_jax.errors", "tfx_jax.model_config"),
 ])

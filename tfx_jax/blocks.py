@@ -1,7 +1,7 @@
 """Transformer layers and stacks: the ``model.norm_position`` axis lives here.
 
 A layer is a list of sublayers F (self-attention, cross-attention, FFN), each
-wrapped in a residual connection whose form is the norm placement (seed 004):
+wrapped in a residual connection whose form is the norm placement (textbook chapter 004):
 
   post      x <- Norm(x + F(x))                     (Vaswani et al. 2017, BERT)
   pre       x <- x + F(Norm(x)), final Norm          (GPT-2, LLaMA)
@@ -81,7 +81,7 @@ def residual_for(norm_position: str):
 class TransformerLayer(nn.Module):
   """Self-attention, optional cross-attention, FFN; scan-compatible signature."""
   spec: LayerSpec
-  decode: bool = False
+  use_cache: bool = False
   deterministic: bool = True
 
   @nn.compact
@@ -95,7 +95,7 @@ class TransformerLayer(nn.Module):
           num_heads=s.num_heads, num_kv_heads=s.num_kv_heads, head_dim=s.head_dim,
           use_bias=s.use_bias, dropout=s.attention_dropout, rope_base=rope_base,
           qk_init=s.qk_init, vo_gain=s.vo_gain, vo_distribution=s.vo_distribution,
-          scale_logits=s.scale_logits, decode=self.decode,
+          scale_logits=s.scale_logits, use_cache=self.use_cache,
           deterministic=self.deterministic, dtype=s.dtype, causal=causal, name=name)
 
     self_attn = attention("self_attention", s.rope_base, causal=s.causal)
@@ -130,7 +130,7 @@ class Stack(nn.Module):
   num_layers: int
   scan_layers: bool = False
   remat: str = "none"
-  decode: bool = False
+  use_cache: bool = False
   deterministic: bool = True
 
   @nn.compact
@@ -147,11 +147,11 @@ class Stack(nn.Module):
           split_rngs={"params": True, "dropout": True},
           in_axes=(nn.broadcast,) * len(args), length=self.num_layers,
           metadata_params={nn.PARTITION_NAME: "layers"})
-      x_BLD, _ = scanned(self.spec, self.decode, self.deterministic, name="layers")(
+      x_BLD, _ = scanned(self.spec, self.use_cache, self.deterministic, name="layers")(
           x_BLD, *args)
     else:
       for i in range(self.num_layers):
-        x_BLD, _ = layer_cls(self.spec, self.decode, self.deterministic,
+        x_BLD, _ = layer_cls(self.spec, self.use_cache, self.deterministic,
                              name=f"layer_{i}")(x_BLD, *args)
     if self.spec.final_norm:
       x_BLD = self.spec.norm(name="final_norm")(x_BLD)

@@ -20,9 +20,15 @@ from tfx_jax.model_config import ModelConfig
 
 
 def model_defaults() -> ml_collections.ConfigDict:
-  """``config.model``: one field per :class:`ModelConfig` field, same defaults."""
-  return ml_collections.ConfigDict(
-      {f.name: f.default for f in dataclasses.fields(ModelConfig)})
+  """``config.model``: one field per :class:`ModelConfig` field, same defaults.
+
+  ``model.dtype`` is the deprecated name of the top-level ``compute_dtype``
+  (the one computation-dtype field): still accepted, unset by default.
+  """
+  model = ml_collections.ConfigDict(
+      {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name != "dtype"})
+  model.dtype = config_dict.placeholder(str)
+  return model
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -98,8 +104,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.mesh.data = -1
   c.mesh.fsdp = 1
   c.mesh.tensor = 1
-  # float32 | bfloat16: when set, overrides model.dtype (unset: model.dtype).
-  c.compute_dtype = config_dict.placeholder(str)
+  # The computation dtype, float32 | bfloat16; parameters, optimizer state and
+  # the loss's softmax statistics stay float32.
+  c.compute_dtype = "float32"
   return c
 
 

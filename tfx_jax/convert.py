@@ -245,11 +245,11 @@ def import_run(hf_dir, workdir) -> pathlib.Path:
 
 def export_run(workdir, out_dir, step: int | None = None) -> Architecture:
   """``to-hf``: a run's parameters as an HF directory (tokenizer copied too)."""
-  from tfx_jax import saved_run
+  from tfx_jax import trained_run
   # Checked on the config first: nothing is restored or written for a variant
   # HF cannot represent.
-  export_architecture(run_config.resolve_model_config(saved_run.load_config(workdir)))
-  run = saved_run.load_run(workdir, step)
+  export_architecture(run_config.resolve_model_config(trained_run.load_config(workdir)))
+  run = trained_run.load_run(workdir, step)
   special = None
   tok_dir = pathlib.Path(workdir) / "tokenizer"
   if (tok_dir / "special_ids.json").exists():

@@ -54,7 +54,7 @@ def _check_processes(run, multiples) -> None:
   from tfx_jax import tasks  # pylint: disable=import-outside-toplevel
   if jax.process_count() == 1:
     return
-  if multiples or tasks.get(run.config.task).decode_split is not None:
+  if multiples or tasks.get(run.config.task).score_by_generation is not None:
     what = "--lengths" if multiples else f"task={run.config.task!r} (decoding)"
     raise ConfigError(f"{what} is evaluated by one process; run it without "
                       "--distributed.")
@@ -65,7 +65,7 @@ def main(argv):
   # Deferred: jax, orbax and the model load only when the command runs, so
   # --help and flag errors answer at once.
   distributed.initialize_from_flags(FLAGS)
-  from tfx_jax.saved_run import load_run
+  from tfx_jax.trained_run import load_run
   # `is not None`: an empty --lengths= is a bad spec, not "no extrapolation".
   multiples = (scoring.parse_lengths(_LENGTHS.value)
                if _LENGTHS.value is not None else None)

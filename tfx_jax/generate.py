@@ -42,7 +42,7 @@ def main(argv):
   del argv
   # Deferred: jax, orbax and the model load only when the command runs, so
   # --help and flag errors answer at once.
-  from tfx_jax.saved_run import load_run
+  from tfx_jax.trained_run import load_run
   if bool(_PROMPT.value) == bool(_SOURCE.value):
     raise ConfigError("give --prompt (decoder_only) or --source (encoder_decoder).")
   run = load_run(_WORKDIR.value, _STEP.value)

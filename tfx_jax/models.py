@@ -1,14 +1,14 @@
 """The three Transformer families as Flax Linen modules.
 
-``build_model(cfg, deterministic=..., decode=...)`` is the entry point. Train,
-eval and decode modules of one config share the same parameter tree; they only
+``build_model(cfg, deterministic=..., use_cache=...)`` is the entry point. Train,
+eval and cached-generation modules of one config share the same parameter tree; they only
 differ in the ``deterministic`` (dropout off) and ``use_cache`` (KV cache) flags,
 as in the Flax WMT example.
 
 Inputs follow the batch contract: int32 token ids with 0 = padding,
 ``segment_ids`` (0 = padding, 1..k = packed document) and ``positions``
 (index within the document). Every family returns a dict with ``logits``
-[B, L, V] (the seed's Generator returns log_softmax of these; we keep logits
+[B, L, V] (the textbook chapter's Generator returns log_softmax of these; we keep logits
 and take log_softmax in the loss / decoder), plus ``class_logits`` [B, C] when
 ``num_classes > 0``.
 """
@@ -60,7 +60,7 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerS
   """Resolves the config into the hyper-parameters of one stack's layers."""
   act, gated = activation_fn(cfg.activation)
   residual, final_norm = residual_for(cfg.norm_position)
-  alpha, beta, dist = 1.0, 1.0, "uniform"  # Xavier-uniform, as in the seed code
+  alpha, beta, dist = 1.0, 1.0, "uniform"  # Xavier-uniform, as in the textbook chapters' code
   qk_init = xavier(1.0, "uniform")
   if cfg.norm_position == "deepnorm":
     alpha, beta = deepnorm_constants(cfg.family, cfg.encoder_layers,
@@ -99,10 +99,10 @@ def _defaults(inputs_BL, segment_ids, positions):
   return segment_ids, positions
 
 
-class DecodeIndex(nn.Module):
+class CacheIndex(nn.Module):
   """Where the next tokens go in the KV cache (a ``cache`` variable).
 
-  The initialising call (``model.init`` with decode=True and inputs as long as
+  The initialising call (``model.init`` with use_cache=True and inputs as long as
   the cache should be) creates the cache and returns ``(None, capacity)``;
   later calls return ``(index, capacity)`` and advance the index.
   """
@@ -124,7 +124,7 @@ class _Family(nn.Module):
   """Shared pieces: embeddings, absolute positions, relative biases, output."""
   cfg: ModelConfig
   deterministic: bool = True
-  use_cache: bool = False  # decode with a KV cache
+  use_cache: bool = False  # a KV cache for token-by-token generation
 
   def _make_embedder(self):
     cfg = self.cfg
@@ -240,10 +240,10 @@ class _Family(nn.Module):
       logits = logits + self.output_bias
     return logits
 
-  def _stack(self, stack, n, *, cross_attention, decode):
+  def _stack(self, stack, n, *, cross_attention, use_cache):
     cfg = self.cfg
     return Stack(layer_spec(cfg, stack, cross_attention=cross_attention), n,
-                 scan_layers=cfg.scan_layers, remat=cfg.remat, decode=decode,
+                 scan_layers=cfg.scan_layers, remat=cfg.remat, use_cache=use_cache,
                  deterministic=self.deterministic, name=stack)
 
   def _setup_single_stack(self, *, causal: bool):
@@ -256,10 +256,10 @@ class _Family(nn.Module):
     self.t5 = self._make_bias("relative_bias", bidirectional=not causal)
     if causal:
       self.decoder = self._stack("decoder", cfg.decoder_layers, cross_attention=False,
-                                 decode=self.use_cache)
+                                 use_cache=self.use_cache)
     else:
       self.encoder = self._stack("encoder", cfg.encoder_layers, cross_attention=False,
-                                 decode=False)
+                                 use_cache=False)
 
 
 class DecoderOnly(_Family):
@@ -268,7 +268,7 @@ class DecoderOnly(_Family):
   def setup(self):
     cfg = self.cfg
     self._setup_single_stack(causal=True)
-    self.decode_index = DecodeIndex()
+    self.decode_index = CacheIndex()
     if cfg.num_classes:
       self.classifier = nn.Dense(
           cfg.num_classes, name="classifier",
@@ -344,10 +344,10 @@ class EncoderDecoder(_Family):
     self.encoder_t5 = self._make_bias("encoder_relative_bias", bidirectional=True)
     self.decoder_t5 = self._make_bias("decoder_relative_bias", bidirectional=False)
     self.encoder = self._stack("encoder", cfg.encoder_layers, cross_attention=False,
-                               decode=False)
+                               use_cache=False)
     self.decoder = self._stack("decoder", cfg.decoder_layers, cross_attention=True,
-                               decode=self.use_cache)
-    self.decode_index = DecodeIndex()
+                               use_cache=self.use_cache)
+    self.decode_index = CacheIndex()
 
   def encode(self, inputs, inputs_segment_ids=None, inputs_positions=None):
     """Source ids [B, S] -> encoder output [B, S, D]."""
@@ -389,9 +389,9 @@ _FAMILIES = {"decoder_only": DecoderOnly, "encoder_only": EncoderOnly,
 
 
 def build_model(cfg: ModelConfig, *, deterministic: bool = True,
-                decode: bool = False) -> nn.Module:
+                use_cache: bool = False) -> nn.Module:
   """The one dispatch point of ``model.family``."""
-  return _FAMILIES[cfg.family](cfg, deterministic=deterministic, use_cache=decode)
+  return _FAMILIES[cfg.family](cfg, deterministic=deterministic, use_cache=use_cache)
 
 
 def stack_layer_params(params):

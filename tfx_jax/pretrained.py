@@ -1,6 +1,6 @@
 """Fine-tuning from another run: its parameters into a fresh train state.
 
-Used when ``finetune.init_checkpoint`` names a run (GPT-1's recipe, seed 003:
+Used when ``finetune.init_checkpoint`` names a run (GPT-1's recipe, textbook chapter 003:
 L = L_FT + lambda * L_PT, and BERT's fine-tuning). Only parameters are taken;
 the optimizer starts afresh.
 """

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, get_args
 
+from absl import logging
 import flax
 
 from tfx_jax import optim
@@ -25,10 +26,11 @@ from tfx_jax.model_config import DType, ModelConfig, model_config_from_dict
 
 # Config fields a checkpoint must agree on to be resumed: they decide shapes,
 # data order or what is learned. Others (num_steps, eval, logging) may change.
-RESUME_FIELDS = ("model.", "task", "seed", "data.name", "data.tokenizer",
+RESUME_FIELDS = ("model.", "compute_dtype", "task", "seed", "data.name", "data.tokenizer",
                  "data.vocab_size", "data.mask_rate", "train.batch_size",
                  "train.seq_len", "optim.optimizer", "optim.accumulate_steps")
 NONFINITE_CHOICES = ("stop", "skip")
+DEFAULT_DTYPE = "float32"
 
 
 def flatten_config(config) -> dict[str, Any]:
@@ -38,17 +40,44 @@ def flatten_config(config) -> dict[str, Any]:
   return {k: (list(v) if isinstance(v, tuple) else v) for k, v in flat.items()}
 
 
+def compute_dtype(flat_or_config) -> str:
+  """The computation dtype: ``compute_dtype``, or its deprecated alias
+  ``model.dtype`` where only that is set. Parameters stay float32 either way.
+
+  Accepts a ConfigDict or a flattened config (a checkpoint's). Both set to
+  different values is a ConfigError naming both.
+  """
+  flat = isinstance(flat_or_config, dict)
+  chosen = flat_or_config.get("compute_dtype")
+  legacy = flat_or_config.get("model.dtype") if flat else flat_or_config.model.get("dtype")
+  choices = get_args(DType)
+  for field, value in (("compute_dtype", chosen), ("model.dtype", legacy)):
+    if value is not None and value not in choices:
+      raise ConfigError(f"{field}={value!r} is not a valid choice; choose one of: "
+                        f"{', '.join(choices)}.")
+  if legacy is None or legacy == chosen:
+    return chosen or DEFAULT_DTYPE
+  if chosen not in (None, DEFAULT_DTYPE):
+    raise ConfigError(f"compute_dtype={chosen!r} and model.dtype={legacy!r} disagree; "
+                      "model.dtype is the deprecated name of compute_dtype: set "
+                      "compute_dtype only.")
+  if not flat:
+    logging.warning("model.dtype is deprecated: set compute_dtype=%s instead.", legacy)
+  return legacy
+
+
+def resume_view(flat: dict[str, Any]) -> dict[str, Any]:
+  """A flattened config with the computation dtype under its one name, so a
+  checkpoint written with ``model.dtype`` resumes under ``compute_dtype``."""
+  out = {k: v for k, v in flat.items() if k != "model.dtype"}
+  out["compute_dtype"] = compute_dtype(flat)
+  return out
+
+
 def resolve_model_config(config) -> ModelConfig:
-  """``config.model`` (+ ``compute_dtype``, task checks) -> validated ModelConfig."""
+  """``config.model`` + ``compute_dtype`` (+ task checks) -> validated ModelConfig."""
   model = config.model.to_dict()
-  compute_dtype = config.get("compute_dtype")
-  if compute_dtype:
-    # Checked here so that the message names the field the user set.
-    choices = get_args(DType)
-    if compute_dtype not in choices:
-      raise ConfigError(f"compute_dtype={compute_dtype!r} is not a valid choice; "
-                        f"choose one of: {', '.join(choices)}.")
-    model["dtype"] = compute_dtype
+  model["dtype"] = compute_dtype(config)
   cfg = model_config_from_dict(model, seq_len=config.train.seq_len)
   task = tasks.check_task(config.task, cfg.family)
   if task.rows.labelled and cfg.num_classes < 2:

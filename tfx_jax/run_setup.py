@@ -6,7 +6,7 @@ against the devices, the batch against the processes, once when a run
 starts), the tokenizer and the data pipelines of its splits, and a
 ``ShardedRun``: the mesh, the abstract sharded train state and the jitted
 train and evaluation steps. The training loop (``trainer``), the evaluation
-and generation commands (through ``saved_run``) and the checkpoint converters
+and generation commands (through ``trained_run``) and the checkpoint converters
 import this module; it imports none of them.
 
 One evaluation forward (``make_eval_step``) serves the in-training evaluation

@@ -3,7 +3,7 @@
 ``score_split`` runs the run's own evaluation forward
 (``run_setup.make_eval_step``, the one the training loop uses) over a split,
 or, for a task that is scored by decoding (translation: BLEU and chrF), the
-task's ``decode_split``. ``extrapolation`` is the ALiBi paper's length
+task's ``score_by_generation``. ``extrapolation`` is the ALiBi paper's length
 extrapolation experiment.
 """
 
@@ -30,8 +30,8 @@ def score_split(run, split="validation", *, max_batches=0, beam_size=4, alpha=0.
   """
   config = run.config
   task = tasks.get(config.task)
-  if task.decode_split is not None:
-    return task.decode_split(run, split, max_examples=max_batches * config.eval.batch_size,
+  if task.score_by_generation is not None:
+    return task.score_by_generation(run, split, max_examples=max_batches * config.eval.batch_size,
                              beam_size=beam_size, alpha=alpha)
   sharded = run.sharded or run_setup.ShardedRun(config, run.model_cfg)
   hyps, refs = [], []

@@ -1,8 +1,8 @@
 """Autoregressive decoding with the model's KV cache: sampling, greedy and beam search.
 
 Every decoder runs as ONE jitted ``lax.while_loop`` that feeds one token per
-step through the cached model (``build_model(cfg, decode=True)``; keys and
-values live in the ``cache`` collection and ``DecodeIndex`` holds the write
+step through the cached model (``build_model(cfg, use_cache=True)``; keys and
+values live in the ``cache`` collection and ``CacheIndex`` holds the write
 position), so a new token costs one single-token forward pass, not a forward
 pass over the whole prefix. Encoder-decoder models encode the source once and
 project every decoder layer's cross-attention keys and values of it once per
@@ -59,7 +59,7 @@ def _check_capacity(cfg: ModelConfig, max_len: int) -> None:
 
 
 def _cache_shapes(cfg: ModelConfig, batch: int, max_len: int):
-  model = build_model(cfg, decode=True)
+  model = build_model(cfg, use_cache=True)
   ids = jnp.ones((batch, max_len), jnp.int32)
   kwargs = {"inputs": ids}
   if cfg.family == "encoder_decoder":
@@ -105,7 +105,7 @@ def _gather_cache(cache, axes, index_N):
 
 # ----------------------------------------------------------------- step fns
 def _decoder_only_step(cfg, params) -> StepFn:
-  model = build_model(cfg, decode=True)
+  model = build_model(cfg, use_cache=True)
 
   def step(tokens_N, cache):
     out, mutated = model.apply({"params": params, "cache": cache}, tokens_N[:, None],
@@ -119,14 +119,14 @@ def _prefill(cfg, params, cache, ids_BL):
   """Writes ``ids_BL`` into the cache in one forward pass (logits unused)."""
   if ids_BL.shape[1] == 0:
     return cache
-  model = build_model(cfg, decode=True)
+  model = build_model(cfg, use_cache=True)
   _, mutated = model.apply({"params": params, "cache": cache}, ids_BL,
                            mutable=["cache"])
   return mutated["cache"]
 
 
 def _encoder_decoder_step(cfg, params, encoded_NSD, source_seg_NS) -> StepFn:
-  model = build_model(cfg, decode=True)
+  model = build_model(cfg, use_cache=True)
 
   def step(tokens_N, cache):
     out, mutated = model.apply({"params": params, "cache": cache}, tokens_N[:, None],
@@ -144,7 +144,7 @@ def prime_cross_cache(cfg, params, cache, encoded_NSD, source_seg_NS):
   One throwaway decoder step computes them; everything else in the cache
   (self-attention keys/values, the index) is kept as it was.
   """
-  model = build_model(cfg, decode=True)
+  model = build_model(cfg, use_cache=True)
   N = encoded_NSD.shape[0]
   _, mutated = model.apply({"params": params, "cache": cache},
                            jnp.full((N, 1), BOS_ID, jnp.int32), encoded_NSD,

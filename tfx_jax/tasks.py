@@ -4,7 +4,7 @@ A ``Task`` says everything the rest of the code needs to know about a task:
 which families can run it, how one raw example becomes batch rows (and
 whether rows are packed), what the model is fed, the loss, which evaluation
 metrics are meaningful, how evaluation predictions read as text, and what is
-decoded during training. The run config, the run setup, the training loop
+sampled at every evaluation during training. The run config, the run setup, the training loop
 and the evaluation command look a task up with ``get(name)`` and never switch
 on its name. Adding a task is one ``Task(...)`` below plus its row format in
 ``data/rows.py`` (the data pipeline knows rows, not tasks).
@@ -14,7 +14,7 @@ translate encoder_decoder: label-smoothed cross entropy over target tokens.
 mlm       encoder_only: cross entropy at the masked positions (BERT).
 classify  decoder_only or encoder_only: cross entropy of the class head; for
           decoder_only the LM loss of the same passage is added,
-          L = L_FT + lambda * L_PT (GPT-1; seed 003, eq. 2.18).
+          L = L_FT + lambda * L_PT (GPT-1; textbook chapter 003, eq. 2.18).
 
 Every loss returns sums (not means) so evaluation can add them over batches.
 """
@@ -36,7 +36,7 @@ from tfx_jax.errors import ConfigError
 from tfx_jax.optim import label_smoothed_cross_entropy
 
 # (scalars, texts) written to TensorBoard at every evaluation.
-DecodeReport = tuple[dict[str, float], dict[str, str]]
+SampleReport = tuple[dict[str, float], dict[str, str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +55,14 @@ class Task:
   predictions: Callable[[dict], jax.Array]  # outputs -> argmax ids or labels
   # (batch, predictions, tokenizer) -> (hypotheses, references) as text.
   prediction_texts: Callable[..., tuple[list[str], list[str]]]
-  # Optional in-training decoding: config -> examples, then
-  # (run, examples, config) -> DecodeReport.
-  decode_examples: Callable[[Any], list] | None = None
-  decode_report: Callable[..., DecodeReport] | None = None
-  # Optional evaluation of a whole split by decoding instead of the teacher-
-  # forced forward: (run, split, *, max_examples, beam_size, alpha) ->
+  # Optional samples generated at every evaluation: config -> inputs, then
+  # (run, examples, config) -> SampleReport.
+  sample_inputs: Callable[[Any], list] | None = None
+  sample_report: Callable[..., SampleReport] | None = None
+  # Optional evaluation of a whole split by generating (beam search) instead of
+  # the teacher-forced forward: (run, split, *, max_examples, beam_size, alpha) ->
   # (metrics, hypotheses, references).
-  decode_split: Callable[..., tuple[dict, list[str], list[str]]] | None = None
+  score_by_generation: Callable[..., tuple[dict, list[str], list[str]]] | None = None
 
 
 # ------------------------------------------------------------ model inputs
@@ -162,7 +162,7 @@ def _label_texts(batch, pred, tok):
           [str(int(l)) for l, r in zip(batch["label"], real) if r])
 
 
-# ------------------------------------------------------ in-training decoding
+# -------------------------------------------- samples at every evaluation
 def _translation_examples(config):
   """The first ``eval.num_bleu_examples`` validation (source, reference) pairs."""
   if config.eval.num_bleu_examples <= 0:
@@ -170,7 +170,7 @@ def _translation_examples(config):
   return texts.translation_pairs(config, "validation", config.eval.num_bleu_examples)
 
 
-def _translation_report(run, examples, config) -> DecodeReport:
+def _translation_report(run, examples, config) -> SampleReport:
   """eval/bleu of greedy translations, and a few of them as text."""
   from tfx_jax import bleu  # sacrebleu: only where BLEU is computed
   hyps = texts.translate_texts(run, [s for s, _ in examples], beam_size=1)
@@ -210,7 +210,7 @@ def _prompt_examples(config):
   return prompts
 
 
-def _continuation_report(run, examples, config) -> DecodeReport:
+def _continuation_report(run, examples, config) -> SampleReport:
   del config
   prompts = [p for p, _ in examples]
   outs = texts.generate_texts(run, prompts, max_new_tokens=32, greedy=True)
@@ -222,12 +222,12 @@ _TASKS = (
     Task("lm", ("decoder_only",), rows_lib.FORMATS["lm"], model_inputs=_token_inputs,
          objective=_token_objective, perplexity=True, accuracy=False,
          predictions=_token_predictions, prediction_texts=_token_texts,
-         decode_examples=_prompt_examples, decode_report=_continuation_report),
+         sample_inputs=_prompt_examples, sample_report=_continuation_report),
     Task("translate", ("encoder_decoder",), rows_lib.FORMATS["translate"],
          model_inputs=_translation_inputs, objective=_token_objective, perplexity=True,
          accuracy=False, predictions=_token_predictions, prediction_texts=_token_texts,
-         decode_examples=_translation_examples, decode_report=_translation_report,
-         decode_split=_translation_split),
+         sample_inputs=_translation_examples, sample_report=_translation_report,
+         score_by_generation=_translation_split),
     Task("mlm", ("encoder_only",), rows_lib.FORMATS["mlm"], model_inputs=_token_inputs,
          objective=_token_objective, perplexity=True, accuracy=True,
          predictions=_token_predictions, prediction_texts=_token_texts),

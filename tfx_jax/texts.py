@@ -1,7 +1,7 @@
 """Text in, text out with a trained model: translations and continuations.
 
 Every function takes a loaded run (anything with ``config``, ``model_cfg``,
-``tokenizer`` and ``params``, e.g. ``saved_run.SavedRun``) and works on
+``tokenizer`` and ``params``, e.g. ``trained_run.TrainedRun``) and works on
 detokenized text. The ``generate`` command, the ``evaluate`` command's BLEU
 and the in-training samples and BLEU call these.
 """

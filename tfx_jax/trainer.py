@@ -34,7 +34,7 @@ from tfx_jax.data import shards as shards_lib
 from tfx_jax.errors import ConfigError
 from tfx_jax.preemption import Preemption
 from tfx_jax.pretrained import load_pretrained
-from tfx_jax.saved_run import SavedRun
+from tfx_jax.trained_run import TrainedRun
 
 HPARAM_METRICS = ["eval/loss", "eval/perplexity", "eval/accuracy"]
 
@@ -113,7 +113,9 @@ class _TrainingLoop:
       # Fields added to the config since the checkpoint was written take their
       # defaults, which keep the behaviour the checkpoint was trained with.
       saved = {**run_config.flatten_config(base_config()), **saved}
-      ckpt_lib.check_compatible(saved, self.flat_config, run_config.RESUME_FIELDS)
+      ckpt_lib.check_compatible(run_config.resume_view(saved),
+                                run_config.resume_view(self.flat_config),
+                                run_config.RESUME_FIELDS)
     return latest
 
   def _build(self, latest):
@@ -145,8 +147,8 @@ class _TrainingLoop:
       (self.workdir / "config.json").write_text(
           json.dumps(config.to_dict(), indent=2, default=str))
     self.eval_step = sharded.eval_step()
-    self.decode_examples = (self.task.decode_examples(config)
-                            if self.task.decode_examples else [])
+    self.sample_inputs = (self.task.sample_inputs(config)
+                            if self.task.sample_inputs else [])
     self.writer = metrics_lib.MetricWriter(self.workdir / "tensorboard",
                                            is_chief=self.is_chief)
 
@@ -254,7 +256,7 @@ class _TrainingLoop:
     self.timer = (step, now, 0.0)
 
   def _eval_and_report(self, step) -> None:
-    """eval/* on a fixed validation sample, plus the task's decoded report."""
+    """eval/* on a fixed validation sample, plus the task's generated samples."""
     start = time.time()
     config = self.config
     data = run_setup.make_data(config, self.tokenizer, "validation", train=False,
@@ -265,10 +267,10 @@ class _TrainingLoop:
     if sums is None:
       raise ConfigError(f"the validation split of {config.data.name} is empty.")
     self.last_eval = tasks.metrics_from_sums(self.task, sums)
-    if self.decode_examples:
-      run = SavedRun(self.workdir, config, self.model_cfg, self.tokenizer,
+    if self.sample_inputs:
+      run = TrainedRun(self.workdir, config, self.model_cfg, self.tokenizer,
                      self.state.params, step, self.sharded)
-      scalars, texts = self.task.decode_report(run, self.decode_examples, config)
+      scalars, texts = self.task.sample_report(run, self.sample_inputs, config)
       self.writer.write_texts(step, texts)
       self.last_eval.update(scalars)
     self.writer.write_scalars(step, self.last_eval)

@@ -26,7 +26,7 @@ def xavier(gain: float = 1.0, distribution: str = "uniform"):
 
   ``DenseGeneral`` initialises its kernel in the flattened 2-D shape
   (d_model, heads * head_dim), so fans are those of the fused matrix, as in
-  the seed's PyTorch code and DeepNet.
+  the textbook chapters' PyTorch code and DeepNet.
   """
   return nn.initializers.variance_scaling(gain**2, "fan_avg", distribution)
 
@@ -213,10 +213,10 @@ def attention_block(length: int, platform: str) -> int:
 class Attention(nn.Module):
   """Self- or cross-attention with optional RoPE and an optional KV cache.
 
-  In ``decode`` mode self-attention keys and values are written into a
+  With ``use_cache`` self-attention keys and values are written into a
   cache at ``cache_index`` and the queries attend over the whole cache; the
   caller's mask hides the slots not yet written. Keys are rotated (RoPE) with
-  their own positions before they are cached. Cross-attention in ``decode``
+  their own positions before they are cached. Cross-attention with ``use_cache``
   mode stores the projected encoder keys and values (``cross_key``,
   ``cross_value``) on the first call with a mutable cache after ``init`` and
   reuses them afterwards.
@@ -230,7 +230,7 @@ class Attention(nn.Module):
   qk_init: Initializer = xavier()
   vo_gain: float = 1.0
   vo_distribution: str = "uniform"
-  decode: bool = False
+  use_cache: bool = False
   deterministic: bool = True
   dtype: jnp.dtype = jnp.float32
   scale_logits: bool = True  # divide logits by sqrt(head_dim)
@@ -258,7 +258,7 @@ class Attention(nn.Module):
     flat = lambda x: x.reshape(-1, x.shape[-1])
     unflat = lambda y, x: y.reshape(*x.shape[:-1], *y.shape[1:])
     q = unflat(proj("query", self.num_heads, self.qk_init)(flat(x_BLD)), x_BLD)
-    cross_cached = self.decode and not is_self and self.has_variable("cache", "cross_key")
+    cross_cached = self.use_cache and not is_self and self.has_variable("cache", "cross_key")
     if cross_cached:
       # Cross-attention while decoding: the encoder's keys and values were
       # projected once per sequence (``search`` primes them), not every step.
@@ -267,7 +267,7 @@ class Attention(nn.Module):
     else:
       k = unflat(proj("key", self.num_kv_heads, self.qk_init)(flat(kv_BSD)), kv_BSD)
       v = unflat(proj("value", self.num_kv_heads, vo_in)(flat(kv_BSD)), kv_BSD)
-      if (self.decode and not is_self and not self.is_initializing()
+      if (self.use_cache and not is_self and not self.is_initializing()
           and self.is_mutable_collection("cache")):
         self.put_variable("cache", "cross_key", k)
         self.put_variable("cache", "cross_value", v)
@@ -275,7 +275,7 @@ class Attention(nn.Module):
       q = rope(q, positions_BL, self.rope_base)
       k = rope(k, positions_BL, self.rope_base)
 
-    if self.decode and is_self:
+    if self.use_cache and is_self:
       k, v = self._update_cache(k, v, cache_index)
 
     if not self.deterministic and self.dropout > 0.0:

@@ -1,6 +1,6 @@
 """Position-wise feed-forward networks (the ``model.activation`` axis).
 
-Plain:  FFN(x) = act(x W1 + b1) W2 + b2              (seed formula 2.4)
+Plain:  FFN(x) = act(x W1 + b1) W2 + b2              (textbook formula 2.4)
 Gated:  FFN(x) = (act(x W) * (x V)) W2               (Shazeer 2020, "GLU variants")
         glu = sigmoid, reglu = relu, geglu = gelu (geglu_tanh: its tanh
         approximation), swiglu = swish, bilinear = identity.

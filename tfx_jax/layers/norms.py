@@ -14,9 +14,9 @@ from tfx_jax.model_config import NormType
 class LayerNorm(nn.Module):
   """LayerNorm(x) = (x - mean) / sqrt(var + eps) * g + b  (Ba et al. 2016).
 
-  The seed text's PyTorch reference divides by ``std + eps`` with the unbiased
+  The textbook chapter's PyTorch reference divides by ``std + eps`` with the unbiased
   std; we follow the paper and every major codebase (biased variance inside
-  the square root), which is what the formula in the seed's equation states.
+  the square root), which is what the formula in the chapter's equation states.
   Statistics are computed in float32 whatever the compute dtype.
   """
   eps: float = 1e-6

@@ -23,8 +23,8 @@ def sinusoidal(positions_BL: jax.Array, d: int, layout: str = "interleaved") -> 
   """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
 
   Vaswani et al. 2017, section 3.5, interleaved as in the paper (even
-  dimensions sine, odd cosine). The seed text prints a factor 2 in front of
-  sin/cos; the paper has none and the seed's own code and remarks (values in
+  dimensions sine, odd cosine). The textbook chapter prints a factor 2 in front of
+  sin/cos; the paper has none and the chapter's own code and remarks (values in
   [-1, 1]) agree with the paper, so we follow the paper. Computed from the
   positions, so it is defined for any length (length extrapolation).
 
@@ -67,7 +67,7 @@ def rope(x_BLHK: jax.Array, positions_BL: jax.Array, base: float) -> jax.Array:
 
   Pair i of the head dimension is rotated by angle t * theta_i with
   theta_i = base^(-2i/d). We use the half-split layout, pairing (x_i, x_{i+d/2})
-  ("rotate_half"), as the HF LLaMA code of seed 003 does; the interleaved layout
+  ("rotate_half"), as the HF LLaMA code of textbook chapter 003 does; the interleaved layout
   of the paper is the same map up to a fixed permutation of the head dimension,
   so q.k scores are identical.
   """

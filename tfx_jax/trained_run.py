@@ -1,8 +1,10 @@
-"""A trained run loaded back from its workdir (config.json + checkpoints).
+"""A run's model at one training step: what generation and scoring work on.
 
-``load_run(workdir)`` gives what the evaluation and generation commands work
-on: the saved config, the validated model config, the tokenizer, the
-parameters of one checkpoint and the run's ``ShardedRun`` (mesh and steps).
+``TrainedRun`` holds a run's config, validated model config, tokenizer,
+parameters at one step and its ``ShardedRun`` (mesh and steps). The training
+loop makes one of its live state at every evaluation (for the samples it
+logs); ``load_run(workdir)`` makes one from a workdir's config.json and a
+checkpoint, for the evaluation and generation commands.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from tfx_jax.model_config import ModelConfig
 
 
 @dataclasses.dataclass
-class SavedRun:
+class TrainedRun:
+  """A run's model at training step ``step`` (live or loaded from a checkpoint)."""
   workdir: pathlib.Path
   config: ml_collections.ConfigDict
   model_cfg: ModelConfig
@@ -43,7 +46,7 @@ def load_config(workdir) -> ml_collections.ConfigDict:
   return config
 
 
-def load_run(workdir, step: int | None = None) -> SavedRun:
+def load_run(workdir, step: int | None = None) -> TrainedRun:
   """Config, tokenizer and parameters of ``step`` (default: latest) of a run."""
   config = load_config(workdir)
   model_cfg = run_config.validate_run_config(config)
@@ -63,5 +66,5 @@ def load_run(workdir, step: int | None = None) -> SavedRun:
   finally:
     ckpt.close()
   tokenizer = run_setup.load_tokenizer(config)
-  return SavedRun(pathlib.Path(workdir), config, model_cfg, tokenizer,
+  return TrainedRun(pathlib.Path(workdir), config, model_cfg, tokenizer,
                   restored.state.params, int(restored.state.step), sharded)
