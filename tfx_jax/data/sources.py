@@ -244,3 +244,17 @@ def num_classes(name: str, data_dir: str | None = None,
         f"data.label_key={label_key!r} is not a ClassLabel feature of {name!r};"
         f" features: {', '.join(sorted(feats.keys()))}")
   return feature.num_classes
+
+
+def has_split(name: str, split: str, data_dir: str | None = None) -> bool:
+  """Whether ``name`` has ``split``, without building anything: an embedded
+  dataset's builder declares its splits (``SPLITS``); another dataset is
+  looked up in its prepared ``dataset_info.json`` (not prepared: False)."""
+  canonical = canonical_name(name)
+  if canonical in EMBEDDED:
+    return split in getattr(EMBEDDED[canonical].builder, "SPLITS", ())
+  try:
+    builder = tfds.builder(name, data_dir=resolve_data_dir(data_dir))
+  except Exception:  # pylint: disable=broad-except
+    return False
+  return _is_prepared(builder) and split in builder.info.splits

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import pathlib
 import shlex
@@ -38,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--config", help="base config without a sweep file, e.g. configs/lm.py:tiny")
   p.add_argument("--axis", action="append", default=[], metavar="PATH=V1,V2",
                  help="an axis (repeatable; product of axes); 'a=1,2;b=3,4' zips fields")
+  p.add_argument("--tune", action="append", default=[], metavar="PATH=V1,V2",
+                 help="a tuned field (repeatable; product): every point runs at every "
+                 "value and is compared at its best, e.g. optim.learning_rate=1e-3,3e-3")
+  p.add_argument("--select-by", help="metric that picks each point's tuned values on "
+                 "the validation split (default: the sweep's, or eval/loss)")
   p.add_argument("--seeds", help="seeds, e.g. 0,1,2 or 0-4 (default: the sweep's, or 0)")
   p.add_argument("--name", help="sweep name (directory under --workdir)")
   p.add_argument("--workdir", default="runs", help="parent of the sweep directory")
@@ -85,6 +91,10 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
     changes["seeds"] = spec_lib.parse_seeds(args.seeds)
   if args.name:
     changes["name"] = args.name
+  if args.tune:
+    changes["tune"] = spec_lib.parse_tune_flags(args.tune)
+  if args.select_by:
+    changes["select_by"] = args.select_by
   sweep = dataclasses.replace(sweep, **changes)
   if spec_lib.safe(sweep.name) != sweep.name:
     raise ConfigError(f"sweep name {sweep.name!r}: use letters, digits, '.', '+', '-', '_'.")
@@ -100,7 +110,30 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
                    for value in norm.values])
     except ConfigError as e:
       raise ConfigError(f"axis {norm.label}: {e}") from None
-  return dataclasses.replace(sweep, overrides=overrides, axes=axes)
+  tune = {}
+  for field, values in dict(sweep.tune).items():
+    try:
+      tune[field] = [validate.coerce(base, field, v) for v in values]
+    except ConfigError as e:
+      raise ConfigError(f"tune {field}: {e}") from None
+  evaluations = [list(e) for e in sweep.evaluations]
+  if tune and report_split(base, overrides) == "test" and TEST_EVALUATION not in evaluations:
+    evaluations.append(list(TEST_EVALUATION))
+  return dataclasses.replace(sweep, overrides=overrides, axes=axes, tune=tune,
+                             evaluations=evaluations)
+
+
+# A tuned sweep evaluates every run on the split its selection never reads.
+TEST_EVALUATION = ["--split", "test"]
+
+
+def report_split(base, overrides: dict[str, Any]) -> str:
+  """``test`` where the sweep's dataset has one, else ``validation`` (the
+  report then reserves the first seed for the selection)."""
+  from tfx_jax.data import sources  # pylint: disable=import-outside-toplevel
+  name = overrides.get("data.name", base.data.name)
+  data_dir = overrides.get("data.data_dir", base.data.data_dir)
+  return "test" if sources.has_split(name, "test", data_dir) else "validation"
 
 
 def build_record(sweep: spec_lib.Sweep, axes, runs, command: str,
@@ -113,6 +146,10 @@ def build_record(sweep: spec_lib.Sweep, axes, runs, command: str,
       "name": sweep.name, "description": sweep.description, "config": sweep.config,
       "overrides": dict(sweep.overrides), "seeds": list(sweep.seeds),
       "evaluations": [list(e) for e in sweep.evaluations],
+      "tune": {k: list(v) for k, v in dict(sweep.tune).items()},
+      "select_by": sweep.select_by,
+      "report_split": ("test" if list(TEST_EVALUATION) in [list(e) for e in sweep.evaluations]
+                       else "validation"),
       "axes": [{"label": a.label, "fields": a.fields, "values": list(a.values),
                 "reference": spec_lib.reference_index(a, base)} for a in axes],
       "base_values": base, "command": command, "cwd": os.getcwd(),
@@ -124,7 +161,7 @@ def build_record(sweep: spec_lib.Sweep, axes, runs, command: str,
     prev = old.get(run.name, {})
     record["runs"].append({
         "name": run.name, "seed": run.seed, "values": list(run.values),
-        "overrides": run.overrides, "state": "pending", "step": 0, "reason": "",
+        "tuned": dict(run.tuned), "overrides": run.overrides, "state": "pending", "step": 0, "reason": "",
         "attempts": prev.get("attempts", 0), "wall_seconds": prev.get("wall_seconds", 0.0),
         "compile_seconds": prev.get("compile_seconds")})
   return record
@@ -133,8 +170,8 @@ def build_record(sweep: spec_lib.Sweep, axes, runs, command: str,
 def print_runs(record: dict[str, Any], sweep_dir: pathlib.Path, queued=None) -> None:
   width = max(len(r["name"]) for r in record["runs"])
   for r in record["runs"]:
-    axis = " ".join(f"{k}={spec_lib.format_value(v)}" for value in r["values"]
-                    for k, v in value.items())
+    axis = " ".join(f"{k}={spec_lib.format_value(v)}"
+                    for value in [*r["values"], r.get("tuned", {})] for k, v in value.items())
     slurm = f"  slurm {queued[r['name']]}" if queued and r["name"] in queued else ""
     reason = f"  ({r['reason']})" if r.get("reason") else ""
     print(f"  {r['name']:<{width}}  {r['state']:<8} step {r['step']:<6} "
@@ -164,15 +201,17 @@ def _sweep(argv: list[str]) -> int:
   record = build_record(sweep, axes, runs, reproduce_command(argv), previous)
   state_lib.refresh(sweep_dir, record)
   n_axes = " x ".join(str(len(a.values)) for a in axes) or "1"
-  header = (f"sweep {sweep.name}: {len(runs)} runs ({n_axes} points x "
+  n_tuned = math.prod(len(v) for v in dict(sweep.tune).values())
+  tuned = f"{n_tuned} tuned values x " if sweep.tune else ""
+  header = (f"sweep {sweep.name}: {len(runs)} runs ({n_axes} points x {tuned}"
             f"{len(sweep.seeds)} seeds) in {sweep_dir}")
   if args.dry_run:
     print(header + "  [dry run: nothing written]")
     print(f"  base: {sweep.config} " + " ".join(
         f"--config.{k}={spec_lib.format_value(v)}" for k, v in sweep.overrides.items()))
     for r in record["runs"]:
-      axis = " ".join(f"--config.{k}={spec_lib.format_value(v)}" for value in r["values"]
-                      for k, v in value.items())
+      axis = " ".join(f"--config.{k}={spec_lib.format_value(v)}"
+                      for value in [*r["values"], r["tuned"]] for k, v in value.items())
       print(f"  {r['name']}  {r['state']}  {sweep_dir / r['name']}  {axis} "
             f"--config.seed={r['seed']}")
     return 0

@@ -12,7 +12,12 @@ A sweep is declared once, either in ``experiments/<name>.py``::
           seeds=[0, 1, 2],
           evaluations=[["--lengths", "1x,2x,4x,8x"]])   # after training
 
-or on the command line (``tfx_jax.sweep.cli``). An axis is
+or on the command line (``tfx_jax.sweep.cli``). ``tune={"optim.learning_rate":
+[1e-3, 3e-3, 1e-2]}`` (``--tune``) adds tuned fields: every point runs at
+every tuned value (several fields: their product) and every seed, as
+ordinary runs whose names include the tuned values; the report picks each
+point's own best value by ``select_by`` on the validation split and compares
+points at their chosen values on a split the selection never saw. An axis is
 
 - ``{"path": [v1, v2, ...]}``: one field, one run per value;
 - ``{"a": [1, 2], "b": [3, 4]}``: fields that move together (zipped: a=1,b=3
@@ -66,6 +71,10 @@ class Sweep:
   # Extra ``python -m tfx_jax.evaluate --workdir RUN ARGS`` after training.
   evaluations: Sequence[Sequence[str]] = ()
   description: str = ""
+  # Tuned fields: {path: [values]}; each point is compared at its best value.
+  tune: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)
+  # The metric that chooses a point's tuned values (on the validation split).
+  select_by: str = "eval/loss"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +83,8 @@ class Run:
   name: str
   seed: int
   values: tuple[dict[str, Any], ...]  # the value of each axis, in axis order
-  overrides: dict[str, Any]  # base overrides + axis values + seed
+  overrides: dict[str, Any]  # base overrides + axis values + tuned values + seed
+  tuned: dict[str, Any] = dataclasses.field(default_factory=dict)  # {path: value}
 
 
 def normalize_axis(axis: Any) -> Axis:
@@ -152,11 +162,24 @@ def short_names(fields: Sequence[str]) -> dict[str, str]:
 
 
 def run_name(values: Sequence[Mapping[str, Any]], seed: int,
-             names: Mapping[str, str]) -> str:
-  """``activation-swiglu_norm_type-rmsnorm_s0``: the axis fields plus the seed."""
+             names: Mapping[str, str], tuned: Mapping[str, Any] | None = None) -> str:
+  """``activation-swiglu_norm_type-rmsnorm_s0``: the axis fields, the tuned
+  values (``_learning_rate-0.003``) and the seed."""
   parts = [f"{safe(names[k])}-{safe(format_value(v))}"
-           for value in values for k, v in value.items()]
+           for value in [*values, dict(tuned or {})] for k, v in value.items()]
   return "_".join(parts or ["base"]) + f"_s{seed}"
+
+
+def tune_grid(tune: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+  """Every combination of the tuned values ([{}] when nothing is tuned)."""
+  fields = list(tune)
+  for field in fields:
+    if not isinstance(tune[field], (list, tuple)) or not tune[field]:
+      raise ConfigError(f"tune {field}: values must be a non-empty list, got "
+                        f"{tune[field]!r}.")
+    if len(set(map(repr, tune[field]))) != len(tune[field]):
+      raise ConfigError(f"tune {field}: {list(tune[field])} repeats a value.")
+  return [dict(zip(fields, combo)) for combo in itertools.product(*tune.values())]
 
 
 def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list[Axis], list[Run]]:
@@ -173,22 +196,32 @@ def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list
     raise ConfigError(f"seeds {seeds} repeat a seed.")
   base = {**dict(sweep.overrides), **dict(extra_overrides or {})}
   fields = list(dict.fromkeys(f for a in axes for f in a.fields))
-  names = short_names(fields)
+  for field in sweep.tune:
+    if field in fields:
+      raise ConfigError(f"{field} is both an axis and tuned; tune a field the axes "
+                        "do not set.")
+    if field == "seed":
+      raise ConfigError("seeds are not tuned; declare them with seeds=[...].")
+  tuned_grid = tune_grid(sweep.tune)
+  names = short_names(fields + list(sweep.tune))
   runs, seen = [], {}
   # Seeds outermost: runs execute in this order, so a sweep stopped half-way
   # has every point with its first seeds rather than some points with all.
   for seed in seeds:
     for combo in itertools.product(*(a.values for a in axes)):
-      overrides = dict(base)
-      for value in combo:
-        overrides.update(value)
-      overrides["seed"] = seed
-      name = run_name(combo, seed, names)
-      if name in seen:
-        raise ConfigError(f"two points of the sweep have the same name {name!r}: "
-                          f"{seen[name]} and {combo}; make the axis values distinct.")
-      seen[name] = combo
-      runs.append(Run(name, seed, tuple(dict(v) for v in combo), overrides))
+      for tuned in tuned_grid:
+        overrides = dict(base)
+        for value in combo:
+          overrides.update(value)
+        overrides.update(tuned)
+        overrides["seed"] = seed
+        name = run_name(combo, seed, names, tuned)
+        if name in seen:
+          raise ConfigError(f"two points of the sweep have the same name {name!r}: "
+                            f"{seen[name]} and {combo}; make the axis values distinct.")
+        seen[name] = combo
+        runs.append(Run(name, seed, tuple(dict(v) for v in combo), overrides,
+                        dict(tuned)))
   return axes, runs
 
 
@@ -242,6 +275,23 @@ def parse_axis_flag(text: str) -> dict[str, list[str]]:
       raise ConfigError(f"axis {path} has no values (--axis {text!r}).")
     axis[path.removeprefix("config.")] = items
   return axis
+
+
+def parse_tune_flags(texts: Sequence[str]) -> dict[str, list[str]]:
+  """``["optim.learning_rate=1e-3,3e-3"]`` -> {"optim.learning_rate": ["1e-3", "3e-3"]};
+  several flags tune several fields (their product)."""
+  tune: dict[str, list[str]] = {}
+  for text in texts:
+    path, eq, values = text.partition("=")
+    path = path.strip().removeprefix("config.")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not eq or not path or not items:
+      raise ConfigError(f"--tune {text!r}: expected PATH=V1,V2,... such as "
+                        "optim.learning_rate=1e-3,3e-3,1e-2.")
+    if path in tune:
+      raise ConfigError(f"--tune {path} is given twice.")
+    tune[path] = items
+  return tune
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -87,11 +87,12 @@ def check_runs(base_spec: str, axes: Sequence[Axis], runs: Sequence[Run]) -> Non
   only when that axis's value is the cause: a base config (with the sweep's
   overrides) that fails on its own is reported as such, once.
   """
-  owner = {f: a.label for a in axes for f in a.fields}
+  owner = {f: f"axis {a.label}" for a in axes for f in a.fields}
+  owner.update({f: f"tune {f}" for run in runs for f in run.tuned})
   for run in runs:
     config = load_config_file(base_spec)
     for path, value in run.overrides.items():
-      where = f"axis {owner[path]}" if path in owner else "override"
+      where = owner.get(path, "override")
       try:
         apply_overrides(config, {path: value})
       except ConfigError as e:
@@ -99,16 +100,26 @@ def check_runs(base_spec: str, axes: Sequence[Axis], runs: Sequence[Run]) -> Non
     try:
       _validate(config)
     except ConfigError as e:
-      base = load_config_file(base_spec)
-      apply_overrides(base, {k: v for k, v in run.overrides.items() if k not in owner})
-      try:
-        _validate(base)
-      except ConfigError as base_error:
+      shared = {k: v for k, v in run.overrides.items() if k not in owner}
+      if _fails(base_spec, shared):
         raise ConfigError(f"the base config {base_spec} with the sweep's overrides "
-                          f"(every run has it): {base_error}") from None
-      labels = sorted({owner[f] for value in run.values for f in value})
-      raise ConfigError(f"{'axis' if len(labels) == 1 else 'axes'} {', '.join(labels)} "
-                        f"(run {run.name}): {e}") from None
+                          f"(every run has it): {_fails(base_spec, shared)}") from None
+      # The axis (or tuned field) whose value fails on its own; else their combination.
+      labels = sorted({owner[f] for value in [*run.values, run.tuned] for f in value})
+      alone = [label for label in labels if _fails(base_spec, {
+          **shared, **{k: v for k, v in run.overrides.items() if owner.get(k) == label}})]
+      raise ConfigError(f"{', '.join(alone or labels)} (run {run.name}): {e}") from None
+
+
+def _fails(base_spec: str, overrides: Mapping[str, Any]) -> str:
+  """The validation error of the base config with ``overrides`` ("" if valid)."""
+  config = load_config_file(base_spec)
+  apply_overrides(config, overrides)
+  try:
+    _validate(config)
+  except ConfigError as e:
+    return str(e)
+  return ""
 
 
 def base_values(base_spec: str, overrides: Mapping[str, Any], fields: Sequence[str]
