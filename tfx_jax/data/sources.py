@@ -249,6 +249,12 @@ def open_source(name: str, split: str, data_dir: str | None = None
     raise _not_prepared(name, data_dir, e) from e
 
 
+def dataset_version(name: str, data_dir: str | None = None) -> str:
+  """The version of `name` that `open_source` reads (e.g. "1.1.0")."""
+  return (embedded_version(name)
+          or str(_builder_for(name, data_dir).info.version))
+
+
 def features(name: str, data_dir: str | None = None) -> tfds.features.FeaturesDict:
   """The TFDS features of a dataset (an embedded one need not be built)."""
   if canonical_name(name) in EMBEDDED:
