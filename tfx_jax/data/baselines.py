@@ -28,6 +28,7 @@ the byte and hf tokenizers, in the dataset's tokenizer directory
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -94,16 +95,25 @@ def _classify_targets(example, tok, keys) -> list[int] | None:
   return [label]
 
 
-# What each task's rows predict, as a list of ids per example (None: skipped).
-TARGETS: dict[str, Callable[..., list[int] | None]] = {
-    "lm": _lm_targets,
-    "translate": _translate_targets,
-    "mlm": _mlm_targets,
-    "classify": _classify_targets,
+@dataclasses.dataclass(frozen=True)
+class Targets:
+  """What a task's rows predict: `ids(example, tok, keys)`, a list of target
+  ids or labels (None: the rows skip the example), and the feature keys (names
+  of `sources.DatasetSpec` fields) it reads."""
+
+  ids: Callable[..., list[int] | None]
+  keys: tuple[str, ...]
+
+
+TARGETS: dict[str, Targets] = {
+    "lm": Targets(_lm_targets, ("text_key",)),
+    "translate": Targets(_translate_targets, ("source_key", "target_key")),
+    "mlm": Targets(_mlm_targets, ("text_key",)),
+    "classify": Targets(_classify_targets, ("label_key", "text_key")),
 }
 
 
-def _targets_of(task: str) -> Callable[..., list[int] | None]:
+def _targets_of(task: str) -> Targets:
   if task not in TARGETS:
     raise ConfigError(f"task={task!r} has no unigram baseline; choices: "
                       f"{', '.join(TARGETS)}.")
@@ -128,7 +138,7 @@ def target_counts(source: Sequence[Mapping[str, Any]], tokenizer, task: str,
   Each example is tokenized once; `source` is any random-access sequence of
   example dicts (a TFDS data source, or a list in tests).
   """
-  targets_of = _targets_of(task)
+  targets_of = _targets_of(task).ids
   counts = np.zeros(0, np.int64)
   pending: list[int] = []
   examples = 0
@@ -172,6 +182,7 @@ def tokenizer_identity(tokenizer) -> dict[str, Any]:
                     (tokenizer_lib.HFTokenizer, "hf")):
     if isinstance(tokenizer, cls):
       kind = name
+      break
   digest = None
   path = getattr(tokenizer, "model_path", None)
   if path:
@@ -180,11 +191,6 @@ def tokenizer_identity(tokenizer) -> dict[str, Any]:
   return {"kind": kind, "vocab_size": int(tokenizer.vocab_size),
           "model_sha256": digest, "bos_id": int(tokenizer.bos_id),
           "eos_id": int(tokenizer.eos_id)}
-
-
-def _feature_keys(task: str, keys: sources.DatasetSpec) -> list[str]:
-  return {"translate": [keys.source_key, keys.target_key],
-          "classify": [keys.label_key, keys.text_key]}.get(task, [keys.text_key])
 
 
 def cache_key(dataset: str, version: str, split: str, task: str,
@@ -240,11 +246,11 @@ def unigram_entropy(data_cfg: Any, tokenizer, task: str, *,
   if source is not None:
     counts, _ = target_counts(source, tokenizer, task, keys)
     return entropy_nats(counts)
-  _targets_of(task)  # An unknown task fails before any data is read.
+  features = [getattr(keys, field) for field in _targets_of(task).keys]
   data_dir = getattr(data_cfg, "data_dir", None) or None
   name = sources.canonical_name(data_cfg.name)
   key = cache_key(name, sources.dataset_version(name, data_dir), split, task,
-                  _feature_keys(task, keys), tokenizer_identity(tokenizer))
+                  features, tokenizer_identity(tokenizer))
   path = cache_path(data_cfg, tokenizer)
   cached = _read_cache(path)
   if key in cached:
