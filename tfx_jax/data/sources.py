@@ -67,6 +67,24 @@ def canonical_name(name: str) -> str:
   return _ALIASES.get(name, name)
 
 
+def split_version(name: str) -> tuple[str, str]:
+  """`"name:1.0.0"` -> `("name", "1.0.0")`; `("name", "")` without a version."""
+  base, _, version = name.partition(":")
+  return base, version
+
+
+def embedded_version(name: str) -> str | None:
+  """The version of an embedded dataset that `name` reads; None if not embedded.
+
+  A bare name reads the builder's current version; `name:1.0.0` reads an older
+  version prepared before (TFDS reads it from its files).
+  """
+  base, version = split_version(canonical_name(name))
+  if base not in EMBEDDED:
+    return None
+  return version or str(EMBEDDED[base].builder.VERSION)
+
+
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> str:
   """`data_dir`, else $TFDS_DATA_DIR, else ~/tensorflow_datasets (as TFDS)."""
   if data_dir:
@@ -81,8 +99,13 @@ def dataset_spec(name: str) -> DatasetSpec:
   from English into the other language, or from `a` into `b`.
   """
   name = canonical_name(name)
-  if name in EMBEDDED:
-    return EMBEDDED[name]
+  base, version = split_version(name)
+  if base in EMBEDDED:
+    spec = EMBEDDED[base]
+    if version and spec.tokenizer_dataset:  # That version's tokenizer.
+      spec = dataclasses.replace(
+          spec, tokenizer_dataset=f"{spec.tokenizer_dataset}:{version}")
+    return spec
   config = name.split(":")[0].split("/")[1] if "/" in name else ""
   langs = re.fullmatch(r"([a-z]{2,3})-([a-z]{2,3})", config)
   if langs:
@@ -224,6 +247,12 @@ def open_source(name: str, split: str, data_dir: str | None = None
     return builder.as_data_source(split=split)
   except (NotImplementedError, FileNotFoundError, AssertionError) as e:
     raise _not_prepared(name, data_dir, e) from e
+
+
+def dataset_version(name: str, data_dir: str | None = None) -> str:
+  """The version of `name` that `open_source` reads (e.g. "1.1.0")."""
+  return (embedded_version(name)
+          or str(_builder_for(name, data_dir).info.version))
 
 
 def features(name: str, data_dir: str | None = None) -> tfds.features.FeaturesDict:

@@ -2,8 +2,10 @@
 
 * `ByteTokenizer`: UTF-8 bytes, id = byte + 5, vocabulary 261; needs no training.
 * `SentencePieceTokenizer`: a unigram SentencePiece model trained once on the
-  train split of a dataset and stored with the prepared data, at
-  `<data_dir>/<dataset>/tokenizers/spm_<vocab_size>.model`; later runs reuse it.
+  train split of a dataset and stored with the prepared data, in
+  `tokenizer_dir`: `<data_dir>/<dataset>/tokenizers/<version>/spm_<vocab>.model`
+  for an embedded dataset (the train split is that version's), else
+  `<data_dir>/<dataset>/tokenizers/spm_<vocab>.model`; later runs reuse it.
   `byte_fallback` maps characters unseen in training to byte pieces instead of
   unk. Text is not normalised (identity rule, whitespace kept), so line breaks
   of verse survive and `decode(encode(s)) == s`.
@@ -145,11 +147,31 @@ class HFTokenizer:
 Tokenizer = ByteTokenizer | SentencePieceTokenizer | HFTokenizer
 
 
+# Tokenizers of the embedded datasets' first version were stored before the
+# directory named the version (1.1.0 moved works out of train).
+_UNVERSIONED = "1.0.0"
+
+
+def tokenizer_dir(dataset_name: str, data_dir: str | None) -> str:
+  """Where the tokenizers trained on a dataset's train split are stored.
+
+  An embedded dataset's train split changes between versions, so its
+  tokenizers are kept per version: `name:1.0.0` finds the one that version's
+  runs were trained with.
+  """
+  name, _ = sources.split_version(sources.canonical_name(dataset_name))
+  path = os.path.join(sources.resolve_data_dir(data_dir), *name.split("/"),
+                      "tokenizers")
+  version = sources.embedded_version(dataset_name)
+  if version is not None and version != _UNVERSIONED:
+    path = os.path.join(path, version)
+  return path
+
+
 def tokenizer_path(dataset_name: str, data_dir: str | None, vocab_size: int
                    ) -> str:
-  name = sources.canonical_name(dataset_name).split(":")[0]
-  return os.path.join(sources.resolve_data_dir(data_dir), *name.split("/"),
-                      "tokenizers", f"spm_{vocab_size}.model")
+  return os.path.join(tokenizer_dir(dataset_name, data_dir),
+                      f"spm_{vocab_size}.model")
 
 
 def train_sentencepiece(texts: Iterable[str], model_path: str,
