@@ -3,8 +3,8 @@
 A synthetic 2x2 sweep (norm_position pre/post x position rope/alibi, 3 seeds,
 one post/alibi seed diverged) is laid out as the runner leaves it: sweep.json,
 status.json, TensorBoard event files, an extrapolation result. The report's
-aggregates and Welch intervals are checked against hand-computed values
-(Student t quantiles from printed tables).
+aggregates, paired and Welch intervals are checked against hand-computed
+values (Student t quantiles from printed tables).
 """
 
 from __future__ import annotations
@@ -95,36 +95,58 @@ def test_welch_interval_matches_hand_computation():
   assert stats.mean_std([1.0, 1.2, 1.1]) == pytest.approx((1.1, 0.1))
 
 
-def test_points_table_aggregates_over_seeds(sweep_dir):
+def test_points_table_counts_outcomes_and_aggregates_over_seeds(sweep_dir):
   report = (sweep_dir / "report.md").read_text()
-  assert "| pre | rope | 3/3 | 0 | 1.1000 ± 0.1000 |" in report
-  assert "| post | rope | 3/3 | 0 | 1.6000 ± 0.1000 |" in report
+  assert "| pre | rope | 3 | 3 | 0 | 0 | 1.1000 ± 0.1000 |" in report
+  assert "| post | rope | 3 | 3 | 0 | 0 | 1.6000 ± 0.1000 |" in report
   # The diverged seed is counted, not averaged: mean of 1.3 and 1.5.
-  assert "| post | alibi | 2/3 | 1 | 1.4000 ± 0.1414 |" in report
-  # tokens/s: median after the first interval (compilation) = 2000; wall: mean.
-  assert "| 2,000 | 61 |" in report
+  assert "| post | alibi | 3 | 2 | 0 | 1 | 1.4000 ± 0.1414 |" in report
+  # tokens/s: median after the first interval (compilation) = 2000.
+  assert "| 2,000 |" in report
   assert "python -m tfx_jax.sweep experiments/synthetic.py" in report
 
 
-def test_differences_from_the_base_value_with_welch_intervals(sweep_dir):
+def test_comparisons_are_paired_where_the_seeds_match_and_welch_otherwise(sweep_dir):
+  data = json.loads((sweep_dir / "report.json").read_text())
+  rows = {(r["axis"], r["context"], r["value"], r["metric"]): r for r in data["comparisons"]}
+  # post - pre with position=rope: the same three seeds, per-seed differences
+  # 0.5, 0.4, 0.6: paired t with 2 degrees of freedom.
+  r = rows[("model.norm_position", "position=rope", "post", "eval/loss")]
+  half = T_975_DF2 * 0.1 / math.sqrt(3)
+  assert r["method"] == "paired" and r["n"] == 3 and r["df"] == pytest.approx(2)
+  assert (r["diff"], r["low"], r["high"]) == pytest.approx((0.5, 0.5 - half, 0.5 + half))
+  assert r["verdict"] == "worse"
+  # post/alibi lost seed 1: Welch on 2 against 3 values.
+  r = rows[("model.norm_position", "position=alibi", "post", "eval/loss")]
+  assert r["method"] == "welch" and (r["n"], r["n_base"]) == (2, 3)
+  iv = stats.welch_interval([1.3, 1.5], [1.0, 1.1, 1.2])
+  assert (r["low"], r["high"]) == pytest.approx((iv.low, iv.high))
+  # alibi - rope with norm_position=pre: per-seed differences 0, -0.1, +0.1:
+  # no effect, but three seeds cannot show equivalence within 0.01 nats.
+  r = rows[("model.position", "norm_position=pre", "alibi", "eval/loss")]
+  assert r["method"] == "paired"
+  assert (r["diff"], r["high"]) == pytest.approx((0.0, half), abs=1e-12)
+  assert r["verdict"] == "unresolved"
+  # ppl@1x: 10 + seed on both sides: an exact 0, equivalent.
+  r = rows[("model.position", "norm_position=pre", "alibi", "ppl@1x")]
+  assert r["diff"] == pytest.approx(0.0) and r["verdict"] == "equivalent"
+  # ppl@2x: rope 20, alibi 10 in every seed: an exact difference, an effect.
+  r = rows[("model.position", "norm_position=pre", "alibi", "ppl@2x")]
+  assert r["diff"] == pytest.approx(-10.0) and r["verdict"] == "better"
+  # Holm over the whole report: the adjusted p-values are those of the family.
+  adjusted = stats.holm([row["p"] for row in data["comparisons"]])
+  assert [row["p_adjusted"] for row in data["comparisons"]] == adjusted
   report = (sweep_dir / "report.md").read_text()
-  assert "Welch's unequal-variance t test" in report
-  half = T_975_DF4 * math.sqrt(0.01 / 3 + 0.01 / 3)
-  # post - pre with position=rope: +0.5, an effect; pre is best, distinguishable.
-  assert (f"| position=rope | post | +0.5000 [{0.5 - half:+.4f}, {0.5 + half:+.4f}] ✓ |"
-          in report)
-  assert "| position=rope | pre | **base best** |" in report
-  # alibi - rope with norm_position=pre: identical samples, no effect, no best.
-  assert "| norm_position=pre | alibi | +0.0000 [-0.2267, +0.2267] |" in report
-  assert "| norm_position=pre | rope | base |" in report
-  # ppl@2x: rope 20, alibi 10 in every seed: zero spread, an exact difference.
-  assert "-10.0000 [-10.0000, -10.0000] ✓" in report
+  assert report.index("## Verdicts") < report.index("## Points")
+  assert "- post vs pre (position=rope): worse by 0.500 nats" in report
+  assert "3 seeds paired" in report
 
 
 def test_extrapolation_layer_stats_csv_and_plots(sweep_dir):
   report = (sweep_dir / "report.md").read_text()
   assert "## Length extrapolation" in report
   assert "| pre | rope | 11.00 ± 1.00 | 20.00 ± 0.00 |" in report
+  assert "## Noise floor and power" in report
   assert "## Gradient norm per layer near initialisation" in report
   assert "| post | rope | 0.5 | 2 |" in report
   assert "| pre | alibi | 1 | 1 |" in report

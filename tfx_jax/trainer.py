@@ -146,6 +146,8 @@ class _TrainingLoop:
     if self.is_chief:
       (self.workdir / "config.json").write_text(
           json.dumps(config.to_dict(), indent=2, default=str))
+    self.num_params = sum(int(np.prod(x.shape))
+                          for x in jax.tree.leaves(sharded.abstract_state.params))
     self.eval_step = sharded.eval_step()
     self.sample_inputs = (self.task.sample_inputs(config)
                             if self.task.sample_inputs else [])
@@ -192,7 +194,8 @@ class _TrainingLoop:
         if compile_seconds is None:
           compile_seconds = self._compile(batch)
           _write_status(self.workdir, "running", start_step,
-                        compile_seconds=round(compile_seconds, 3))
+                        compile_seconds=round(compile_seconds, 3),
+                        num_params=self.num_params)
           self.timer = (self.timer[0], time.time(), self.timer[2])
         self.state, metrics = self.train_step(self.state, batch)
         step += 1
@@ -288,7 +291,7 @@ class _TrainingLoop:
                    force=force)
 
   def _finish(self, outcome, reason, step, compile_seconds) -> RunResult:
-    extra = {"num_nonfinite_skipped": self.num_skipped}
+    extra = {"num_nonfinite_skipped": self.num_skipped, "num_params": self.num_params}
     if compile_seconds is not None:
       extra["compile_seconds"] = round(compile_seconds, 3)
     if outcome == "diverged":

@@ -233,6 +233,7 @@ class TfxGccTranslate(builder_base.PackageBuilder):
   """English -> German/French GCC diagnostic messages."""
 
   VERSION = tfds.core.Version("1.1.0")
+  SPLITS = SPLITS
   RELEASE_NOTES = {
       "1.0.0": "Initial release.",
       "1.1.0": "A test split: hash buckets 5-9 of 100, taken out of train; "

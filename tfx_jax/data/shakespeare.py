@@ -262,6 +262,7 @@ class _ShakespeareBase(builder_base.PackageBuilder):
   """Shared source handling; subclasses define features and examples."""
 
   VERSION = tfds.core.Version("1.1.0")
+  SPLITS = ("train", *HELD_OUT_WORKS)
   RELEASE_NOTES = {
       "1.0.0": "Initial release.",
       "1.1.0": "A test split: one more held-out work per genre (TEST_WORKS), "

@@ -276,14 +276,18 @@ def num_classes(name: str, data_dir: str | None = None,
 
 
 def has_split(name: str, split: str, data_dir: str | None = None) -> bool:
-  """Whether ``name`` has ``split``, without building anything: an embedded
-  dataset's builder declares its splits (``SPLITS``); another dataset is
-  looked up in its prepared ``dataset_info.json`` (not prepared: False)."""
-  canonical = canonical_name(name)
-  if canonical in EMBEDDED:
-    return split in getattr(EMBEDDED[canonical].builder, "SPLITS", ())
+  """Whether ``name`` has ``split``, without building anything: the current
+  version of an embedded dataset declares its splits (its builder's
+  ``SPLITS``); any other dataset or version is looked up in its prepared
+  ``dataset_info.json`` (not prepared: False)."""
+  base, version = split_version(canonical_name(name))
+  spec = EMBEDDED.get(base)
+  if spec is not None and version in ("", str(spec.builder.VERSION)):
+    return split in spec.builder.SPLITS
   try:
-    builder = tfds.builder(name, data_dir=resolve_data_dir(data_dir))
-  except Exception:  # pylint: disable=broad-except
+    builder = _builder_for(name, data_dir) if spec is None else tfds.builder(
+        spec.builder.name, data_dir=resolve_data_dir(data_dir), version=version,
+        **({"config": spec.config} if spec.config else {}))
+  except Exception:  # pylint: disable=broad-except  # unknown or unreadable: no split
     return False
   return _is_prepared(builder) and split in builder.info.splits

@@ -1,19 +1,25 @@
-"""A sweep's report: ``runs/<sweep>/report.md``, ``report.csv`` and PNG plots.
+"""A sweep's report: ``runs/<sweep>/report.md``, ``report.json``,
+``report.csv`` and PNG plots.
 
-- one row per point (a combination of axis values): seeds finished / total,
-  diverged count, final eval metrics as mean +- std over seeds, tokens/s,
-  wall time;
-- per axis, each value's difference from the axis's base value (the value
-  the base config has) within each combination of the other axes, with a
-  95% Welch t interval over seeds (``stats.welch_interval``); the best value
-  per metric is marked only where it is distinguishable from the runner-up;
+``report.json`` is ``analysis.analyze`` (the numbers: points, chosen tuned
+values, outcomes, comparisons with verdicts); ``report.md`` renders it:
+
+- the verdicts in words first;
+- one row per point: its chosen tuned values, learned / stalled / diverged
+  counts, metrics on the compared split (mean +- std over seeds), tokens/s;
+- per tuned value of each point: the selection metric and outcomes;
+- learning-rate sensitivity curves and numbers;
+- per axis, each value against the axis's base value within each combination
+  of the other axes: the method (paired or Welch), the difference with its
+  95% interval, the Holm-adjusted p and the verdict;
+- the noise floor and the smallest detectable difference per axis; the
+  effects against model size where an axis changes it;
 - loss curves per axis, the length-extrapolation table (position sweeps) and
-  per-layer gradient norms near initialisation (runs with
-  ``train.log_layer_stats``);
+  per-layer gradient norms near initialisation (``train.log_layer_stats``);
 - the command that reproduces the sweep.
 
 Everything below ``write_report`` is a pure function of ``collect.collect``'s
-output.
+output and the datasets' baselines (``baselines``).
 """
 
 from __future__ import annotations
@@ -23,21 +29,14 @@ import math
 import pathlib
 from typing import Any, Sequence
 
+from tfx_jax import files
+from tfx_jax.report import analysis
 from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import stats
-from tfx_jax.report.points import (context_label, contexts, group_points,
-                                    value_label)
+from tfx_jax.report.points import group_points, value_label
 
-LOWER_IS_BETTER = ("loss", "perplexity", "nll", "ppl")
 METRIC_ORDER = ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/bleu", "train/nll")
-
-
-def lower_is_better(metric: str) -> bool:
-  return any(word in metric for word in LOWER_IS_BETTER)
-
-
-
-
+lower_is_better = analysis.lower_is_better
 
 
 def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
@@ -57,15 +56,6 @@ def metric_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
   return ordered + rest + ppl
 
 
-
-
-
-
-def finished_values(runs, metric: str) -> list[float]:
-  return [run_metrics(s)[metric] for _, s in runs
-          if s["state"] == "finished" and metric in run_metrics(s)]
-
-
 def _pm(values: Sequence[float], digits: int = 4) -> str:
   if not values:
     return "-"
@@ -74,97 +64,6 @@ def _pm(values: Sequence[float], digits: int = 4) -> str:
 
 
 # ------------------------------------------------------------------ tables
-def points_table(record, points, metrics) -> list[list[str]]:
-  head = [a["label"] for a in record["axes"]] + ["seeds", "diverged", *metrics,
-                                                 "tokens/s", "wall s/run"]
-  rows = [head]
-  for key, runs in points.items():
-    finished = sum(s["state"] == "finished" for _, s in runs)
-    diverged = sum(s["state"] == "diverged" for _, s in runs)
-    tps = [s["tokens_per_sec"] for _, s in runs if s["tokens_per_sec"]]
-    wall = [s["wall_seconds"] for _, s in runs if s["wall_seconds"]]
-    rows.append([value_label(a["values"][i]) for a, i in zip(record["axes"], key)]
-                + [f"{finished}/{len(runs)}", str(diverged)]
-                + [_pm(finished_values(runs, m)) for m in metrics]
-                + [f"{stats.mean_std(tps)[0]:,.0f}" if tps else "-",
-                   f"{stats.mean_std(wall)[0]:.0f}" if wall else "-"])
-  return rows
-
-
-
-
-
-
-def axis_comparisons(record, points, metrics) -> list[dict[str, Any]]:
-  """Per axis, context, value and metric: the Welch interval against the base value.
-
-  Each row: axis, context, value, reference, metric, interval (None for the
-  reference itself), n, n_ref, best (the best mean in its context and
-  distinguishable from the runner-up).
-  """
-  out = []
-  for ai, axis in enumerate(record["axes"]):
-    if len(axis["values"]) < 2:
-      continue
-    ref = axis["reference"]
-    for ctx in contexts(record, ai):
-      def runs_at(vi):
-        key = tuple(vi if j == ai else c for j, c in enumerate(ctx))
-        return points.get(key, [])
-      for metric in metrics:
-        samples = {vi: finished_values(runs_at(vi), metric)
-                   for vi in range(len(axis["values"]))}
-        ranked = sorted((vi for vi in samples if samples[vi]),
-                        key=lambda vi: stats.mean_std(samples[vi])[0],
-                        reverse=not lower_is_better(metric))
-        best = None
-        if len(ranked) >= 2 and stats.welch_interval(
-            samples[ranked[0]], samples[ranked[1]]).excludes_zero():
-          best = ranked[0]
-        for vi in range(len(axis["values"])):
-          interval = (None if vi == ref or not samples[vi] or not samples[ref]
-                      else stats.welch_interval(samples[vi], samples[ref]))
-          out.append({"axis": axis["label"], "axis_index": ai, "context": ctx,
-                      "value": vi, "reference": ref, "metric": metric,
-                      "interval": interval, "n": len(samples[vi]),
-                      "n_ref": len(samples[ref]), "best": vi == best,
-                      "diverged": sum(s["state"] == "diverged" for _, s in runs_at(vi))})
-  return out
-
-
-def comparison_cell(row) -> str:
-  if row["n"] == 0:
-    return "diverged" if row["diverged"] else "-"
-  if row["value"] == row["reference"]:
-    cell = "base"
-  elif row["interval"] is None:
-    cell = "-"
-  else:
-    iv = row["interval"]
-    if iv.known:
-      mark = " ✓" if iv.excludes_zero() else ""
-      cell = f"{iv.diff:+.4f} [{iv.low:+.4f}, {iv.high:+.4f}]{mark}"
-    else:
-      cell = f"{iv.diff:+.4f} (1 seed)"
-  return f"**{cell} best**" if row["best"] else cell
-
-
-def comparison_tables(record, rows, metrics) -> dict[int, list[list[str]]]:
-  """{axis index: table} with one row per (context, value), one column per metric."""
-  tables: dict[int, list[list[str]]] = {}
-  cells: dict[tuple, dict[str, str]] = {}
-  for row in rows:
-    cells.setdefault((row["axis_index"], row["context"], row["value"]), {})[
-        row["metric"]] = comparison_cell(row)
-  for (ai, ctx, vi), by_metric in cells.items():
-    axis = record["axes"][ai]
-    table = tables.setdefault(ai, [["context", axis["label"]] +
-                                   [f"Δ {m} [95% CI]" for m in metrics]])
-    table.append([context_label(record, ctx, ai), value_label(axis["values"][vi])]
-                 + [by_metric.get(m, "-") for m in metrics])
-  return tables
-
-
 def lengths_table(record, points) -> list[list[str]] | None:
   multiples = sorted({k for runs in points.values() for _, s in runs for k in s["lengths"]})
   if not multiples:
@@ -203,14 +102,15 @@ def markdown_table(rows: list[list[str]]) -> str:
 
 # ------------------------------------------------------------------ output
 def write_csv(path: pathlib.Path, record, summaries, metrics) -> None:
-  fields = [f for a in record["axes"] for f in a["fields"]]
+  fields = [f for a in record["axes"] for f in a["fields"]] + list(record.get("tune", {}))
   with open(path, "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(["run", "seed", *fields, "state", "step", *metrics, "tokens_per_sec",
                 "wall_seconds", "compile_seconds"])
     for entry in record["runs"]:
       s = summaries[entry["name"]]
-      values = {k: v for value in entry["values"] for k, v in value.items()}
+      values = {k: v for value in [*entry["values"], entry.get("tuned", {})]
+                for k, v in value.items()}
       m = run_metrics(s)
       w.writerow([entry["name"], entry["seed"], *[values.get(f, "") for f in fields],
                   s["state"], s["step"], *[m.get(k, "") for k in metrics],
@@ -218,42 +118,162 @@ def write_csv(path: pathlib.Path, record, summaries, metrics) -> None:
                   s["compile_seconds"] if s["compile_seconds"] is not None else ""])
 
 
-def render(record, summaries, plots: dict[str, str]) -> str:
+def _fmt(x: float | None, digits: int = 4) -> str:
+  return "-" if x is None else f"{x:.{digits}f}"
+
+
+def points_table(record, report, points) -> list[list[str]]:
+  """One row per point: chosen tuned values, outcomes, compared metrics."""
+  metrics = analysis.compared_metrics(report["points"], report["select_by"])
+  tuned = bool(record.get("tune"))
+  head = ([a["label"] for a in record["axes"]] + (["chosen"] if tuned else [])
+          + ["runs", "learned", "stalled", "diverged"]
+          + [f"{m} ({report['report_split']})" for m in metrics] + ["tokens/s"])
+  rows = [head]
+  for point in report["points"]:
+    key = tuple(point["key"])
+    c = point["counts"]
+    values = {m: [v[m] for v in point["compared"].values() if m in v] for m in metrics}
+    tps = [s["tokens_per_sec"] for _, s in points.get(key, []) if s["tokens_per_sec"]]
+    rows.append(list(point["values"].values())
+                + ([point["chosen_label"] or "none learned"] if tuned else [])
+                + [str(point["runs"]), str(c["learned"]), str(c["stalled"]),
+                   str(c["diverged"])]
+                + [_pm(values[m]) for m in metrics]
+                + [f"{stats.mean_std(tps)[0]:,.0f}" if tps else "-"])
+  return rows
+
+
+def tuned_table(record, report) -> list[list[str]]:
+  """Each point at each tuned value: the selection metric (validation)."""
+  head = [a["label"] for a in record["axes"]] + [
+      "tuned", f"{report['select_by']} (validation)", "learned", "stalled", "diverged",
+      "chosen"]
+  rows = [head]
+  for point in report["points"]:
+    for row in point["tuned"]:
+      c = row["counts"]
+      rows.append(list(point["values"].values())
+                  + [row["label"], _fmt(row["selection_mean"]), str(c["learned"]),
+                     str(c["stalled"]), str(c["diverged"]),
+                     "✓" if row["label"] == point["chosen_label"] else ""])
+  return rows
+
+
+def comparisons_table(rows: list[dict[str, Any]]) -> list[list[str]]:
+  out = [["context", "value", "metric", "method", "seeds", "Δ vs base [95% CI]",
+          "adjusted p", "verdict"]]
+  for r in rows:
+    interval = (f"{r['diff']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}]"
+                if r["low"] is not None else f"{r['diff']:+.4f} (no interval)")
+    seeds = str(r["n"]) if r["method"] == "paired" else f"{r['n']} / {r['n_base']}"
+    out.append([r["context"], r["value"], r["metric"], r["method"], seeds, interval,
+                "-" if r["p_adjusted"] is None else f"{r['p_adjusted']:.3g}",
+                f"**{r['verdict']}**"])
+  return out
+
+
+def sensitivity_table(report) -> list[list[str]]:
+  rows = [["point", "sensitivity", "failed runs", "l0"]]
+  for s in report["sensitivity"]:
+    rows.append([", ".join(s["point"].values()) or "base", _fmt(s["sensitivity"]),
+                 str(sum(c["failed"] for c in s["curve"])), _fmt(s["initial_loss"], 3)])
+  return rows
+
+
+def noise_table(report) -> list[list[str]]:
+  rows = [["axis", "base value", "seeds", "seed std (base point)",
+           f"smallest detectable Δ at {report['options']['power']:.0%} power", "method"]]
+  for n in report["noise"]:
+    rows.append([n["axis"], n["base_value"], str(n["seeds"]), _fmt(n["base_sd"]),
+                 _fmt(n["min_detectable_difference"]), n["method"] or "-"])
+  return rows
+
+
+def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> str:
   """The report's markdown."""
   points = group_points(record, summaries)
-  metrics = metric_names(list(summaries.values()))
+  base = " ".join(f"--config.{k}={v}" for k, v in record["overrides"].items())
+  counts = {o: sum(p["counts"][o] for p in report["points"]) for o in analysis.OUTCOMES}
   states: dict[str, int] = {}
   for s in summaries.values():
     states[s["state"]] = states.get(s["state"], 0) + 1
-  base = " ".join(f"--config.{k}={v}" for k, v in record["overrides"].items())
+  select_by, split = report["select_by"], report["report_split"]
+  family = [r for r in report["comparisons"]]
   out = [f"# Sweep `{record['name']}`", ""]
   if record.get("description"):
     out += [record["description"], ""]
-  out += ["Reproduce:", "", "```bash", record["command"], "```", "",
+  out += ["## Verdicts", ""]
+  if record.get("tune"):
+    tuned = ", ".join(f"`{k}` in {v}" for k, v in record["tune"].items())
+    how = (f"Each point is compared at its own best tuned value ({tuned}), chosen by "
+           f"the mean `{select_by}` of its learned runs on the validation split")
+    if report["reserved_seed"] is not None:
+      how += (f"; the dataset has no test split, so seed {report['reserved_seed']} is "
+              "reserved for that choice and the other seeds are compared on validation.")
+    else:
+      how += "; the comparisons read the test split, which the choice never saw."
+  else:
+    how = f"Compared on the {split} split."
+  out += [how + f" {len(family)} comparisons form one family (Holm-Bonferroni); "
+          "verdicts at α = 0.05, equivalence by two one-sided tests within the "
+          "margin.", ""]
+  main = [r for r in report["comparisons"] if r["metric"] == select_by]
+  out += [f"- {r['text']}" for r in main] or ["- no comparison has learned runs on "
+                                              "both sides yet."]
+  out += ["", "Reproduce:", "", "```bash", record["command"], "```", "",
           f"Base: `{record['config']}` {('`' + base + '`') if base else ''}", "",
           f"{len(record['runs'])} runs: " + ", ".join(f"{n} {k}" for k, n in states.items())
-          + f"; seeds {record['seeds']}.", "", "## Results per point", "",
-          "Final evaluation metrics, mean ± standard deviation over the finished seeds "
-          "(diverged runs are counted, not averaged).", "",
-          markdown_table(points_table(record, points, metrics)), ""]
-  compared = [m for m in metrics if m != "eval/perplexity"]
-  rows = axis_comparisons(record, points, compared)
-  tables = comparison_tables(record, rows, compared)
-  if tables:
-    out += ["## Differences from the base value", "",
-            "Difference of the mean over seeds (value − base value) within each "
-            "combination of the other axes, with a 95% confidence interval from "
-            "Welch's unequal-variance t test (Welch–Satterthwaite degrees of freedom; "
-            "needs two finished seeds per side). ✓: the interval excludes 0 (an effect, "
-            "not seed noise). **best**: the best mean of its context, marked only "
-            "where its interval against the runner-up excludes 0.", ""]
-    for ai, table in tables.items():
-      axis = record["axes"][ai]
+          + f"; of the finished, {counts['learned']} learned, {counts['stalled']} "
+          f"stalled, {counts['diverged']} diverged; seeds {record['seeds']}.", "",
+          "## Points", "",
+          f"Metrics on the {split} split at each point's chosen tuned value, mean ± "
+          "standard deviation over its learned runs. Stalled: the final validation loss "
+          f"is not below the unigram entropy of the training targets (the best model "
+          f"that ignores context) by {report['options']['stall_margin']} nats; stalled "
+          "and diverged runs are counted, not averaged.", "",
+          markdown_table(points_table(record, report, points)), ""]
+  if record.get("tune"):
+    out += ["## Tuned values", "", markdown_table(tuned_table(record, report)), ""]
+    if report["sensitivity"]:
+      out += ["### Learning-rate sensitivity", "",
+              "Wortsman et al. 2023: E_η[min(l(η), l0) − min_η l(η)] over the tuned "
+              "values, l the mean final validation loss of the learned runs, a value "
+              "whose runs all failed counted as l0 (the loss at initialisation, ln |V|). "
+              "Lower: the point trains well over a wider range.", "",
+              markdown_table(sensitivity_table(report)), ""]
+      for key, name in plots.items():
+        if key.startswith("sensitivity:"):
+          out += [f"![sensitivity]({name})", ""]
+  if report["comparisons"]:
+    out += ["## Comparisons", "",
+            "Each value against its axis's base value within each combination of the "
+            "other axes. Paired: differences per seed (same seeds, same data order); "
+            "Welch: unpaired. p adjusted by Holm-Bonferroni over every comparison "
+            "below.", ""]
+    for ai, axis in enumerate(record["axes"]):
+      rows = [r for r in report["comparisons"] if r["axis_index"] == ai]
+      if not rows:
+        continue
       out += [f"### {axis['label']} (base value: "
               f"{value_label(axis['values'][axis['reference']])})", "",
-              markdown_table(table), ""]
+              markdown_table(comparisons_table(rows)), ""]
       if plots.get(f"curves:{ai}"):
         out += [f"![loss curves, {axis['label']}]({plots[f'curves:{ai}']})", ""]
+  if report["noise"]:
+    out += ["## Noise floor and power", "",
+            f"The base point's seed-to-seed standard deviation of `{select_by}` and the "
+            "smallest true difference the current seeds detect with a two-sided t test "
+            "at α = 0.05 (noncentral t); more seeds where it exceeds the effects that "
+            "matter (`python -m tfx_jax.sweep ... --until-resolved MAX_SEEDS`).", "",
+            markdown_table(noise_table(report)), ""]
+  if report["scale"]:
+    out += ["## Effects against model size", "",
+            "Each axis's difference from its base value at each model size of the "
+            "size axis, with its 95% interval.", ""]
+    for key, name in plots.items():
+      if key.startswith("scale:"):
+        out += [f"![effects against size]({name})", ""]
   lengths = lengths_table(record, points)
   if lengths:
     out += ["## Length extrapolation", "",
@@ -274,15 +294,20 @@ def render(record, summaries, plots: dict[str, str]) -> str:
   return "\n".join(out)
 
 
-def write_report(sweep_dir: str | pathlib.Path) -> pathlib.Path:
-  """Writes report.md, report.csv and the PNG plots of ``sweep_dir``; returns report.md."""
+def write_report(sweep_dir: str | pathlib.Path, options: analysis.Options = analysis.Options()
+                 ) -> pathlib.Path:
+  """Writes report.md, report.json, report.csv and the PNG plots of
+  ``sweep_dir``; returns report.md."""
   from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel  # matplotlib
+  from tfx_jax.report import baselines  # pylint: disable=import-outside-toplevel  # data, tokenizers
   sweep_dir = pathlib.Path(sweep_dir)
   record, summaries = collect_lib.collect(sweep_dir)
+  report = analysis.analyze(record, summaries, baselines.of_runs(sweep_dir, record), options)
   points = group_points(record, summaries)
   metrics = metric_names(list(summaries.values()))
-  plots = plots_lib.write_plots(sweep_dir, record, points)
+  plots = plots_lib.write_plots(sweep_dir, record, points, report)
   write_csv(sweep_dir / "report.csv", record, summaries, metrics)
+  files.write_json(sweep_dir / "report.json", report)
   path = sweep_dir / "report.md"
-  path.write_text(render(record, summaries, plots))
+  path.write_text(render(record, summaries, report, plots))
   return path

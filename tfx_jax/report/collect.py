@@ -46,6 +46,24 @@ def latest_lengths(workdir: pathlib.Path) -> list[dict[str, Any]] | None:
   return json.loads(files[-1].read_text())
 
 
+def split_metrics(workdir: pathlib.Path, split: str) -> dict[str, float]:
+  """The newest ``python -m tfx_jax.evaluate --split SPLIT`` metrics of a run
+  (``eval/<split>-<step>.json``) under the in-training names (``eval/loss``,
+  ``eval/bleu``, ...); {} if there is none."""
+  found = []
+  for path in (workdir / "eval").glob(f"{split}-*.json"):
+    step = path.name[len(split) + 1:-len(".json")]
+    if step.isdigit():
+      found.append((int(step), path))
+  if not found:
+    return {}
+  metrics = json.loads(max(found)[1].read_text())
+  return {(k if k.startswith("eval/") else f"eval/{k}"): float(v)
+          for k, v in metrics.items()
+          if isinstance(v, (int, float)) and not isinstance(v, bool)
+          and k not in ("step", "num_examples", "beam_size")}
+
+
 def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
   """The figures of one run that the report aggregates.
 
@@ -54,7 +72,8 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
   tokens_per_sec (median of train/tokens_per_sec, first interval excluded:
   it includes compilation), wall_seconds, compile_seconds, lengths
   ({multiple: perplexity}), layer_stats ({kind: {(stack, layer): value}} at
-  the first step they were logged).
+  the first step they were logged), test (``split_metrics(workdir, "test")``),
+  num_params (the model's parameter count, from status.json).
   """
   status = status_lib.read_status(workdir) or {}
   scalars = read_scalars(workdir / "tensorboard")
@@ -83,6 +102,8 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
       "compile_seconds": status.get("compile_seconds", entry.get("compile_seconds")),
       "lengths": lengths,
       "layer_stats": layer,
+      "test": split_metrics(workdir, "test"),
+      "num_params": status.get("num_params"),
   }
 
 

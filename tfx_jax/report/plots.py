@@ -4,7 +4,12 @@
   axis (mean over seeds, band = min..max over seeds), one panel per
   combination of the other axes (at most ``MAX_PANELS``);
 - ``lengths.png``: perplexity against window length, one line per point;
-- ``layers.png``: gradient norm per layer at the first logged step.
+- ``layers.png``: gradient norm per layer at the first logged step;
+- ``sensitivity_<field>.png`` (tuned sweeps): the final validation metric
+  against each tuned value (log x), one curve per point (the mean of its
+  learned runs), every seed a faint point, failed runs marked at l0;
+- ``scale.png``: each axis's difference from its base value against the
+  parameter count, with its interval (where an axis changes the model size).
 """
 
 from __future__ import annotations
@@ -123,9 +128,75 @@ def layers_plot(path: pathlib.Path, record, points, kind: str = "grad_norm") -> 
   return _save(plt, fig, path, drawn)
 
 
-def write_plots(sweep_dir: pathlib.Path, record, points) -> dict[str, str]:
+def sensitivity_plot(path: pathlib.Path, record, report, field: str) -> bool:
+  """The selection metric against the tuned ``field`` (other tuned fields: the
+  point's chosen values), one curve per point."""
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(6, 4))
+  drawn = False
+  select_by = report["select_by"]
+  for s in report["sensitivity"]:
+    point = next(p for p in report["points"] if p["key"] == s["key"])
+    others = {k: v for k, v in (point["chosen"] or {}).items() if k != field}
+    curve = [c for c in s["curve"] if all(c["tuned"].get(k) == v for k, v in others.items())]
+    curve.sort(key=lambda c: c["tuned"][field])
+    label = ", ".join(s["point"].values()) or "base"
+    xs = [c["tuned"][field] for c in curve if c["mean"] is not None]
+    ys = [c["mean"] for c in curve if c["mean"] is not None]
+    line, = ax.plot(xs, ys, marker="o", label=label)
+    for c in curve:
+      for value in c["seeds"].values():
+        if value is not None:
+          ax.scatter([c["tuned"][field]], [value], color=line.get_color(), alpha=0.3, s=12)
+      if c["failed"] and s["initial_loss"] is not None:
+        ax.scatter([c["tuned"][field]], [s["initial_loss"]], color=line.get_color(),
+                   marker="x", s=40)
+    drawn = drawn or bool(curve)
+  ax.set_xscale("log")
+  ax.set_xlabel(f"{field} (tuned)")
+  ax.set_ylabel(f"final {select_by} (validation)")
+  ax.set_title(f"{select_by} against {field.split('.')[-1]}: x = failed run (at l0)",
+               fontsize=9)
+  if drawn:
+    ax.legend(fontsize=8)
+  return _save(plt, fig, path, drawn)
+
+
+def scale_plot(path: pathlib.Path, report) -> bool:
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(6, 4))
+  groups: dict[str, list] = {}
+  for row in report["scale"]:
+    groups.setdefault(f"{row['value']} vs {row['base_value']}", []).append(row)
+  for label, rows in groups.items():
+    rows.sort(key=lambda r: r["num_params"])
+    xs = [r["num_params"] for r in rows]
+    ys = [r["diff"] for r in rows]
+    err = [[r["diff"] - r["low"] if r["low"] is not None else 0 for r in rows],
+           [r["high"] - r["diff"] if r["high"] is not None else 0 for r in rows]]
+    ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+  ax.axhline(0.0, color="grey", linewidth=0.8)
+  ax.set_xscale("log")
+  ax.set_xlabel("parameters")
+  ax.set_ylabel(f"Δ {report['select_by']} vs base (95% CI)")
+  if groups:
+    ax.legend(fontsize=8)
+  return _save(plt, fig, path, bool(groups))
+
+
+def write_plots(sweep_dir: pathlib.Path, record, points, report=None) -> dict[str, str]:
   """Writes every plot that has data; returns {plot key: file name}."""
   out: dict[str, str] = {}
+  if report is not None:
+    for field, values in record.get("tune", {}).items():
+      if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                 for v in values):
+        continue  # a non-numeric tuned field has no log axis; its table stays
+      name = "sensitivity_" + re.sub(r"[^A-Za-z0-9_.+-]", "_", field) + ".png"
+      if report["sensitivity"] and sensitivity_plot(sweep_dir / name, record, report, field):
+        out[f"sensitivity:{field}"] = name
+    if report["scale"] and scale_plot(sweep_dir / "scale.png", report):
+      out["scale:"] = "scale.png"
   for ai, axis in enumerate(record["axes"]):
     name = "curves_" + re.sub(r"[^A-Za-z0-9_.+-]", "_", axis["label"]) + ".png"
     if curves_plot(sweep_dir / name, record, points, ai):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import pathlib
@@ -25,6 +26,7 @@ from typing import Any
 from tfx_jax.cli import exit_code
 from tfx_jax.errors import ConfigError
 from tfx_jax.config_base import load_config_file
+from tfx_jax.sweep import adaptive
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
 from tfx_jax.sweep import validate
@@ -54,7 +56,12 @@ def _parser() -> argparse.ArgumentParser:
                  '"--partition=gpu --gres=gpu:1 --time=4:00:00"')
   p.add_argument("--retry-failed", action="store_true", help="run failed runs again")
   p.add_argument("--status", action="store_true",
-                 help="show each run's state (and SLURM's queue); run nothing")
+                 help="show each run's state (and SLURM's queue), the unresolved "
+                 "comparisons and each point's seeds; run nothing")
+  p.add_argument("--until-resolved", type=int, default=0, metavar="MAX_SEEDS",
+                 help="after the runs, add seeds one at a time to the points of "
+                 "unresolved comparisons until all are resolved or the points have "
+                 "MAX_SEEDS seeds")
   return p
 
 
@@ -164,6 +171,7 @@ def build_record(sweep: spec_lib.Sweep, axes, runs, command: str,
         "tuned": dict(run.tuned), "overrides": run.overrides, "state": "pending", "step": 0, "reason": "",
         "attempts": prev.get("attempts", 0), "wall_seconds": prev.get("wall_seconds", 0.0),
         "compile_seconds": prev.get("compile_seconds")})
+  adaptive.restore_added(record, previous)
   return record
 
 
@@ -193,6 +201,9 @@ def _sweep(argv: list[str]) -> int:
   args = _parser().parse_args(rest)
   if args.parallel < 1:
     raise ConfigError(f"--parallel={args.parallel}: must be >= 1.")
+  if args.until_resolved < 0:
+    raise ConfigError(f"--until-resolved={args.until_resolved}: must be a number of "
+                      "seeds >= 1.")
   sweep = declared_sweep(args, cli_overrides)
   axes, runs = spec_lib.expand(sweep)
   validate.check_runs(sweep.config, axes, runs)
@@ -220,6 +231,10 @@ def _sweep(argv: list[str]) -> int:
     print(header)
     print_runs(record, sweep_dir, slurm.queued_runs(record))
     print("  " + ", ".join(f"{n} {s}" for s, n in state_lib.counts(record).items() if n))
+    report = sweep_dir / "report.json"
+    if report.exists():
+      print(f"comparisons (from {report}):")
+      print("\n".join(adaptive.unresolved_lines(record, json.loads(report.read_text()))))
     return 0
   from tfx_jax.sweep import execute  # pylint: disable=import-outside-toplevel
   return execute.execute(args, sweep_dir, record, header, dict(os.environ))

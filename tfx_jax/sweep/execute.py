@@ -9,6 +9,7 @@ checkpoints, so the same command is both "run" and "resume".
 
 from __future__ import annotations
 
+import json
 import pathlib
 import sys
 import time
@@ -59,6 +60,32 @@ def execute(args, sweep_dir: pathlib.Path, record: dict[str, Any], header: str,
   if args.executor == "slurm":
     return _submit(args, sweep_dir, record, todo, save, user_env)
   start = time.time()
+  code = _run_local(args, sweep_dir, record, todo, save, user_env)
+  if code:
+    return code
+  print(summary(record, time.time() - start), flush=True)
+  report = _write_report(sweep_dir)
+  while args.until_resolved and report is not None:
+    from tfx_jax.sweep import adaptive  # pylint: disable=import-outside-toplevel
+    added = adaptive.add_seeds(record, report, args.until_resolved)
+    if not added:
+      unresolved = [r for r in report["comparisons"] if r["verdict"] == "unresolved"]
+      print(f"  --until-resolved: {len(unresolved)} comparison(s) unresolved"
+            + (f" at the seed budget ({args.until_resolved})" if unresolved else ""),
+            flush=True)
+      break
+    save()
+    print(f"  --until-resolved: one more seed for {len(added)} point(s): "
+          + ", ".join(e["name"] for e in added), flush=True)
+    code = _run_local(args, sweep_dir, record, added, save, user_env)
+    if code:
+      return code
+    report = _write_report(sweep_dir)
+  return 1 if state_lib.counts(record)["failed"] else 0
+
+
+def _run_local(args, sweep_dir, record, todo, save, user_env) -> int:
+  """Runs ``todo`` on this machine; 130 if interrupted (the state saved)."""
   if todo:
     from tfx_jax.sweep.local import LocalExecutor  # pylint: disable=import-outside-toplevel
     executor = LocalExecutor(sweep_dir, record, args.parallel, user_env,
@@ -77,19 +104,20 @@ def execute(args, sweep_dir: pathlib.Path, record: dict[str, Any], header: str,
     print("  nothing to run: every run is finished, diverged or failed.")
   state_lib.refresh(sweep_dir, record)
   save()
-  print(summary(record, time.time() - start), flush=True)
-  _write_report(sweep_dir)
-  return 1 if state_lib.counts(record)["failed"] else 0
+  return 0
 
 
-def _write_report(sweep_dir: pathlib.Path) -> None:
+def _write_report(sweep_dir: pathlib.Path) -> dict[str, Any] | None:
+  """Writes the report; returns report.json's content (None if it failed)."""
   try:
     from tfx_jax.report import build  # pylint: disable=import-outside-toplevel
     path = build.write_report(sweep_dir)
     print(f"report: {path}", flush=True)
+    return json.loads(path.with_suffix(".json").read_text())
   except Exception as e:  # pylint: disable=broad-except  # the runs are what matter
     print(f"warning: the report could not be written: {type(e).__name__}: {e}",
           file=sys.stderr)
+    return None
 
 
 def _submit(args, sweep_dir, record, todo, save, env) -> int:
@@ -99,6 +127,15 @@ def _submit(args, sweep_dir, record, todo, save, env) -> int:
   todo = [e for e in todo if e["name"] not in queued]
   if queued:
     print(f"  {len(queued)} run(s) already queued or running in SLURM: not resubmitted")
+  if not todo and not queued and args.until_resolved:
+    # One round per invocation: the runs so far are done; add the next seeds.
+    from tfx_jax.sweep import adaptive  # pylint: disable=import-outside-toplevel
+    report = _write_report(sweep_dir)
+    todo = adaptive.add_seeds(record, report, args.until_resolved) if report else []
+    if todo:
+      save()
+      print(f"  --until-resolved: one more seed for {len(todo)} point(s); run the same "
+            "command again once they are done")
   if not todo:
     print("  nothing to submit.")
     return 0

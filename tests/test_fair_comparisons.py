@@ -1,0 +1,185 @@
+"""Fair comparisons on a planted tuned sweep: the selection reads validation
+only, the comparison reads test, stalled runs are counted, seeds are paired,
+and --until-resolved adds seeds to unresolved points only.
+
+The sweep: norm_position post (the base) and pre, learning rate tuned over
+1e-3 and 1e-2, seeds 0-2. Event files and ``eval/test-<step>.json`` files are
+written as the runner leaves them, with validation and test disagreeing on
+purpose: pre at 1e-3 is the best of all on test but not on validation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import typing
+
+import pytest
+from scipy import stats as scipy_stats
+
+from tfx_jax import metrics
+from tfx_jax import status as status_lib
+from tfx_jax.report import analysis, build
+from tfx_jax.sweep import adaptive
+
+UNIGRAM = 5.7  # the planted dataset's unigram entropy (nats)
+STALLED = 5.69  # not below UNIGRAM by the 0.05 margin
+# (norm_position, learning rate) -> per seed (validation loss, test loss).
+LOSSES = {
+    ("post", 1e-3): [(2.50, 2.55), (2.60, 2.62), (2.70, 2.71)],
+    ("post", 1e-2): [(STALLED, 5.7), (STALLED, 5.7), (STALLED, 5.7)],
+    ("pre", 1e-3): [(2.40, 0.10), (2.45, 0.10), (2.50, 0.10)],
+    ("pre", 1e-2): [(2.00, 2.10), (2.05, 2.12), (2.20, 2.28)],
+}
+LRS = [1e-3, 1e-2]
+
+
+def _record(runs, seeds=(0, 1, 2)):
+  return {"name": "tuned", "description": "", "config": "configs/lm.py:tiny",
+          "overrides": {}, "seeds": list(seeds), "evaluations": [["--split", "test"]],
+          "tune": {"optim.learning_rate": LRS}, "select_by": "eval/loss",
+          "report_split": "test",
+          "axes": [{"label": "model.norm_position", "fields": ["model.norm_position"],
+                    "values": [{"model.norm_position": "post"},
+                               {"model.norm_position": "pre"}], "reference": 0}],
+          "command": "python -m tfx_jax.sweep --config configs/lm.py:tiny ...",
+          "runs": runs}
+
+
+def _entry(norm, lr, seed):
+  return {"name": f"norm_position-{norm}_learning_rate-{lr!r}_s{seed}", "seed": seed,
+          "values": [{"model.norm_position": norm}], "tuned": {"optim.learning_rate": lr},
+          "overrides": {"model.norm_position": norm, "optim.learning_rate": lr,
+                        "seed": seed}, "state": "finished", "step": 30, "reason": "",
+          "attempts": 1, "wall_seconds": 10.0, "compile_seconds": 1.0}
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+  root = tmp_path_factory.mktemp("fair") / "tuned"
+  runs = []
+  for (norm, lr), per_seed in LOSSES.items():
+    for seed, (val, test) in enumerate(per_seed):
+      entry = _entry(norm, lr, seed)
+      workdir = root / entry["name"]
+      (workdir / "eval").mkdir(parents=True)
+      with metrics.MetricWriter(workdir / "tensorboard") as w:
+        w.write_scalars(10, {"train/loss": 3.0, "train/tokens_per_sec": 100.0})
+        w.write_scalars(30, {"eval/loss": val, "eval/perplexity": math.exp(val)})
+      (workdir / "eval" / "test-30.json").write_text(json.dumps(
+          {"eval/loss": test, "eval/perplexity": math.exp(test), "step": 30,
+           "split": "test", "task": "lm", "num_examples": 100}))
+      status_lib.write_status(workdir, "finished", 30, num_params=1000)
+      runs.append(entry)
+  (root / "sweep.json").write_text(json.dumps(_record(runs)))
+  return root
+
+
+def _analyze(sweep_dir, **options):
+  from tfx_jax.report import collect
+  record, summaries = collect.collect(sweep_dir)
+  baselines = {name: analysis.Baseline(UNIGRAM, math.log(1024)) for name in summaries}
+  return record, analysis.analyze(record, summaries, baselines, analysis.Options(**options))
+
+
+def test_each_point_is_chosen_on_validation_and_compared_on_test(sweep_dir):
+  _, report = _analyze(sweep_dir)
+  points = {p["values"]["model.norm_position"]: p for p in report["points"]}
+  # pre at 1e-3 has test loss 0.1, but the selection never reads test: 1e-2
+  # has the better validation mean (2.083 against 2.45).
+  assert points["pre"]["chosen"] == {"optim.learning_rate": 1e-2}
+  # post at 1e-2 stalled on every seed: 1e-3 is chosen.
+  assert points["post"]["chosen"] == {"optim.learning_rate": 1e-3}
+  assert points["pre"]["compared"][0]["eval/loss"] == pytest.approx(2.10)  # test split
+  assert report["report_split"] == "test" and report["reserved_seed"] is None
+
+
+def test_stalled_runs_are_counted_and_never_averaged(sweep_dir):
+  _, report = _analyze(sweep_dir)
+  post = next(p for p in report["points"] if p["values"]["model.norm_position"] == "post")
+  assert post["counts"] == {"learned": 3, "stalled": 3, "diverged": 0}
+  by_lr = {r["tuned"]["optim.learning_rate"]: r for r in post["tuned"]}
+  assert by_lr[1e-2]["counts"]["stalled"] == 3 and by_lr[1e-2]["selection_mean"] is None
+  # A wider margin does not change a run far below the unigram entropy.
+  _, wide = _analyze(sweep_dir, stall_margin=1.0)
+  post = next(p for p in wide["points"] if p["values"]["model.norm_position"] == "post")
+  assert post["counts"]["learned"] == 3
+
+
+def test_the_comparison_is_paired_on_test_with_a_verdict(sweep_dir):
+  _, report = _analyze(sweep_dir)
+  row = next(r for r in report["comparisons"] if r["metric"] == "eval/loss")
+  pre = [2.10, 2.12, 2.28]
+  post = [2.55, 2.62, 2.71]
+  res = scipy_stats.ttest_rel(pre, post)
+  ci = res.confidence_interval(0.95)
+  assert row["method"] == "paired" and row["split"] == "test"
+  assert (row["low"], row["high"]) == pytest.approx((ci.low, ci.high))
+  assert row["p"] == pytest.approx(res.pvalue)
+  assert row["verdict"] == "better"
+  assert row["text"].startswith("pre vs post: better by 0.460 nats")
+  assert "3 seeds paired, learning rate tuned per point" in row["text"]
+
+
+def test_sensitivity_counts_failed_runs_as_the_initial_loss(sweep_dir):
+  _, report = _analyze(sweep_dir)
+  sens = {s["point"]["model.norm_position"]: s for s in report["sensitivity"]}
+  l0 = math.log(1024)
+  post_means = [2.6, None]  # 1e-2 stalled: counts as l0
+  best = 2.6
+  want = sum(min(m if m is not None else l0, l0) - best for m in post_means) / 2
+  assert sens["post"]["sensitivity"] == pytest.approx(want)
+  pre_means = [2.45, (2.0 + 2.05 + 2.2) / 3]
+  want = sum(m - min(pre_means) for m in pre_means) / 2
+  assert sens["pre"]["sensitivity"] == pytest.approx(want)
+
+
+def test_report_files_open_with_verdicts_and_show_the_choice(sweep_dir):
+  build.write_report(sweep_dir)
+  report = (sweep_dir / "report.md").read_text()
+  data = json.loads((sweep_dir / "report.json").read_text())
+  assert report.startswith("# Sweep `tuned`\n\n## Verdicts")
+  assert "- pre vs post: better by 0.460 nats" in report
+  assert "## Tuned values" in report and "### Learning-rate sensitivity" in report
+  assert (sweep_dir / "sensitivity_optim.learning_rate.png").stat().st_size > 5000
+  assert "](sensitivity_optim.learning_rate.png)" in report
+  assert {p["chosen_label"] for p in data["points"]} == {"learning_rate=0.001",
+                                                         "learning_rate=0.01"}
+  assert data["comparisons"][0]["verdict"] in typing.get_args(analysis.stats.Verdict)
+
+
+def test_without_a_test_split_the_first_seed_is_reserved_for_the_choice(sweep_dir):
+  from tfx_jax.report import collect
+  record, summaries = collect.collect(sweep_dir)
+  record["report_split"] = "validation"
+  baselines = {name: analysis.Baseline(UNIGRAM, math.log(1024)) for name in summaries}
+  report = analysis.analyze(record, summaries, baselines)
+  assert report["reserved_seed"] == 0
+  pre = next(p for p in report["points"] if p["values"]["model.norm_position"] == "pre")
+  assert sorted(pre["compared"]) == [1, 2]  # seed 0 only chose
+  by_lr = {r["tuned"]["optim.learning_rate"]: r for r in pre["tuned"]}
+  assert by_lr[1e-3]["selection_mean"] == pytest.approx(2.40)
+  assert by_lr[1e-2]["selection_mean"] == pytest.approx(2.00)
+
+
+def test_until_resolved_adds_the_same_seed_to_both_sides_of_an_unresolved_comparison():
+  record = _record([_entry(n, lr, s) for n in ("post", "pre") for lr in LRS
+                    for s in (0, 1)], seeds=(0, 1))
+  report = {"select_by": "eval/loss", "points": [
+      {"key": [0], "chosen": {"optim.learning_rate": 1e-3}, "values": {}},
+      {"key": [1], "chosen": {"optim.learning_rate": 1e-2}, "values": {}}],
+      "comparisons": [{"axis_index": 0, "value_index": 1, "context_key": [None],
+                       "verdict": "unresolved", "metric": "eval/loss"}]}
+  added = adaptive.add_seeds(record, report, max_seeds=3)
+  assert [(e["name"], e["seed"]) for e in added] == [
+      ("norm_position-post_learning_rate-0.001_s2", 2),
+      ("norm_position-pre_learning_rate-0.01_s2", 2)]
+  assert added[0]["overrides"]["seed"] == 2 and added[0]["state"] == "pending"
+  assert adaptive.add_seeds(record, report, max_seeds=3) == []  # at the budget
+  # A resumed invocation rebuilds the added runs from sweep.json.
+  rebuilt = _record([_entry(n, lr, s) for n in ("post", "pre") for lr in LRS
+                     for s in (0, 1)], seeds=(0, 1))
+  adaptive.restore_added(rebuilt, record)
+  assert [e["name"] for e in rebuilt["runs"][-2:]] == [e["name"] for e in added]
+  report["comparisons"][0]["verdict"] = "better"
+  assert adaptive.add_seeds(rebuilt, report, max_seeds=10) == []  # resolved

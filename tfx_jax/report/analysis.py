@@ -1,0 +1,412 @@
+"""What a sweep's runs say, as numbers: ``report.json``.
+
+Fair comparisons (Wortsman et al. 2023, "Small-scale proxies for large-scale
+Transformer training instabilities"; Marin's ablations):
+
+- **Tuned values chosen per point.** Where the sweep tunes fields (``tune``),
+  each point (a combination of axis values) is compared at its own best tuned
+  value: the one with the best mean of ``select_by`` over its learned runs on
+  the **validation** split. The comparison then reads a split the selection
+  never saw: ``test`` (the runs' ``eval/test-<step>.json``). A dataset with no
+  test split: the first seed is reserved for the selection and the other
+  seeds are compared (``reserved_seed``).
+- **Outcomes.** Every finished run is ``learned``, ``stalled`` (its final
+  validation loss is not below the unigram entropy of the training targets,
+  the loss of the best model that ignores context, by ``stall_margin``) or
+  ``diverged``. Only learned runs enter means and comparisons; the others are
+  counted, and count as the loss at initialisation in the sensitivity.
+- **Comparisons.** Per axis and per combination of the other axes (the
+  context), each value against the axis's base value, per metric: a paired t
+  interval over the seeds both sides have, else Welch's; Holm-Bonferroni over
+  every comparison of the report (one family); a verdict ``better``,
+  ``worse``, ``equivalent`` (TOST within +-margin) or ``unresolved``.
+- **Sensitivity.** Per point the loss against each tuned value, and
+  E_eta[min(l(eta), l0) - min_eta l(eta)] (l0: the loss at initialisation,
+  taken as ln |V|, the loss of the uniform prediction a freshly initialised
+  model gives up to its small initial logits).
+- **Noise floor and power.** Per axis the base point's seed-to-seed standard
+  deviation and the smallest difference its comparisons can detect at 80%
+  power with the seeds they have.
+
+Everything here is a pure function of ``collect.collect``'s output and the
+dataset baselines (``baselines``), so it is tested on planted run summaries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+from tfx_jax.report import stats
+from tfx_jax.report.points import context_label, contexts, fmt_value, value_label
+
+LOWER_IS_BETTER = ("loss", "perplexity", "nll", "ppl")
+# Default equivalence margins by metric kind: 0.01 nats of loss, 0.5 BLEU
+# (or chrF) points, half a point of accuracy.
+DEFAULT_MARGINS = (("bleu", 0.5), ("chrf", 0.5), ("accuracy", 0.005), ("loss", 0.01))
+OUTCOMES = ("learned", "stalled", "diverged")
+
+
+def lower_is_better(metric: str) -> bool:
+  return any(word in metric for word in LOWER_IS_BETTER)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The report's knobs (``python -m tfx_jax.report`` flags)."""
+  stall_margin: float = 0.05          # nats below the unigram entropy to count as learned
+  equivalence_margin: float | None = None  # for select_by; None: by metric kind
+  alpha: float = 0.05
+  power: float = 0.8
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+  """What a run's loss is judged against (per dataset, tokenizer and task)."""
+  unigram_entropy: float | None  # the best context-free loss; None: not known
+  initial_loss: float | None     # l0 = ln |V| (classes for classification)
+
+
+def margin_for(metric: str, select_by: str, options: Options) -> float:
+  if metric == select_by and options.equivalence_margin is not None:
+    return float(options.equivalence_margin)
+  for word, margin in DEFAULT_MARGINS:
+    if word in metric:
+      return margin
+  return 0.01
+
+
+def tuned_key(tuned: dict[str, Any]) -> str:
+  """A tuned-value combination as a label: ``learning_rate=0.003`` ("" untuned)."""
+  return ",".join(f"{k.split('.')[-1]}={fmt_value(v)}" for k, v in tuned.items())
+
+
+def outcome(summary: dict[str, Any], baseline: Baseline, stall_margin: float) -> str | None:
+  """learned / stalled / diverged of a finished run (None: not finished)."""
+  if summary["state"] == "diverged":
+    return "diverged"
+  if summary["state"] != "finished":
+    return None
+  loss = summary["final"].get("eval/loss")
+  if baseline.unigram_entropy is None:  # no threshold known: only divergence counts
+    return "learned" if loss is not None and math.isfinite(loss) else "diverged"
+  return stats.classify_run(loss, False, baseline.unigram_entropy, stall_margin)
+
+
+# ------------------------------------------------------------------ points
+def _point_runs(record, summaries):
+  """{point key: {tuned label: (tuned dict, [(entry, summary)])}} in declaration order."""
+  out: dict[tuple, dict[str, tuple[dict, list]]] = {}
+  for entry in record["runs"]:
+    key = tuple(axis["values"].index(value)
+                for axis, value in zip(record["axes"], entry["values"]))
+    tuned = entry.get("tuned", {})
+    out.setdefault(key, {}).setdefault(tuned_key(tuned), (tuned, []))[1].append(
+        (entry, summaries[entry["name"]]))
+  return out
+
+
+def _split_values(summary, split: str) -> dict[str, float]:
+  values = summary["final"] if split == "validation" else summary.get("test", {})
+  return {k: float(v) for k, v in values.items()
+          if k.startswith("eval/") and v is not None and math.isfinite(v)}
+
+
+def analyze_points(record, summaries, baselines: dict[str, Baseline], options: Options
+                   ) -> list[dict[str, Any]]:
+  """Each point: its runs per tuned value with outcomes and metrics, its chosen
+  tuned value, and the per-seed metrics it is compared on."""
+  select_by = record.get("select_by", "eval/loss")
+  tuned_sweep = bool(record.get("tune"))
+  report_split = record.get("report_split", "validation")
+  reserved = (record["seeds"][0] if tuned_sweep and report_split == "validation"
+              and len(record["seeds"]) > 1 else None)
+  declared = set(record["seeds"])
+  points = []
+  for key, by_tuned in _point_runs(record, summaries).items():
+    tuned_rows = []
+    for label, (tuned, runs) in by_tuned.items():
+      seeds = {}
+      for entry, summary in runs:
+        result = outcome(summary, baselines[entry["name"]], options.stall_margin)
+        seeds[entry["seed"]] = {
+            "run": entry["name"], "outcome": result,
+            "validation": _split_values(summary, "validation"),
+            report_split: _split_values(summary, report_split),
+            # Length extrapolation (evaluate --lengths), perplexity at k x the length.
+            "lengths": {f"ppl@{k}x": float(v) for k, v in summary.get("lengths", {}).items()
+                        if v is not None and math.isfinite(v)},
+            "num_params": summary.get("num_params")}
+      # The declared seeds only (every tuned value has them; seeds added by
+      # --until-resolved run at the chosen value alone).
+      selection = [s["validation"][select_by] for seed, s in seeds.items()
+                   if s["outcome"] == "learned" and select_by in s["validation"]
+                   and seed in declared and (reserved is None or seed == reserved)]
+      tuned_rows.append({
+          "tuned": tuned, "label": label, "seeds": seeds,
+          "counts": {o: sum(s["outcome"] == o for s in seeds.values()) for o in OUTCOMES},
+          "selection_mean": stats.mean_std(selection)[0] if selection else None})
+    candidates = [r for r in tuned_rows if r["selection_mean"] is not None]
+    sign = 1.0 if lower_is_better(select_by) else -1.0
+    chosen = min(candidates, key=lambda r: sign * r["selection_mean"]) if candidates else None
+    compared = {}
+    if chosen is not None:
+      for seed, s in chosen["seeds"].items():
+        if s["outcome"] == "learned" and seed != reserved:
+          compared[seed] = {**s[report_split], **s["lengths"]}
+    params = [s["num_params"] for r in tuned_rows for s in r["seeds"].values()
+              if s["num_params"]]
+    points.append({
+        "key": list(key),
+        "values": {a["label"]: value_label(a["values"][i])
+                   for a, i in zip(record["axes"], key)},
+        "chosen": None if chosen is None else chosen["tuned"],
+        "chosen_label": None if chosen is None else chosen["label"],
+        "tuned": tuned_rows,
+        "counts": {o: sum(r["counts"][o] for r in tuned_rows) for o in OUTCOMES},
+        "runs": sum(len(r["seeds"]) for r in tuned_rows),
+        "compared": compared,  # {seed: {metric: value}} at the chosen value
+        "num_params": params[0] if params else None})
+  return points
+
+
+# ------------------------------------------------------------- comparisons
+def _by_key(points):
+  return {tuple(p["key"]): p for p in points}
+
+
+def compared_metrics(points, select_by: str) -> list[str]:
+  names = {m for p in points for values in p["compared"].values() for m in values}
+  names.discard("eval/perplexity")  # a function of eval/loss
+  return sorted(names, key=lambda m: (m != select_by, m.startswith("ppl@"),
+                                      int(m[4:-1]) if m.startswith("ppl@") else 0, m))
+
+
+def comparisons(record, points, options: Options) -> list[dict[str, Any]]:
+  """Every (axis, context, value, metric) against the axis's base value, with
+  Holm-adjusted p-values over the whole report and a verdict each."""
+  select_by = record.get("select_by", "eval/loss")
+  split = record.get("report_split", "validation")
+  by_key = _by_key(points)
+  metrics = compared_metrics(points, select_by)
+  rows = []
+  for ai, axis in enumerate(record["axes"]):
+    if len(axis["values"]) < 2:
+      continue
+    ref = axis["reference"]
+    for ctx in contexts(record, ai):
+      def at(vi):
+        return by_key.get(tuple(vi if j == ai else c for j, c in enumerate(ctx)))
+      base = at(ref)
+      for vi in range(len(axis["values"])):
+        point = at(vi)
+        if vi == ref or point is None or base is None:
+          continue
+        for metric in metrics:
+          a = {s: v[metric] for s, v in point["compared"].items() if metric in v}
+          b = {s: v[metric] for s, v in base["compared"].items() if metric in v}
+          if not a or not b:
+            continue
+          rows.append({
+              "axis": axis["label"], "axis_index": ai, "value": value_label(axis["values"][vi]),
+              "value_index": vi, "base_value": value_label(axis["values"][ref]),
+              "context": context_label(record, ctx, ai), "context_key": list(ctx),
+              "metric": metric, "split": split, "seeds": sorted(a), "base_seeds": sorted(b),
+              "interval": stats.compare(a, b), "margin": margin_for(metric, select_by, options),
+              "chosen": point["chosen_label"], "base_chosen": base["chosen_label"]})
+  adjusted = stats.holm([r["interval"].p_value for r in rows])  # None: not testable
+  for row, p_adj in zip(rows, adjusted):
+    iv = row["interval"]
+    row["p_adjusted"] = p_adj
+    row["verdict"] = stats.verdict(iv, p_adj, row["margin"], options.alpha,
+                                   lower_is_better(row["metric"]))
+    row["text"] = verdict_text(record, row)
+  return rows
+
+
+def verdict_text(record, row) -> str:
+  """"swiglu vs gelu: better by 0.039 nats [0.012, 0.066], 5 seeds paired, ..."."""
+  iv = row["interval"]
+  unit = " nats" if "loss" in row["metric"] else ""
+  size = abs(iv.diff)
+  if iv.low is not None:
+    bounds = f" [{iv.low:+.3f}, {iv.high:+.3f}]"
+  else:
+    bounds = " (no interval: fewer than two seeds)"
+  how = (f"{iv.n_a} seeds paired" if iv.method == "paired"
+         else f"{iv.n_a} vs {iv.n_b} seeds, unpaired (Welch)")
+  tuned = ""
+  if record.get("tune"):
+    fields = ", ".join(f.split(".")[-1].replace("_", " ") for f in record["tune"])
+    tuned = f", {fields} tuned per point"
+  where = f" ({row['context']})" if row["context"] != "-" else ""
+  metric = "" if row["metric"] == record.get("select_by", "eval/loss") else f" {row['metric']}"
+  verdict = row["verdict"]
+  if verdict in ("better", "worse"):
+    head = f"{verdict} by {size:.3f}{unit}"
+  elif verdict == "equivalent":
+    head = f"equivalent within ±{row['margin']:g}{unit} (difference {iv.diff:+.3f})"
+  else:
+    head = f"unresolved (difference {iv.diff:+.3f}{unit})"
+  p = "-" if row["p_adjusted"] is None else f"{row['p_adjusted']:.3g}"
+  return (f"{row['value']} vs {row['base_value']}{where}{metric}: {head}{bounds}, {how}"
+          f"{tuned}; adjusted p = {p}")
+
+
+# ------------------------------------------------------ sensitivity, noise
+def sensitivity(record, points, baselines_by_point: dict[tuple, Baseline]
+                ) -> list[dict[str, Any]]:
+  """Per point: the selection metric at every tuned value (each seed, the
+  mean of learned runs, failures) and the LR sensitivity number."""
+  select_by = record.get("select_by", "eval/loss")
+  out = []
+  if not record.get("tune"):
+    return out
+  for point in points:
+    l0 = baselines_by_point[tuple(point["key"])].initial_loss
+    curve = []
+    for row in point["tuned"]:
+      seeds = {seed: (s["validation"].get(select_by) if s["outcome"] == "learned" else None)
+               for seed, s in row["seeds"].items() if s["outcome"] is not None}
+      learned = [v for v in seeds.values() if v is not None]
+      mean = stats.mean_std(learned)[0] if learned else None
+      failed = sum(v is None for v in seeds.values())
+      curve.append({"tuned": row["tuned"], "label": row["label"], "seeds": seeds,
+                    "mean": mean, "failed": failed})
+    number = None
+    if l0 is not None and lower_is_better(select_by) and any(c["seeds"] for c in curve):
+      # A tuned value whose finished runs all failed counts as l0 (mean None).
+      number = stats.lr_sensitivity({c["label"]: c["mean"] for c in curve if c["seeds"]}, l0)
+    out.append({"point": point["values"], "key": point["key"], "curve": curve,
+                "initial_loss": l0, "sensitivity": number})
+  return out
+
+
+def noise_and_power(record, points, rows, options: Options) -> list[dict[str, Any]]:
+  """Per axis: the base point's seed standard deviation (select_by, report
+  split) and the smallest difference detectable at ``options.power``."""
+  select_by = record.get("select_by", "eval/loss")
+  by_key = _by_key(points)
+  out = []
+  for ai, axis in enumerate(record["axes"]):
+    ref = axis["reference"]
+    base_points = [p for k, p in by_key.items() if k[ai] == ref]
+    values = [v[select_by] for p in base_points[:1] for v in p["compared"].values()
+              if select_by in v]
+    sd = stats.mean_std(values)[1] if len(values) > 1 else None
+    mine = [r for r in rows if r["axis_index"] == ai and r["metric"] == select_by]
+    paired = [r for r in mine if r["interval"].method == "paired" and r["interval"].se]
+    if paired:
+      # The standard deviation of the per-seed differences: se * sqrt(n).
+      sds = sorted(r["interval"].se * math.sqrt(r["interval"].n_a) for r in paired)
+      n = min(r["interval"].n_a for r in paired)
+      mdd = stats.min_detectable_difference(sds[len(sds) // 2], n, True,
+                                            options.alpha, options.power)
+      method = "paired"
+    elif sd is not None and len(values) > 1:
+      n = len(values)
+      mdd = stats.min_detectable_difference(sd, n, False, options.alpha, options.power)
+      method = "welch"
+    else:
+      n, mdd, method = len(values), None, None
+    out.append({"axis": axis["label"], "metric": select_by,
+                "base_value": value_label(axis["values"][ref]),
+                "base_sd": sd, "seeds": n, "min_detectable_difference": mdd,
+                "method": method, "power": options.power})
+  return out
+
+
+def size_axes(record, points) -> list[int]:
+  """Axes whose values change the parameter count (e.g. zipped d_model/num_heads)."""
+  out = []
+  for ai in range(len(record["axes"])):
+    sizes = {}
+    for p in points:
+      if p["num_params"]:
+        sizes.setdefault(p["key"][ai], set()).add(p["num_params"])
+    flat = {v for s in sizes.values() for v in s}
+    if len(sizes) > 1 and len(flat) > 1 and all(
+        not (sizes[a] & sizes[b]) for a in sizes for b in sizes if a != b):
+      out.append(ai)
+  return out
+
+
+def scale_effects(record, points, rows) -> list[dict[str, Any]]:
+  """For a size axis: each other axis's difference from its base (select_by)
+  against the parameter count of the context, with its interval."""
+  select_by = record.get("select_by", "eval/loss")
+  out = []
+  for size_ai in size_axes(record, points):
+    by_key = _by_key(points)
+    for row in rows:
+      if row["axis_index"] == size_ai or row["metric"] != select_by:
+        continue
+      key = list(row["context_key"])
+      key[row["axis_index"]] = row["value_index"]
+      point = by_key.get(tuple(key))
+      if point is None or not point["num_params"]:
+        continue
+      iv = row["interval"]
+      out.append({"size_axis": record["axes"][size_ai]["label"], "axis": row["axis"],
+                  "value": row["value"], "base_value": row["base_value"],
+                  "context": row["context"], "num_params": point["num_params"],
+                  "diff": iv.diff, "low": iv.low, "high": iv.high,
+                  "verdict": row["verdict"]})
+  return out
+
+
+# ------------------------------------------------------------------- whole
+def _interval_json(iv) -> dict[str, Any]:
+  return {"method": iv.method, "diff": iv.diff, "low": iv.low, "high": iv.high,
+          "df": iv.df, "se": iv.se, "p": iv.p_value, "n": iv.n_a, "n_base": iv.n_b,
+          "level": iv.level}
+
+
+def analyze(record, summaries, baselines: dict[str, Baseline],
+            options: Options = Options()) -> dict[str, Any]:
+  """report.json: the points, the comparisons and what they rest on.
+
+  ``baselines`` maps each run name to its dataset's ``Baseline``.
+  """
+  points = analyze_points(record, summaries, baselines, options)
+  rows = comparisons(record, points, options)
+  by_point = {}
+  for entry in record["runs"]:
+    key = tuple(axis["values"].index(value)
+                for axis, value in zip(record["axes"], entry["values"]))
+    by_point.setdefault(key, baselines[entry["name"]])
+  tuned = bool(record.get("tune"))
+  split = record.get("report_split", "validation")
+  return {
+      "sweep": record["name"],
+      "select_by": record.get("select_by", "eval/loss"),
+      "tune": record.get("tune", {}),
+      "report_split": split,
+      "reserved_seed": (record["seeds"][0] if tuned and split == "validation"
+                        and len(record["seeds"]) > 1 else None),
+      "options": dataclasses.asdict(options),
+      "baselines": {name: dataclasses.asdict(b) for name, b in sorted(baselines.items())},
+      "points": points,
+      "comparisons": [{**{k: v for k, v in r.items() if k != "interval"},
+                       **_interval_json(r["interval"])} for r in rows],
+      "sensitivity": sensitivity(record, points, by_point),
+      "noise": noise_and_power(record, points, rows, options),
+      "scale": scale_effects(record, points, rows),
+  }
+
+
+def unresolved_points(record, report: dict[str, Any]) -> list[list[int]]:
+  """The point keys on either side of an unresolved comparison."""
+  keys = []
+  for row in report["comparisons"]:
+    if row["verdict"] != "unresolved":
+      continue
+    ai = row["axis_index"]
+    for vi in (row["value_index"], record["axes"][ai]["reference"]):
+      key = list(row["context_key"])
+      key[ai] = vi
+      if key not in keys:
+        keys.append(key)
+  return keys
+

@@ -1,0 +1,66 @@
+"""What each run's loss is judged against: ``analysis.Baseline`` per run.
+
+The unigram entropy of the training targets (the loss of the best model that
+ignores context; a run not below it has stalled) comes from the prepared data
+(``tfx_jax.data.baselines``, computed once per dataset, tokenizer and task and
+kept with the data). The loss at initialisation is taken as ln |V| (ln of the
+number of classes for classification): the loss of the uniform prediction,
+which a freshly initialised model gives up to its small initial logits.
+Runs whose workdir holds no config.json yet get an unknown baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from typing import Any
+
+from tfx_jax.report.analysis import Baseline
+
+UNKNOWN = Baseline(None, None)
+
+
+def _run_config(workdir: pathlib.Path):
+  from tfx_jax.config_base import base_config  # pylint: disable=import-outside-toplevel
+  path = workdir / "config.json"
+  if not path.exists():
+    return None
+  config = base_config()
+  config.update(json.loads(path.read_text()))
+  return config
+
+
+def _key(config) -> tuple:
+  d = config.data
+  return (config.task, d.name, d.data_dir, d.tokenizer, d.vocab_size, d.tokenizer_file,
+          d.text_key, d.source_key, d.target_key, d.label_key,
+          config.model.vocab_size, config.model.num_classes)
+
+
+def baseline(config) -> Baseline:
+  """The Baseline of one run config (reads the prepared data once per key)."""
+  from tfx_jax.data import baselines as data_baselines  # pylint: disable=import-outside-toplevel
+  from tfx_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+  tok = tokenizer_lib.tokenizer_from_config(config.data)
+  entropy = data_baselines.unigram_entropy(config.data, tok, config.task)
+  classes = int(config.model.num_classes or 0)
+  initial = math.log(classes) if config.task == "classify" and classes > 1 else math.log(
+      int(config.model.vocab_size))
+  return Baseline(unigram_entropy=entropy, initial_loss=initial)
+
+
+def of_runs(sweep_dir: pathlib.Path, record: dict[str, Any]) -> dict[str, Baseline]:
+  """{run name: Baseline}, computed once per dataset, tokenizer and task."""
+  cache: dict[tuple, Baseline] = {}
+  out = {}
+  for entry in record["runs"]:
+    config = _run_config(pathlib.Path(sweep_dir) / entry["name"])
+    if config is None:
+      out[entry["name"]] = UNKNOWN
+      continue
+    key = _key(config)
+    if key not in cache:
+      cache[key] = baseline(config)
+    out[entry["name"]] = cache[key]
+  return out
