@@ -1,33 +1,69 @@
-"""Seed statistics of a sweep report: mean +- std, and the difference of two
-configurations with a 95% Welch t confidence interval.
+"""Seed statistics of a sweep report: pure functions of lists of floats.
 
-Welch's interval (Welch 1947) for the difference of means of two independent
-samples with unequal variances:
+Every comparison is ``value - base`` (a minus b) of one metric over seeds.
+
+Paired t interval (Student 1908), when both sides ran the same seeds: the
+seed fixes the initialisation and the data order, so the per-seed differences
+d_i = a_i - b_i cancel the seed's share of the noise:
+
+  d = mean(d_i),  se = s_d / sqrt(n),  df = n - 1,  d +- t_{(1+level)/2, df} * se
+
+Welch's interval (Welch 1947), for independent samples with unequal variances
+(different seeds, or a seed missing on one side):
 
   d = mean(a) - mean(b),  se = sqrt(s_a^2 / n_a + s_b^2 / n_b)
   df = se^4 / ((s_a^2/n_a)^2 / (n_a - 1) + (s_b^2/n_b)^2 / (n_b - 1))
-  d +- t_{0.975, df} * se
+  d +- t_{(1+level)/2, df} * se
 
 (Welch-Satterthwaite degrees of freedom; s^2 the unbiased sample variance).
-Runs with different seeds are independent samples; it needs at least two
-finished seeds on each side.
+Both give the two-sided p-value of H0: the true difference is 0,
+p = 2 * P(T_df > |d| / se). ``compare`` picks between them by the seeds.
+
+Degenerate cases, so that no NaN reaches a table:
+  - fewer than two values on a side (or pairs): only ``diff`` is known; low,
+    high, df, se and p_value are None (``Interval.known`` is False);
+  - zero spread (se = 0, e.g. identical per-seed differences): the interval is
+    the point [d, d], and p_value is the limit of the test as se -> 0:
+    0.0 when d != 0, 1.0 when d == 0;
+  - a non-finite value raises ValueError: a run that diverged has no loss to
+    average; classify runs first (``classify_run``) and count failures apart.
+
+The rest of the module builds verdicts from these: Holm-adjusted p-values
+(``holm``), equivalence by two one-sided tests (``tost``), ``verdict``; the
+power of the design (``t_test_power``, ``min_detectable_difference``,
+``seeds_needed``); and per-point summaries of runs (``lr_sensitivity``,
+``classify_run``, ``unigram_entropy``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Literal, Mapping, Sequence
 
 from scipy import stats as scipy_stats
+
+Method = Literal["paired", "welch"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Interval:
+  """mean difference a - b with its t interval at ``level`` and its test of d != 0.
+
+  ``method``: "paired" (per-seed differences) or "welch" (independent samples).
+  ``n_a``, ``n_b``: values on each side; for "paired" both are the number of pairs.
+  low, high, df, se, p_value: None when a side has fewer than two values.
+  """
   diff: float
-  low: float | None  # None: fewer than two seeds on a side
+  low: float | None
   high: float | None
   df: float | None
+  se: float | None
+  p_value: float | None
+  method: Method
+  n_a: int
+  n_b: int
+  level: float
 
   @property
   def known(self) -> bool:
@@ -38,7 +74,11 @@ class Interval:
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
-  """Mean and unbiased (n - 1) standard deviation; std 0 for one value."""
+  """Mean and unbiased (n - 1) standard deviation; std 0 for one value.
+
+  The standard deviation of the base point's seeds is the axis's noise floor:
+  differences well below it cannot be told apart from a change of seed.
+  """
   n = len(values)
   if n == 0:
     return math.nan, math.nan
@@ -54,18 +94,69 @@ def t_quantile(p: float, df: float) -> float:
   return float(scipy_stats.t.ppf(p, df))
 
 
+def _check_finite(values: Sequence[float], side: str) -> None:
+  bad = [v for v in values if not math.isfinite(v)]
+  if bad:
+    raise ValueError(f"{side} holds non-finite values {bad}: leave failed runs out "
+                     "of the comparison and count them apart (classify_run)")
+
+
+def _interval(diff: float, se2: float, df: float, method: Method, n_a: int, n_b: int,
+              level: float) -> Interval:
+  """The t interval and two-sided p-value from d, se^2 and df (shared by both tests)."""
+  if not 0.0 < level < 1.0:
+    raise ValueError(f"level must lie in (0, 1), got {level}")
+  if se2 == 0.0:  # no spread: the interval is the point; p is the se -> 0 limit
+    return Interval(diff, diff, diff, df, 0.0, 0.0 if diff != 0.0 else 1.0,
+                    method, n_a, n_b, level)
+  se = math.sqrt(se2)
+  half = t_quantile(0.5 + level / 2, df) * se
+  p_value = float(2.0 * scipy_stats.t.sf(abs(diff) / se, df))
+  return Interval(diff, diff - half, diff + half, df, se, min(p_value, 1.0),
+                  method, n_a, n_b, level)
+
+
 def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Interval:
-  """mean(a) - mean(b) with its Welch t interval at ``level``."""
+  """mean(a) - mean(b) with its Welch t interval at ``level`` (independent samples)."""
+  _check_finite(a, "a")
+  _check_finite(b, "b")
   ma, sa = mean_std(a)
   mb, sb = mean_std(b)
   diff = ma - mb
   na, nb = len(a), len(b)
   if na < 2 or nb < 2:
-    return Interval(diff, None, None, None)
+    return Interval(diff, None, None, None, None, None, "welch", na, nb, level)
   va, vb = sa * sa / na, sb * sb / nb
   se2 = va + vb
-  if se2 == 0.0:  # identical values on both sides: no spread to speak of
-    return Interval(diff, diff, diff, float(na + nb - 2))
-  df = se2 * se2 / (va * va / (na - 1) + vb * vb / (nb - 1))
-  half = t_quantile(0.5 + level / 2, df) * math.sqrt(se2)
-  return Interval(diff, diff - half, diff + half, df)
+  # With no spread at all Welch-Satterthwaite is 0/0; the pooled df stands in.
+  df = float(na + nb - 2) if se2 == 0.0 else se2 * se2 / (va * va / (na - 1) + vb * vb / (nb - 1))
+  return _interval(diff, se2, df, "welch", na, nb, level)
+
+
+def paired_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Interval:
+  """mean(a_i - b_i) with its paired t interval at ``level``; a[i] and b[i] share a seed."""
+  if len(a) != len(b):
+    raise ValueError(f"paired samples need equal lengths, got {len(a)} and {len(b)}")
+  _check_finite(a, "a")
+  _check_finite(b, "b")
+  d = [x - y for x, y in zip(a, b)]
+  n = len(d)
+  diff, sd = mean_std(d)
+  if n < 2:
+    return Interval(diff, None, None, None, None, None, "paired", n, n, level)
+  return _interval(diff, sd * sd / n, float(n - 1), "paired", n, n, level)
+
+
+def compare(a_by_seed: Mapping[int, float], b_by_seed: Mapping[int, float],
+            level: float = 0.95) -> Interval:
+  """a - b over seeds: paired when both sides have the same (>= 2) seeds, else Welch.
+
+  ``result.method`` says which. Values are taken in seed order. When the seed
+  sets differ (a seed failed on one side), the pairing is dropped rather than
+  the unmatched seeds: Welch on all finished values.
+  """
+  seeds = sorted(a_by_seed)
+  if set(a_by_seed) == set(b_by_seed) and len(seeds) >= 2:
+    return paired_interval([a_by_seed[s] for s in seeds], [b_by_seed[s] for s in seeds], level)
+  return welch_interval([a_by_seed[s] for s in sorted(a_by_seed)],
+                        [b_by_seed[s] for s in sorted(b_by_seed)], level)
