@@ -86,3 +86,105 @@ def test_degenerate_cases_give_numbers_not_nan():
     stats.compare({0: 1.0, 1: math.nan}, {0: 1.0, 1: 2.0})
   with pytest.raises(ValueError, match="equal lengths"):
     stats.paired_interval([1.0, 2.0], [1.0])
+
+
+# ------------------------------------------------------- multiple comparisons
+def holm_by_rejection(pvalues: list[float]) -> list[float]:
+  """Slow Holm: the adjusted p is the smallest alpha at which the step-down rejects.
+
+  The procedure at level alpha: going up the sorted p-values, reject while
+  p_(k) <= alpha / (m - k + 1), stop at the first that is not. The smallest
+  rejecting alpha is one of the values (m - k + 1) p_(k), or 1.
+  """
+  m = len(pvalues)
+  order = sorted(range(m), key=lambda i: pvalues[i])
+
+  def rejected(alpha):
+    out = set()
+    for k, i in enumerate(order):
+      if pvalues[i] > alpha / (m - k):
+        break
+      out.add(i)
+    return out
+
+  candidates = sorted({min(1.0, (m - k) * pvalues[i]) for k, i in enumerate(order)} | {1.0})
+  return [next(a for a in candidates if i in rejected(a)) for i in range(m)]
+
+
+def test_holm_matches_the_step_down_procedure():
+  rng = np.random.default_rng(7)
+  for m in (1, 2, 5, 12):
+    p = rng.uniform(0, 0.2, m).tolist()
+    p[0] = p[-1]  # a tie
+    assert stats.holm(p) == pytest.approx(holm_by_rejection(p), rel=1e-12)
+
+
+def test_holm_textbook_example_and_untested_entries():
+  # m = 4: sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04,
+  # then the running max makes the last 0.06.
+  assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+  assert stats.holm([0.5, 0.9]) == [1.0, 1.0]  # capped at 1
+  # None (fewer than two seeds) stays None and does not enlarge the family.
+  assert stats.holm([0.01, None, 0.04]) == pytest.approx([0.02, None, 0.04])
+  assert stats.holm([]) == []
+
+
+# ---------------------------------------------------------------- equivalence
+@pytest.mark.parametrize("seed,effect,delta", [(8, 0.002, 0.02), (9, 0.015, 0.02), (10, -0.03, 0.01)])
+def test_tost_matches_two_one_sided_scipy_tests_on_paired_differences(seed, effect, delta):
+  a, b = synthetic_pair(seed, 6, effect)
+  d = np.subtract(a, b)
+  eq = stats.tost(stats.paired_interval(a, b), delta)
+  p_low = scipy_stats.ttest_1samp(d + delta, 0.0, alternative="greater").pvalue
+  p_high = scipy_stats.ttest_1samp(d - delta, 0.0, alternative="less").pvalue
+  assert eq.p_value == pytest.approx(max(p_low, p_high), rel=1e-10)
+  ci90 = scipy_stats.ttest_rel(a, b).confidence_interval(0.90)
+  assert (eq.low, eq.high) == pytest.approx((ci90.low, ci90.high), rel=1e-10)
+  assert eq.equivalent == (-delta < ci90.low and ci90.high < delta) == (eq.p_value < 0.05)
+
+
+def test_tost_on_welch_matches_shifted_scipy_welch_tests():
+  rng = np.random.default_rng(11)
+  a, b = rng.normal(1.0, 0.01, 5), rng.normal(1.001, 0.02, 7)
+  delta = 0.03
+  eq = stats.tost(stats.welch_interval(a.tolist(), b.tolist()), delta)
+  p_low = scipy_stats.ttest_ind(a + delta, b, equal_var=False, alternative="greater").pvalue
+  p_high = scipy_stats.ttest_ind(a - delta, b, equal_var=False, alternative="less").pvalue
+  assert eq.p_value == pytest.approx(max(p_low, p_high), rel=1e-10)
+  assert eq.equivalent
+  assert not stats.tost(stats.welch_interval([1.0], [1.0, 1.1]), delta).equivalent
+
+
+# ---------------------------------------------------------------- verdicts
+@pytest.mark.parametrize("lower_is_better", [True, False])
+def test_verdict_better_and_worse_follow_the_metric_direction(lower_is_better):
+  a, b = synthetic_pair(12, 5, -0.05)  # value 0.05 below base, clearly
+  down = stats.paired_interval(a, b)
+  up = stats.paired_interval(b, a)
+  p_down, p_up = stats.holm([down.p_value, up.p_value])
+  assert p_down < 0.05
+  assert stats.verdict(down, p_down, 0.01, lower_is_better=lower_is_better) == (
+      "better" if lower_is_better else "worse")
+  assert stats.verdict(up, p_up, 0.01, lower_is_better=lower_is_better) == (
+      "worse" if lower_is_better else "better")
+
+
+def test_verdict_equivalent_and_unresolved():
+  a, b = synthetic_pair(13, 8, 0.0, noise_sd=0.002)
+  iv = stats.paired_interval(a, b)
+  (p,) = stats.holm([iv.p_value])
+  assert p >= 0.05
+  assert stats.verdict(iv, p, delta=0.01) == "equivalent"
+  # The same data cannot rule out a difference of 0.0005: neither shown nor excluded.
+  assert stats.verdict(iv, p, delta=0.0005) == "unresolved"
+  # Three noisy seeds a side: no decision either way.
+  rng = np.random.default_rng(14)
+  noisy = stats.welch_interval(rng.normal(3.0, 0.1, 3).tolist(), rng.normal(3.02, 0.1, 3).tolist())
+  assert stats.verdict(noisy, noisy.p_value, delta=0.01) == "unresolved"
+  # A single seed: nothing to test.
+  one = stats.compare({0: 2.9}, {0: 3.0})
+  assert stats.verdict(one, stats.holm([one.p_value])[0], delta=0.5) == "unresolved"
+  # Significant beats equivalent: a real 0.002 difference inside delta = 0.01.
+  tiny = stats.paired_interval([1.002, 2.0021, 3.0019], [1.0, 2.0, 3.0])
+  assert stats.tost(tiny, 0.01).equivalent and tiny.p_value < 0.05
+  assert stats.verdict(tiny, tiny.p_value, 0.01, lower_is_better=False) == "better"

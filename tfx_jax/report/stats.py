@@ -160,3 +160,109 @@ def compare(a_by_seed: Mapping[int, float], b_by_seed: Mapping[int, float],
     return paired_interval([a_by_seed[s] for s in seeds], [b_by_seed[s] for s in seeds], level)
   return welch_interval([a_by_seed[s] for s in sorted(a_by_seed)],
                         [b_by_seed[s] for s in sorted(b_by_seed)], level)
+
+
+# ------------------------------------------------------- multiple comparisons
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+  """Holm-Bonferroni adjusted p-values, in input order (Holm 1979).
+
+  Holm, "A simple sequentially rejective multiple test procedure", Scand. J.
+  Statist. 6 (1979) 65-70. With the m p-values sorted, p_(1) <= ... <= p_(m):
+
+    p~_(i) = min(1, max_{j <= i} (m - j + 1) * p_(j))
+
+  (step-down: the smallest p is multiplied by m, the next by m - 1, ...; the
+  running max keeps the adjusted values in the order of the raw ones).
+  Rejecting where p~ < alpha controls the family-wise error rate at alpha for
+  any dependence between the tests. Ties keep their input order (the result
+  does not depend on it). ``None`` (a comparison that could not be tested,
+  ``Interval.p_value`` None) stays None and is not counted in m.
+  """
+  tested = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+  m = len(tested)
+  adjusted: list[float | None] = [None] * len(pvalues)
+  running = 0.0
+  for rank, (p, i) in enumerate(tested):
+    if not 0.0 <= p <= 1.0:
+      raise ValueError(f"p-value {p} at index {i} is not in [0, 1]")
+    running = max(running, min(1.0, (m - rank) * p))
+    adjusted[i] = running
+  return adjusted
+
+
+# ---------------------------------------------------------------- equivalence
+@dataclasses.dataclass(frozen=True)
+class Equivalence:
+  """Two one-sided tests of |true difference| < delta.
+
+  ``p_value``: max of the two one-sided p-values (None when the comparison has
+  fewer than two values a side); ``low``, ``high``: the (1 - 2 alpha) interval
+  (90% at alpha 0.05); ``equivalent``: p_value < alpha, i.e. that interval lies
+  strictly inside (-delta, +delta).
+  """
+  p_value: float | None
+  low: float | None
+  high: float | None
+  delta: float
+  alpha: float
+  equivalent: bool
+
+
+def tost(result: Interval, delta: float, alpha: float = 0.05) -> Equivalence:
+  """Equivalence of a comparison within +-delta by two one-sided t tests (Schuirmann 1987).
+
+  Schuirmann, "A comparison of the two one-sided tests procedure and the power
+  approach for assessing the equivalence of average bioavailability",
+  J. Pharmacokinet. Biopharm. 15 (1987) 657-680. With d, se, df of ``result``
+  (paired or Welch alike):
+
+    p_low  = P(T_df > (d + delta) / se)    H0: true difference <= -delta
+    p_high = P(T_df < (d - delta) / se)    H0: true difference >= +delta
+    p_TOST = max(p_low, p_high)
+
+  Equivalent at level alpha iff p_TOST < alpha, which is the same as
+  d -+ t_{1-alpha, df} * se, the (1 - 2 alpha) interval, lying inside
+  (-delta, +delta). delta is in the metric's units (e.g. nats of eval loss).
+  With se = 0 each one-sided p is 0 or 1 (the se -> 0 limit).
+  """
+  if not delta > 0.0:
+    raise ValueError(f"the equivalence margin delta must be positive, got {delta}")
+  if not 0.0 < alpha < 0.5:
+    raise ValueError(f"alpha must lie in (0, 0.5), got {alpha}")
+  if not result.known:
+    return Equivalence(None, None, None, delta, alpha, False)
+  d, se, df = result.diff, result.se, result.df
+  if se == 0.0:
+    p_low = 0.0 if d > -delta else 1.0
+    p_high = 0.0 if d < delta else 1.0
+    half = 0.0
+  else:
+    p_low = float(scipy_stats.t.sf((d + delta) / se, df))
+    p_high = float(scipy_stats.t.cdf((d - delta) / se, df))
+    half = t_quantile(1.0 - alpha, df) * se
+  p_value = max(p_low, p_high)
+  return Equivalence(p_value, d - half, d + half, delta, alpha, p_value < alpha)
+
+
+Verdict = Literal["better", "worse", "equivalent", "unresolved"]
+
+
+def verdict(result: Interval, p_adjusted: float | None, delta: float, alpha: float = 0.05,
+            lower_is_better: bool = True) -> Verdict:
+  """What the seeds say about value vs base (``result`` is value - base).
+
+  In order of precedence:
+    1. "better" / "worse": the Holm-adjusted p-value of d != 0 is below alpha;
+       the sign of d decides, read through ``lower_is_better`` (loss: d < 0 is
+       better; accuracy: d > 0 is better). A significant difference wins even
+       when it also lies within +-delta: it is real, if perhaps small.
+    2. "equivalent": not significant, and the TOST (``tost``, unadjusted, at
+       alpha) puts the difference inside +-delta.
+    3. "unresolved": neither; the data cannot decide (too few seeds, too much
+       noise for delta, or a single seed a side, where ``p_adjusted`` is None).
+  """
+  if p_adjusted is not None and p_adjusted < alpha and result.diff != 0.0:
+    return "better" if (result.diff < 0.0) == lower_is_better else "worse"
+  if tost(result, delta, alpha).equivalent:
+    return "equivalent"
+  return "unresolved"
