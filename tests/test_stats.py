@@ -188,3 +188,65 @@ def test_verdict_equivalent_and_unresolved():
   tiny = stats.paired_interval([1.002, 2.0021, 3.0019], [1.0, 2.0, 3.0])
   assert stats.tost(tiny, 0.01).equivalent and tiny.p_value < 0.05
   assert stats.verdict(tiny, tiny.p_value, 0.01, lower_is_better=False) == "better"
+
+
+# ---------------------------------------------------------------- power
+def power_by_nct(diff: float, sd: float, n: int, paired: bool, alpha: float = 0.05) -> float:
+  df = n - 1 if paired else 2 * n - 2
+  ncp = diff / sd * (math.sqrt(n) if paired else math.sqrt(n / 2))
+  c = scipy_stats.t.ppf(1 - alpha / 2, df)
+  return scipy_stats.nct.sf(c, df, ncp) + scipy_stats.nct.cdf(-c, df, ncp)
+
+
+def power_by_simulation(diff: float, sd: float, n: int, paired: bool, draws: int,
+                        seed: int, alpha: float = 0.05) -> float:
+  """The share of simulated experiments whose two-sided t test rejects d = 0."""
+  rng = np.random.default_rng(seed)
+  if paired:
+    d = rng.normal(diff, sd, (draws, n))
+    t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(n))
+    df = n - 1
+  else:
+    a, b = rng.normal(diff, sd, (draws, n)), rng.normal(0.0, sd, (draws, n))
+    pooled = np.sqrt((a.var(1, ddof=1) + b.var(1, ddof=1)) / 2)
+    t = (a.mean(1) - b.mean(1)) / (pooled * math.sqrt(2 / n))
+    df = 2 * n - 2
+  return float(np.mean(np.abs(t) > scipy_stats.t.ppf(1 - alpha / 2, df)))
+
+
+@pytest.mark.parametrize("sd,n,paired", [(0.01, 5, True), (0.03, 3, True), (0.02, 4, False),
+                                         (1.0, 10, False)])
+def test_min_detectable_difference_has_the_requested_power(sd, n, paired):
+  mdd = stats.min_detectable_difference(sd, n, paired)
+  assert power_by_nct(mdd, sd, n, paired) == pytest.approx(0.8, abs=1e-9)
+  assert stats.t_test_power(mdd, sd, n, paired) == pytest.approx(0.8, abs=1e-9)
+  # 200,000 simulated experiments: the standard error of the share is
+  # sqrt(0.8 * 0.2 / 2e5) = 0.0009; 0.004 is 4.5 standard errors.
+  assert power_by_simulation(mdd, sd, n, paired, 200_000, seed=n) == pytest.approx(0.8, abs=0.004)
+
+
+def test_min_detectable_difference_edge_cases():
+  assert stats.min_detectable_difference(0.01, 1, paired=True) == math.inf
+  assert stats.min_detectable_difference(0.0, 5, paired=False) == 0.0
+  # More seeds, smaller detectable differences; pairs beat two samples at equal sd.
+  mdds = [stats.min_detectable_difference(1.0, n, paired=True) for n in range(2, 12)]
+  assert all(x > y for x, y in zip(mdds, mdds[1:]))
+  assert stats.min_detectable_difference(1.0, 5, True) < stats.min_detectable_difference(1.0, 5, False)
+  with pytest.raises(ValueError):
+    stats.min_detectable_difference(1.0, 5, True, alpha=0.05, power=0.01)
+
+
+def test_seeds_needed_is_monotone_and_agrees_with_the_detectable_difference():
+  # Cohen (1988), table 2.4.1: 64 per group for d = 0.5, 26 for d = 0.8 (two-sided, 0.05, 0.8).
+  assert stats.seeds_needed(0.5, 1.0, paired=False, max_n=100) == 64
+  assert stats.seeds_needed(0.8, 1.0, paired=False) == 26
+  sd = 0.02
+  for paired in (True, False):
+    needed = [stats.seeds_needed(diff, sd, paired, max_n=80) for diff in (0.01, 0.015, 0.02, 0.04, 0.1)]
+    assert all(x >= y for x, y in zip(needed, needed[1:]))
+    for diff, n in zip((0.01, 0.015, 0.02, 0.04, 0.1), needed):
+      assert stats.min_detectable_difference(sd, n, paired) <= diff
+      if n > 2:
+        assert stats.min_detectable_difference(sd, n - 1, paired) > diff
+  assert stats.seeds_needed(0.001, sd, paired=True, max_n=10) is None
+  assert stats.seeds_needed(0.0, sd, paired=True) is None

@@ -41,6 +41,7 @@ import dataclasses
 import math
 from typing import Literal, Mapping, Sequence
 
+from scipy import optimize
 from scipy import stats as scipy_stats
 
 Method = Literal["paired", "welch"]
@@ -266,3 +267,88 @@ def verdict(result: Interval, p_adjusted: float | None, delta: float, alpha: flo
   if tost(result, delta, alpha).equivalent:
     return "equivalent"
   return "unresolved"
+
+
+# ---------------------------------------------------------------- power
+def _design(n: int, paired: bool) -> tuple[float, float]:
+  """(df, se per unit sd) of the two-sided t test: paired n pairs, or n per side."""
+  if paired:
+    return float(n - 1), 1.0 / math.sqrt(n)  # se = sd_d / sqrt(n)
+  return float(2 * n - 2), math.sqrt(2.0 / n)  # se = sd * sqrt(1/n + 1/n)
+
+
+def _power_at_ncp(ncp: float, df: float, alpha: float) -> float:
+  c = t_quantile(1.0 - alpha / 2, df)
+  # P(T'_ncp < -c) = P(T'_-ncp > c): SciPy's nct.cdf returns NaN deep in the
+  # lower tail (e.g. df=1, ncp=8) where nct.sf with -ncp returns its ~0.
+  return float(scipy_stats.nct.sf(c, df, ncp) + scipy_stats.nct.sf(c, df, -ncp))
+
+
+def t_test_power(diff: float, sd: float, n: int, paired: bool, alpha: float = 0.05) -> float:
+  """Probability that a two-sided t test at ``alpha`` rejects d = 0 when the truth is ``diff``.
+
+  Under a true difference diff the statistic d / se follows the noncentral t
+  with df degrees of freedom and noncentrality ncp = diff / (sd * k):
+
+    paired      n pairs, sd of the per-seed differences:  df = n - 1,   k = sqrt(1/n)
+    two-sample  n per side, common sd:                    df = 2n - 2,  k = sqrt(2/n)
+
+    power = P(T'_{df,ncp} > c) + P(T'_{df,ncp} < -c),  c = t_{1 - alpha/2, df}
+
+  (e.g. Cohen, Statistical Power Analysis for the Behavioral Sciences, 1988,
+  ch. 2). Needs n >= 2; with sd = 0 any nonzero difference is certain (power 1).
+  """
+  if n < 2:
+    raise ValueError(f"a t test needs n >= 2, got {n}")
+  if sd < 0.0:
+    raise ValueError(f"sd must be >= 0, got {sd}")
+  if sd == 0.0:
+    return 1.0 if diff != 0.0 else alpha
+  df, k = _design(n, paired)
+  return _power_at_ncp(abs(diff) / (sd * k), df, alpha)
+
+
+def min_detectable_difference(sd: float, n: int, paired: bool, alpha: float = 0.05,
+                              power: float = 0.8) -> float:
+  """The smallest true difference that the two-sided t test at ``alpha`` detects with ``power``.
+
+  Solves t_test_power(diff) = power for diff exactly, with the noncentral t
+  (no normal approximation, which is far off at a handful of seeds): the
+  noncentrality is found by root finding (Brent), diff = ncp * sd * k (see
+  ``t_test_power`` for df and k of the paired and the two-sample design).
+  ``sd`` is the seed-to-seed standard deviation: of the per-seed differences
+  for a paired design, of one point's values (the base's, ``mean_std``) for
+  two samples. Returns inf for n < 2 (no test is possible), 0 for sd = 0.
+  """
+  if not 0.0 < alpha < power < 1.0:
+    raise ValueError(f"need 0 < alpha < power < 1, got alpha={alpha}, power={power}")
+  if sd < 0.0:
+    raise ValueError(f"sd must be >= 0, got {sd}")
+  if n < 2:
+    return math.inf
+  if sd == 0.0:
+    return 0.0
+  df, k = _design(n, paired)
+  # The power rises from alpha at ncp = 0 towards 1; widen the bracket until it holds.
+  high = 8.0
+  while _power_at_ncp(high, df, alpha) < power:
+    high *= 2.0
+  ncp = optimize.brentq(lambda x: _power_at_ncp(x, df, alpha) - power, 0.0, high,
+                        xtol=1e-12, rtol=1e-12)
+  return ncp * sd * k
+
+
+def seeds_needed(diff: float, sd: float, paired: bool, alpha: float = 0.05,
+                 power: float = 0.8, max_n: int = 64) -> int | None:
+  """The smallest n (pairs, or seeds per side) at which ``t_test_power`` reaches ``power``.
+
+  None when even ``max_n`` does not (or diff = 0, which no n detects). The
+  power grows with n (both df and the noncentrality do), so the first n that
+  reaches it is the answer: min_detectable_difference(sd, n) <= |diff|.
+  """
+  if diff == 0.0:
+    return None
+  for n in range(2, max_n + 1):
+    if t_test_power(diff, sd, n, paired, alpha) >= power:
+      return n
+  return None
