@@ -250,3 +250,44 @@ def test_seeds_needed_is_monotone_and_agrees_with_the_detectable_difference():
         assert stats.min_detectable_difference(sd, n - 1, paired) > diff
   assert stats.seeds_needed(0.001, sd, paired=True, max_n=10) is None
   assert stats.seeds_needed(0.0, sd, paired=True) is None
+
+
+# ----------------------------------------------------- learning-rate sensitivity
+def test_lr_sensitivity_hand_computed_with_a_failed_run():
+  l0 = 10.0  # ln V at initialisation, say
+  losses = {1e-4: 3.5, 3e-4: 3.1, 1e-3: 3.0, 3e-3: None, 1e-2: math.inf, 3e-2: 12.0}
+  # capped: 3.5, 3.1, 3.0, 10, 10, 10; best 3.0; excess 0.5, 0.1, 0, 7, 7, 7.
+  assert stats.lr_sensitivity(losses, l0) == pytest.approx((0.5 + 0.1 + 0 + 7 * 3) / 6)
+  assert stats.lr_sensitivity({1e-3: 3.0}, l0) == 0.0
+  assert stats.lr_sensitivity({1e-3: 3.0, 1e-2: 4.0}, l0) == pytest.approx(0.5)
+  with pytest.raises(ValueError, match="below l0"):
+    stats.lr_sensitivity({1e-3: None, 1e-2: 11.0}, l0)
+  with pytest.raises(ValueError):
+    stats.lr_sensitivity({}, l0)
+
+
+# ---------------------------------------------------------------- run outcomes
+def test_unigram_entropy_matches_scipy():
+  rng = np.random.default_rng(15)
+  counts = rng.integers(0, 50, 100)
+  counts[[3, 17]] = 0
+  assert stats.unigram_entropy(counts) == pytest.approx(scipy_stats.entropy(counts), rel=1e-12)
+  assert stats.unigram_entropy([5, 0, 5]) == pytest.approx(math.log(2))
+  assert stats.unigram_entropy(np.bincount([4, 4, 4])) == 0.0
+  with pytest.raises(ValueError):
+    stats.unigram_entropy([0, 0])
+  with pytest.raises(ValueError):
+    stats.unigram_entropy([3, -1])
+
+
+def test_classify_run_edges():
+  h = 4.0
+  assert stats.classify_run(3.0, diverged=False, unigram_entropy=h) == "learned"
+  assert stats.classify_run(3.0, diverged=True, unigram_entropy=h) == "diverged"  # flagged wins
+  for loss in (None, math.nan, math.inf, -math.inf):
+    assert stats.classify_run(loss, diverged=False, unigram_entropy=h) == "diverged"
+  assert stats.classify_run(h, diverged=False, unigram_entropy=h) == "stalled"
+  assert stats.classify_run(h - 0.04, diverged=False, unigram_entropy=h) == "stalled"
+  assert stats.classify_run(h - 0.25, diverged=False, unigram_entropy=h, margin=0.25) == "learned"
+  assert stats.classify_run(h - 0.2, diverged=False, unigram_entropy=h, margin=0.25) == "stalled"
+  assert stats.classify_run(h + 1.0, diverged=False, unigram_entropy=h) == "stalled"

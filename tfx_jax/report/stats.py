@@ -41,6 +41,7 @@ import dataclasses
 import math
 from typing import Literal, Mapping, Sequence
 
+import numpy as np
 from scipy import optimize
 from scipy import stats as scipy_stats
 
@@ -352,3 +353,77 @@ def seeds_needed(diff: float, sd: float, paired: bool, alpha: float = 0.05,
     if t_test_power(diff, sd, n, paired, alpha) >= power:
       return n
   return None
+
+
+# ----------------------------------------------------- learning-rate sensitivity
+def lr_sensitivity(losses_by_lr: Mapping[float, float | None], l0: float) -> float:
+  """How much a point loses by not having its learning rate tuned (Wortsman et al. 2023).
+
+  Wortsman et al., "Small-scale proxies for large-scale Transformer training
+  instabilities" (arXiv:2309.14322), section 2.2:
+
+    LR sensitivity = E_eta[ min(l(eta), l0) - min_eta' l(eta') ]
+
+  the mean, over the learning rates swept (each equally weighted: the grid is
+  the measure, log-spaced in the paper), of the final loss's excess over the
+  point's best learning rate. (The best is taken over the capped losses; it is
+  the same number whenever some run ended below l0.) l0 is the loss at initialisation (ln V for a
+  uniform prediction over V tokens); capping at l0 keeps a failed run from
+  counting for more than "learned nothing". A failed run (None, a non-finite
+  loss; the caller passes None for runs that diverged or stalled) counts as l0.
+
+  Raises ValueError when no run ended below l0: the formula would give 0,
+  which would read as "insensitive" for a point that never trained.
+  """
+  if not losses_by_lr:
+    raise ValueError("lr_sensitivity needs at least one learning rate")
+  if not math.isfinite(l0):
+    raise ValueError(f"l0 must be finite, got {l0}")
+  capped = [l0 if loss is None or not math.isfinite(loss) else min(loss, l0)
+            for loss in losses_by_lr.values()]
+  best = min(capped)
+  if best >= l0:
+    raise ValueError(f"no learning rate of {sorted(losses_by_lr)} ended below l0={l0}")
+  return sum(c - best for c in capped) / len(capped)
+
+
+# ---------------------------------------------------------------- run outcomes
+Outcome = Literal["learned", "stalled", "diverged"]
+
+
+def unigram_entropy(counts: Sequence[int] | np.ndarray) -> float:
+  """H = -sum_t p_t ln p_t in nats, p_t = c_t / sum c, from token counts (zeros ignored).
+
+  The cross-entropy of the best model that ignores context (it predicts the
+  unigram distribution p at every position) on the targets it was counted
+  on: the loss below which a language model has learned something from context.
+  ``counts``: counts per token id, e.g. np.bincount(targets, minlength=V).
+  """
+  c = np.asarray(counts, dtype=np.float64).ravel()
+  if np.any(c < 0) or not np.all(np.isfinite(c)):
+    raise ValueError("token counts must be finite and non-negative")
+  total = c.sum()
+  if total == 0:
+    raise ValueError("unigram_entropy needs at least one counted token")
+  p = c[c > 0] / total
+  return float(-(p * np.log(p)).sum())
+
+
+def classify_run(final_loss: float | None, diverged: bool, unigram_entropy: float,
+                 margin: float = 0.05) -> Outcome:
+  """What became of a run: "diverged", "stalled" or "learned", in that order of checks.
+
+    diverged  the run was flagged as diverged, or its final loss is None or not finite;
+    stalled   final_loss > unigram_entropy - margin: it did not beat the
+              context-free model (``unigram_entropy`` of the training targets,
+              in nats) by ``margin`` nats;
+    learned   otherwise (final_loss <= unigram_entropy - margin).
+
+  Only "learned" runs carry a loss to compare; count the other two apart (as
+  failures, and as l0 in ``lr_sensitivity``).
+  """
+  if diverged or final_loss is None or not math.isfinite(final_loss):
+    return "diverged"
+  if final_loss > unigram_entropy - margin:
+    return "stalled"
+  return "learned"
