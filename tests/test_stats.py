@@ -84,6 +84,8 @@ def test_degenerate_cases_give_numbers_not_nan():
   assert not stats.paired_interval([1.0], [2.0]).known
   with pytest.raises(ValueError, match="non-finite"):
     stats.compare({0: 1.0, 1: math.nan}, {0: 1.0, 1: 2.0})
+  with pytest.raises(ValueError, match="no values"):
+    stats.compare({}, {0: 1.0, 1: 2.0})
   with pytest.raises(ValueError, match="equal lengths"):
     stats.paired_interval([1.0, 2.0], [1.0])
 

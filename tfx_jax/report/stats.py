@@ -25,8 +25,9 @@ Degenerate cases, so that no NaN reaches a table:
   - zero spread (se = 0, e.g. identical per-seed differences): the interval is
     the point [d, d], and p_value is the limit of the test as se -> 0:
     0.0 when d != 0, 1.0 when d == 0;
-  - a non-finite value raises ValueError: a run that diverged has no loss to
-    average; classify runs first (``classify_run``) and count failures apart.
+  - an empty side or a non-finite value raises ValueError: a run that diverged
+    has no loss to average; classify runs first (``classify_run``) and count
+    failures apart.
 
 The rest of the module builds verdicts from these: Holm-adjusted p-values
 (``holm``), equivalence by two one-sided tests (``tost``), ``verdict``; the
@@ -96,7 +97,16 @@ def t_quantile(p: float, df: float) -> float:
   return float(scipy_stats.t.ppf(p, df))
 
 
-def _check_finite(values: Sequence[float], side: str) -> None:
+def _check_inputs(a: Sequence[float], b: Sequence[float], level: float) -> None:
+  if not 0.0 < level < 1.0:
+    raise ValueError(f"level must lie in (0, 1), got {level}")
+  _check_values(a, "a")
+  _check_values(b, "b")
+
+
+def _check_values(values: Sequence[float], side: str) -> None:
+  if len(values) == 0:
+    raise ValueError(f"{side} has no values: there is nothing to compare")
   bad = [v for v in values if not math.isfinite(v)]
   if bad:
     raise ValueError(f"{side} holds non-finite values {bad}: leave failed runs out "
@@ -106,8 +116,6 @@ def _check_finite(values: Sequence[float], side: str) -> None:
 def _interval(diff: float, se2: float, df: float, method: Method, n_a: int, n_b: int,
               level: float) -> Interval:
   """The t interval and two-sided p-value from d, se^2 and df (shared by both tests)."""
-  if not 0.0 < level < 1.0:
-    raise ValueError(f"level must lie in (0, 1), got {level}")
   if se2 == 0.0:  # no spread: the interval is the point; p is the se -> 0 limit
     return Interval(diff, diff, diff, df, 0.0, 0.0 if diff != 0.0 else 1.0,
                     method, n_a, n_b, level)
@@ -120,8 +128,7 @@ def _interval(diff: float, se2: float, df: float, method: Method, n_a: int, n_b:
 
 def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Interval:
   """mean(a) - mean(b) with its Welch t interval at ``level`` (independent samples)."""
-  _check_finite(a, "a")
-  _check_finite(b, "b")
+  _check_inputs(a, b, level)
   ma, sa = mean_std(a)
   mb, sb = mean_std(b)
   diff = ma - mb
@@ -139,8 +146,7 @@ def paired_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95)
   """mean(a_i - b_i) with its paired t interval at ``level``; a[i] and b[i] share a seed."""
   if len(a) != len(b):
     raise ValueError(f"paired samples need equal lengths, got {len(a)} and {len(b)}")
-  _check_finite(a, "a")
-  _check_finite(b, "b")
+  _check_inputs(a, b, level)
   d = [x - y for x, y in zip(a, b)]
   n = len(d)
   diff, sd = mean_std(d)
