@@ -171,10 +171,10 @@ def test_until_resolved_adds_the_same_seed_to_both_sides_of_an_unresolved_compar
       "comparisons": [{"axis_index": 0, "value_index": 1, "context_key": [None],
                        "verdict": "unresolved", "metric": "eval/loss"}]}
   added = adaptive.add_seeds(record, report, max_seeds=3)
-  assert [(e["name"], e["seed"]) for e in added] == [
+  assert sorted((e["name"], e["seed"]) for e in added) == [
       ("norm_position-post_learning_rate-0.001_s2", 2),
       ("norm_position-pre_learning_rate-0.01_s2", 2)]
-  assert added[0]["overrides"]["seed"] == 2 and added[0]["state"] == "pending"
+  assert all(e["overrides"]["seed"] == 2 and e["state"] == "pending" for e in added)
   assert adaptive.add_seeds(record, report, max_seeds=3) == []  # at the budget
   # A resumed invocation rebuilds the added runs from sweep.json.
   rebuilt = _record([_entry(n, lr, s) for n in ("post", "pre") for lr in LRS

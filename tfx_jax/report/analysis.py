@@ -274,12 +274,14 @@ def sensitivity(record, points, baselines_by_point: dict[tuple, Baseline]
       failed = sum(v is None for v in seeds.values())
       curve.append({"tuned": row["tuned"], "label": row["label"], "seeds": seeds,
                     "mean": mean, "failed": failed})
-    number = None
-    if l0 is not None and lower_is_better(select_by) and any(c["seeds"] for c in curve):
+    number, all_failed = None, False
+    means = {c["label"]: c["mean"] for c in curve if c["seeds"]}
+    if l0 is not None and lower_is_better(select_by) and means:
       # A tuned value whose finished runs all failed counts as l0 (mean None).
-      number = stats.lr_sensitivity({c["label"]: c["mean"] for c in curve if c["seeds"]}, l0)
+      all_failed = not any(m is not None and m < l0 for m in means.values())
+      number = None if all_failed else stats.lr_sensitivity(means, l0)
     out.append({"point": point["values"], "key": point["key"], "curve": curve,
-                "initial_loss": l0, "sensitivity": number})
+                "initial_loss": l0, "sensitivity": number, "all_failed": all_failed})
   return out
 
 

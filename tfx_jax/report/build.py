@@ -176,7 +176,8 @@ def comparisons_table(rows: list[dict[str, Any]]) -> list[list[str]]:
 def sensitivity_table(report) -> list[list[str]]:
   rows = [["point", "sensitivity", "failed runs", "l0"]]
   for s in report["sensitivity"]:
-    rows.append([", ".join(s["point"].values()) or "base", _fmt(s["sensitivity"]),
+    rows.append([", ".join(s["point"].values()) or "base",
+                 "all failed" if s["all_failed"] else _fmt(s["sensitivity"]),
                  str(sum(c["failed"] for c in s["curve"])), _fmt(s["initial_loss"], 3)])
   return rows
 
@@ -215,14 +216,15 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
       how += "; the comparisons read the test split, which the choice never saw."
   else:
     how = f"Compared on the {split} split."
-  out += [how + f" {len(family)} comparisons form one family (Holm-Bonferroni); "
-          "verdicts at α = 0.05, equivalence by two one-sided tests within the "
-          "margin.", ""]
+  n = len(family)
+  out += [how + f" {n} comparison{'s form' if n != 1 else ' forms'} one family "
+          "(Holm-Bonferroni); verdicts at α = 0.05, equivalence by two one-sided tests "
+          "within the margin.", ""]
   main = [r for r in report["comparisons"] if r["metric"] == select_by]
   out += [f"- {r['text']}" for r in main] or ["- no comparison has learned runs on "
                                               "both sides yet."]
   out += ["", "Reproduce:", "", "```bash", record["command"], "```", "",
-          f"Base: `{record['config']}` {('`' + base + '`') if base else ''}", "",
+          f"Base: `{record['config']}`" + (f" `{base}`" if base else ""), "",
           f"{len(record['runs'])} runs: " + ", ".join(f"{n} {k}" for k, n in states.items())
           + f"; of the finished, {counts['learned']} learned, {counts['stalled']} "
           f"stalled, {counts['diverged']} diverged; seeds {record['seeds']}.", "",
