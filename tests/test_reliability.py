@@ -1,6 +1,6 @@
 """Runs survive signals, kill -9, non-finite losses and bad input.
 
-Every run here is the tiny language model of test_configs.TINY, 30 steps, and
+Every run here is the tiny language model of helpers.TINY, 30 steps, and
 is compared with one uninterrupted reference run of the same config: on CPU,
 an interrupted and resumed run must give the same numbers bitwise.
 """
@@ -25,8 +25,8 @@ from tfx_jax import checkpoint as ckpt_lib
 from tfx_jax import metrics
 from tfx_jax import status as status_lib
 from tfx_jax import run_setup, trainer
-from test_configs import (ROOT, cli_flags, compilation_cache, run_cli, subprocess_env,
-                          tiny_config, train_command)
+from helpers import (ROOT, cli_flags, compilation_cache, run_cli, subprocess_env, tiny_config,
+                     train_command)
 
 # ml_collections loads config files with the deprecated importlib load_module().
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
