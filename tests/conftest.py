@@ -61,34 +61,6 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """
 
 
-GRID_TEST = "test_every_ablation_combination_trains"
-
-
-def _is_grid(item) -> bool:
-  return getattr(item, "originalname", None) == GRID_TEST
-
-
-def pytest_collection_modifyitems(config, items):
-  """The ablation grid's tests go last: their slices train in the background
-  while the rest of the suite runs (``test_ablation_grid.start_grid``)."""
-  grid = [item for item in items if _is_grid(item)]
-  if grid:
-    ids = {id(item) for item in grid}
-    items[:] = [item for item in items if id(item) not in ids] + grid
-
-
-def pytest_collection_finish(session):
-  if any(_is_grid(item) for item in session.items):
-    from test_ablation_grid import start_grid
-    session.config.ablation_grid = start_grid(session.items)
-
-
-def pytest_sessionfinish(session):
-  if getattr(session.config, "ablation_grid", None) is not None:
-    from test_ablation_grid import stop_grid
-    stop_grid()
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory):
   """{"SLURM_CONF": path} of a running one-node cluster; stopped at the end."""
