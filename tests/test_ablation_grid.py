@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import math
 import typing
 from typing import Callable, Literal, Mapping, get_args, get_origin
 
@@ -119,8 +120,9 @@ def completion(axes: Mapping[str, tuple], valid: Callable[[Combination], bool],
   return None
 
 
-def pairwise_design(axes: Mapping[str, tuple], valid: Callable[[Combination], bool] =
-                    lambda combination: True, seeds=()) -> list[Combination]:
+def pairwise_design(axes: Mapping[str, tuple],
+                    valid: Callable[[Combination], bool] | None = None,
+                    seeds=()) -> list[Combination]:
   """Valid combinations of ``axes`` ({axis: values}) in which every pair of values
   of two axes that some valid combination contains appears at least once: the
   ``seeds`` (complete, valid combinations) first, then greedy additions.
@@ -132,8 +134,9 @@ def pairwise_design(axes: Mapping[str, tuple], valid: Callable[[Combination], bo
   the most uncovered pairs together with the values chosen so far, among those
   that still have a valid completion. Ties go to the order of ``axes`` and of
   their values, so the design, and the test ids made from it, are the same on
-  every run.
+  every run. ``valid`` (default: every combination is) says which are.
   """
+  valid = valid or (lambda combination: True)
   rank = {(a, v): (i, j) for i, a in enumerate(axes) for j, v in enumerate(axes[a])}
   fill_order = sorted(axes, key=lambda a: (-len(axes[a]), rank[(a, axes[a][0])]))
   uncovered = all_pairs(axes)
@@ -152,14 +155,14 @@ def pairwise_design(axes: Mapping[str, tuple], valid: Callable[[Combination], bo
       uncovered.discard(start)  # no valid combination has this pair
       continue
     for axis in (a for a in fill_order if a not in combination):
-      def gain(value, axis=axis):
-        return sum(frozenset({(axis, value), chosen}) in uncovered
+      def preference(value, axis=axis):
+        gain = sum(frozenset({(axis, value), chosen}) in uncovered
                    for chosen in combination.items())
-      for value in sorted(axes[axis], key=lambda v, axis=axis: (
-          -gain(v), -need[(axis, v)], rank[(axis, v)])):
-        if completion(axes, valid, {**combination, axis: value}) is not None:
-          combination[axis] = value
-          break
+        return -gain, -need[(axis, value)], rank[(axis, value)]
+      # One exists: the combination so far has a valid completion.
+      combination[axis] = next(
+          value for value in sorted(axes[axis], key=preference)
+          if completion(axes, valid, {**combination, axis: value}) is not None)
     combination = {a: combination[a] for a in axes}
     design.append(combination)
     uncovered -= pairs_of(combination)
@@ -221,12 +224,12 @@ SYNTHETIC = {
                           "d": ("p", "q", "r", "s")},
                          lambda c: not (c["a"] == 0 and c["b"] == "x") and
                          not (c["c"] and c["d"] in ("r", "s"))),
-    # (a=1, b=y) is valid on its own but has no valid completion.
+    # No rule forbids (a=1, b=y) as such, but every combination with it is invalid.
     "a three-way constraint": ({"a": (0, 1), "b": ("x", "y"), "c": (0, 1, 2),
                                 "d": (False, True)},
                                lambda c: not (c["a"] == 1 and c["b"] == "y" and c["c"] != 2)
                                and not (c["c"] == 2 and c["b"] == "y")),
-    "one axis only valid with one value of another": (
+    "a value valid with one value of another axis only": (
         {"family": ("p", "q", "r"), "size": (1, 2, 3), "mode": ("s", "t", "u")},
         lambda c: c["mode"] != "u" or c["family"] == "r"),
 }
@@ -244,7 +247,7 @@ def test_pairwise_design_covers_every_valid_pair(case):
   design = pairwise_design(axes, is_valid)
   assert all(is_valid(c) and list(c) == list(axes) for c in design)
   assert set().union(*map(pairs_of, design)) >= _valid_pairs(axes, is_valid)
-  assert len(design) < np.prod([len(values) for values in axes.values()])
+  assert len(design) < math.prod(len(values) for values in axes.values())
   assert design == pairwise_design(axes, is_valid)  # deterministic
 
 
