@@ -36,7 +36,7 @@ from tfx_jax.data import pipeline
 from tfx_jax.data import shards as shards_lib
 from tfx_jax.errors import ConfigError
 from helpers import (ROOT, cli_flags, compilation_cache, free_port, run_cli, subprocess_env,
-                     tiny_config)
+                     tiny_config, wait_until)
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
 
