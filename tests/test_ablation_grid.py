@@ -41,7 +41,7 @@ from tfx_jax.models import build_model, stack_layer_params
 from helpers import ALL_PRESETS, load_config
 
 FAMILIES = get_args(Family)
-TINY = dict(num_layers=1, d_model=8, num_heads=2, vocab_size=11, max_len=4)
+TINY_MODEL = dict(num_layers=1, d_model=8, num_heads=2, vocab_size=11, max_len=4)
 SEQ_LEN = 4
 IDS = jnp.asarray([[5, 6, 7, 8], [9, 10, 2, 3]], jnp.int32)
 TARGETS = jnp.asarray([[6, 7, 8, 3], [10, 2, 3, 0]], jnp.int32)
@@ -188,7 +188,7 @@ AXES = {name: values for name, values in switch_fields().items() if name not in 
 def valid(combination: Mapping) -> bool:
   """Whether the model config accepts ``combination`` at the tiny size."""
   try:
-    model_config_from_dict(dict(TINY, **combination), seq_len=SEQ_LEN)
+    model_config_from_dict(dict(TINY_MODEL, **combination), seq_len=SEQ_LEN)
   except ConfigError:
     return False
   return True
@@ -295,7 +295,7 @@ _stacked = stack_layer_params
 @pytest.mark.parametrize("scan_layers", [False, True], ids=["loop", "scan"])
 def test_scan_and_remat_give_the_same_gradients(scan_layers, remat):
   """Rematerialisation only trades memory for compute: same loss, same gradients."""
-  base = dict(TINY, num_layers=2, family="decoder_only", position="rope",
+  base = dict(TINY_MODEL, num_layers=2, family="decoder_only", position="rope",
               activation="swiglu")
   ref_cfg = model_config_from_dict(base)
   _, ref_params, ref_loss, ref_grads = _loss_and_grads(ref_cfg)
@@ -315,7 +315,7 @@ def test_scan_and_remat_give_the_same_gradients(scan_layers, remat):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bfloat16_compute(family):
-  cfg = model_config_from_dict(dict(TINY, family=family, dtype="bfloat16",
+  cfg = model_config_from_dict(dict(TINY_MODEL, family=family, dtype="bfloat16",
                                     activation="swiglu", position="rope"))
   model, params, loss, grads = _loss_and_grads(cfg)
   assert not _problems(loss, grads)
@@ -323,15 +323,15 @@ def test_bfloat16_compute(family):
   out = model.apply({"params": params}, *_args(family))
   assert out["logits"].dtype == jnp.float32  # the loss is taken in float32
   # Close to the float32 model with the same parameters.
-  f32 = build_model(model_config_from_dict(dict(TINY, family=family, activation="swiglu",
-                                                position="rope")))
+  f32 = build_model(model_config_from_dict(dict(TINY_MODEL, family=family,
+                                                activation="swiglu", position="rope")))
   ref = f32.apply({"params": params}, *_args(family))["logits"]
   np.testing.assert_allclose(np.asarray(out["logits"]), np.asarray(ref), atol=0.1)
 
 
 @pytest.mark.parametrize("family", ["decoder_only", "encoder_only"])
 def test_classification_head(family):
-  cfg = model_config_from_dict(dict(TINY, family=family, num_classes=3))
+  cfg = model_config_from_dict(dict(TINY_MODEL, family=family, num_classes=3))
   labels = jnp.asarray([2, 0])
   model, params, loss, grads = _loss_and_grads(cfg, key="class_logits", labels=labels)
   assert not _problems(loss, grads)
@@ -343,8 +343,8 @@ def test_classification_head(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_untied_embeddings(family):
-  tied = model_config_from_dict(dict(TINY, family=family))
-  untied = model_config_from_dict(dict(TINY, family=family, tie_embeddings=False))
+  tied = model_config_from_dict(dict(TINY_MODEL, family=family))
+  untied = model_config_from_dict(dict(TINY_MODEL, family=family, tie_embeddings=False))
   _, tied_params, _, _ = _loss_and_grads(tied)
   model, params, loss, grads = _loss_and_grads(untied)
   assert not _problems(loss, grads)
@@ -356,7 +356,7 @@ def test_untied_embeddings(family):
 @pytest.mark.parametrize("num_kv_heads", [1, 2], ids=["mqa", "gqa"])  # mha: the grid
 @pytest.mark.parametrize("family", FAMILIES)
 def test_grouped_query_attention(family, num_kv_heads):
-  cfg = model_config_from_dict(dict(TINY, family=family, num_heads=4,
+  cfg = model_config_from_dict(dict(TINY_MODEL, family=family, num_heads=4,
                                     num_kv_heads=num_kv_heads, position="rope"))
   _, params, loss, grads = _loss_and_grads(cfg)
   assert not _problems(loss, grads)
@@ -369,7 +369,7 @@ def test_grouped_query_attention(family, num_kv_heads):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_dropout_in_training_mode(family):
-  cfg = model_config_from_dict(dict(TINY, family=family, dropout=0.3,
+  cfg = model_config_from_dict(dict(TINY_MODEL, family=family, dropout=0.3,
                                     attention_dropout=0.2))
   eval_model = build_model(cfg)
   params = eval_model.init(jax.random.PRNGKey(0), *_args(family))["params"]
@@ -402,7 +402,7 @@ def _step_problems(cfg, model, params, loss, grads):
 @pytest.mark.parametrize("combination", DESIGN, ids=_combination_id)
 def test_ablation_combination_trains(combination):
   """A finite loss and gradients, not all zero, and one optimizer step lowers the loss."""
-  cfg = model_config_from_dict(dict(TINY, **combination), seq_len=SEQ_LEN)
+  cfg = model_config_from_dict(dict(TINY_MODEL, **combination), seq_len=SEQ_LEN)
   model, params, loss, grads = _loss_and_grads(cfg)
   assert not _problems(loss, grads)
   assert not _step_problems(cfg, model, params, loss, grads)
