@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 
 import pytest
+
+from helpers import free_port, wait_until
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "squeue", "sinfo")
@@ -24,12 +25,6 @@ CLIENTS = ("sbatch", "srun", "squeue", "sinfo")
 def _which(name: str) -> str | None:
   return shutil.which(name) or next(
       (f"{d}/{name}" for d in ("/usr/sbin", "/sbin") if os.path.exists(f"{d}/{name}")), None)
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 def _memory_mb() -> int:
@@ -64,34 +59,6 @@ AccountingStorageType=accounting_storage/none
 NodeName=localhost CPUs={cpus} RealMemory={memory} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """
-
-
-GRID_TEST = "test_every_ablation_combination_trains"
-
-
-def _is_grid(item) -> bool:
-  return getattr(item, "originalname", None) == GRID_TEST
-
-
-def pytest_collection_modifyitems(config, items):
-  """The ablation grid's tests go last: their slices train in the background
-  while the rest of the suite runs (``test_ablation_grid.start_grid``)."""
-  grid = [item for item in items if _is_grid(item)]
-  if grid:
-    ids = {id(item) for item in grid}
-    items[:] = [item for item in items if id(item) not in ids] + grid
-
-
-def pytest_collection_finish(session):
-  if any(_is_grid(item) for item in session.items):
-    from test_ablation_grid import start_grid
-    session.config.ablation_grid = start_grid(session.items)
-
-
-def pytest_sessionfinish(session):
-  if getattr(session.config, "ablation_grid", None) is not None:
-    from test_ablation_grid import stop_grid
-    stop_grid()
 
 
 @pytest.fixture(scope="session")
@@ -139,18 +106,3 @@ def slurm_cluster(tmp_path_factory):
         proc.wait(timeout=20)
       except subprocess.TimeoutExpired:
         proc.kill()
-
-
-def wait_until(predicate, timeout: float, what: str, logs=None) -> None:
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    if predicate():
-      return
-    time.sleep(0.2)
-  detail = ""
-  if logs is not None:
-    detail = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
-                       for p in sorted(logs.glob("*.log")) + sorted(logs.glob("*.out")))
-  raise AssertionError(f"{what} within {timeout:.0f}s\n{detail}")
-
-

@@ -1,23 +1,32 @@
-"""Every combination of the ablation axes builds and trains: one optimizer step
-lowers the loss.
+"""Every ablation axis builds and trains: one optimizer step lowers the loss.
 
-The grid is family x norm_position x norm_type x activation x position, every
-value of each ``Literal`` axis of ``tfx_jax.model_config`` (no sampling), at a
-tiny size (1 layer, d_model 8, 2 heads, 4 tokens, vocabulary 11). Each model is
-initialised, differentiated, updated once by Adam and evaluated again eagerly:
-op-by-op dispatch of ops compiled once per shape is far cheaper here than one
-XLA compile per model; the grid runs on two worker processes while the settings
-outside it (scan + remat, bfloat16, classification heads, untied embeddings,
-GQA/MQA, dropout) are tested here.
+The axes are the fields of ``tfx_jax.model_config.ModelConfig`` typed as a
+``Literal`` or ``bool``, read from its type hints, so a new axis or a new value
+is covered without editing this file; a field is left out only through
+``NOT_AXES``, with the test that covers it instead. ``bool`` fields are axes
+because each is an architecture switch (``use_bias``, ``scale_attention_logits``,
+``output_bias``...) that changes what a layer computes, as a ``Literal`` value does.
+
+The combinations are a pairwise covering design (``pairwise_design``): every
+pair of values of any two axes appears in at least one combination, where some
+valid combination has that pair, plus the architecture of every preset in
+``configs/`` (the papers' settings the training tests use). Each combination is
+one test, at a tiny size (1 layer, d_model 8, 2 heads, 4 tokens, vocabulary
+11): the model is initialised, differentiated, updated once by Adam and
+evaluated again, eagerly: op-by-op dispatch of ops compiled once per shape is
+far cheaper here than one XLA compile per model. The settings outside the
+grid (scan + remat, bfloat16, classification heads, untied embeddings,
+GQA/MQA, dropout) are tested first.
 """
 
-import concurrent.futures
-import importlib.util
+from __future__ import annotations
+
+import collections
+import dataclasses
 import itertools
 import math
-import multiprocessing
-import os
-from typing import get_args
+import typing
+from typing import Callable, Literal, Mapping, get_args, get_origin
 
 import flax.linen as nn
 import jax
@@ -26,20 +35,27 @@ import numpy as np
 import optax
 import pytest
 
-from tfx_jax.model_config import (Activation, Family, NormPosition, NormType, Position,
-                                  Remat, model_config_from_dict)
+from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import Family, ModelConfig, Remat, model_config_from_dict
 from tfx_jax.models import build_model, stack_layer_params
-from conftest import _is_grid
+from helpers import ALL_PRESETS, load_config
 
 FAMILIES = get_args(Family)
-# The grid: every value of every ablation axis. One test per (family,
-# norm_position) slice; each slice runs the product of the other axes.
-SLICE_AXES = {"family": FAMILIES, "norm_position": get_args(NormPosition)}
-WITHIN_SLICE_AXES = {"norm_type": get_args(NormType), "activation": get_args(Activation),
-                     "position": get_args(Position)}
-TINY = dict(num_layers=1, d_model=8, num_heads=2, vocab_size=11, max_len=4)
+TINY_MODEL = dict(num_layers=1, d_model=8, num_heads=2, vocab_size=11, max_len=4)
+SEQ_LEN = 4
 IDS = jnp.asarray([[5, 6, 7, 8], [9, 10, 2, 3]], jnp.int32)
 TARGETS = jnp.asarray([[6, 7, 8, 3], [10, 2, 3, 0]], jnp.int32)
+
+# Literal and bool fields of ModelConfig that are not axes of the design, each
+# with the reason and the test that covers it.
+NOT_AXES = {
+    "remat": "trades memory for compute and must not change a number: "
+             "test_scan_and_remat_give_the_same_gradients checks every policy",
+    "scan_layers": "how the layers run, not what they compute: "
+                   "test_scan_and_remat_give_the_same_gradients",
+    "dtype": "the compute precision, not the architecture: test_bfloat16_compute "
+             "compares bfloat16 with float32 for every family",
+}
 
 
 def _args(family, ids=IDS):
@@ -74,24 +90,201 @@ def _problems(loss, grads):
   return problems
 
 
-def _within_slice():
-  """[{norm_type, activation, position}] of one slice: the product of the axes."""
-  return [dict(zip(WITHIN_SLICE_AXES, values))
-          for values in itertools.product(*WITHIN_SLICE_AXES.values())]
+# ------------------------------------------------------ the covering design
+Combination = dict  # {axis: value}
+Pair = frozenset  # {(axis, value), (axis, value)}: two values of two axes
 
 
-def test_grid_covers_every_combination_of_the_axes():
-  """The slices run below times the combinations within a slice are the product
-  of every Literal axis of the model config, each once."""
-  axes = {"family": Family, "norm_position": NormPosition, "norm_type": NormType,
-          "activation": Activation, "position": Position}
-  slices = list(itertools.product(*SLICE_AXES.values()))
-  covered = [dict(zip(SLICE_AXES, key), **rest) for key in slices
-             for rest in _within_slice()]
-  want = [dict(zip(axes, values))
-          for values in itertools.product(*(get_args(a) for a in axes.values()))]
-  assert len(covered) == len(want) == math.prod(len(get_args(a)) for a in axes.values())
-  assert sorted(map(str, covered)) == sorted(map(str, want))
+def pairs_of(combination: Mapping) -> set[Pair]:
+  """The pairs of values of two axes that ``combination`` contains."""
+  items = list(combination.items())
+  return {frozenset(p) for p in itertools.combinations(items, 2)}
+
+
+def all_pairs(axes: Mapping[str, tuple]) -> set[Pair]:
+  """Every pair of values of two different axes."""
+  return {frozenset({(a, v), (b, w)}) for a, b in itertools.combinations(axes, 2)
+          for v in axes[a] for w in axes[b]}
+
+
+def completion(axes: Mapping[str, tuple], valid: Callable[[Combination], bool],
+               partial: Mapping) -> Combination | None:
+  """The first valid combination (in axis and value order) that agrees with
+  ``partial``, or None when there is none."""
+  free = [a for a in axes if a not in partial]
+  for values in itertools.product(*(axes[a] for a in free)):
+    chosen = dict(zip(free, values))
+    combination = {a: partial[a] if a in partial else chosen[a] for a in axes}
+    if valid(combination):
+      return combination
+  return None
+
+
+def pairwise_design(axes: Mapping[str, tuple],
+                    valid: Callable[[Combination], bool] | None = None,
+                    seeds=()) -> list[Combination]:
+  """Valid combinations of ``axes`` ({axis: values}) in which every pair of values
+  of two axes that some valid combination contains appears at least once: the
+  ``seeds`` (complete, valid combinations) first, then greedy additions.
+
+  Greedy as AETG (Cohen et al. 1997, "The AETG system"), without its random
+  candidates: each new combination starts from the uncovered pair whose two
+  values take part in the most uncovered pairs, then fills the other axes,
+  those with more values first (as IPOG does), each with the value that covers
+  the most uncovered pairs together with the values chosen so far, among those
+  that still have a valid completion. Ties go to the order of ``axes`` and of
+  their values, so the design, and the test ids made from it, are the same on
+  every run. ``valid`` (default: every combination is) says which are.
+  """
+  valid = valid or (lambda combination: True)
+  rank = {(a, v): (i, j) for i, a in enumerate(axes) for j, v in enumerate(axes[a])}
+  fill_order = sorted(axes, key=lambda a: (-len(axes[a]), rank[(a, axes[a][0])]))
+  uncovered = all_pairs(axes)
+  design = []
+  for seed in seeds:
+    if set(seed) != set(axes) or not valid(seed):
+      raise ValueError(f"seed {seed} is not a valid combination of {list(axes)}")
+    design.append(dict(seed))
+    uncovered -= pairs_of(seed)
+  while uncovered:
+    need = collections.Counter(value for pair in uncovered for value in pair)
+    start = min(uncovered, key=lambda pair: (-sum(need[v] for v in pair),
+                                             sorted(rank[v] for v in pair)))
+    combination = dict(start)
+    if completion(axes, valid, combination) is None:
+      uncovered.discard(start)  # no valid combination has this pair
+      continue
+    for axis in (a for a in fill_order if a not in combination):
+      def preference(value, axis=axis):
+        gain = sum(frozenset({(axis, value), chosen}) in uncovered
+                   for chosen in combination.items())
+        return -gain, -need[(axis, value)], rank[(axis, value)]
+      # One exists: the combination so far has a valid completion.
+      combination[axis] = next(
+          value for value in sorted(axes[axis], key=preference)
+          if completion(axes, valid, {**combination, axis: value}) is not None)
+    combination = {a: combination[a] for a in axes}
+    design.append(combination)
+    uncovered -= pairs_of(combination)
+  return design
+
+
+def switch_fields() -> dict[str, tuple]:
+  """{field: its values} for every Literal or bool field of ModelConfig."""
+  hints = typing.get_type_hints(ModelConfig)
+  out = {}
+  for field in dataclasses.fields(ModelConfig):
+    kind = hints[field.name]
+    if get_origin(kind) is Literal:
+      out[field.name] = get_args(kind)
+    elif kind is bool:
+      out[field.name] = (False, True)
+  return out
+
+
+AXES = {name: values for name, values in switch_fields().items() if name not in NOT_AXES}
+
+
+def valid(combination: Mapping) -> bool:
+  """Whether the model config accepts ``combination`` at the tiny size."""
+  try:
+    model_config_from_dict(dict(TINY_MODEL, **combination), seq_len=SEQ_LEN)
+  except ConfigError:
+    return False
+  return True
+
+
+def preset_architectures() -> list[Combination]:
+  """The values of the axes in every preset of configs/, once each."""
+  out = []
+  for file, preset in ALL_PRESETS:
+    cfg = model_config_from_dict(load_config(f"{file}:{preset}").model)
+    combination = {axis: getattr(cfg, axis) for axis in AXES}
+    if combination not in out:
+      out.append(combination)
+  return out
+
+
+DESIGN = pairwise_design(AXES, valid, seeds=preset_architectures())
+
+
+def _combination_id(combination: Mapping) -> str:
+  """Literal values in axis order, then the bool switches not at their default."""
+  defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+  return "-".join([str(v) for v in combination.values() if not isinstance(v, bool)] +
+                  [f"{a}={v}" for a, v in combination.items()
+                   if isinstance(v, bool) and v != defaults[a]])
+
+
+# ------------------------------------------------- tests of the design itself
+SYNTHETIC = {
+    "no constraint": ({"a": (0, 1, 2), "b": ("x", "y", "z"), "c": (False, True),
+                       "d": ("p", "q"), "e": (0, 1, 2, 3)}, lambda c: True),
+    "pair constraints": ({"a": (0, 1, 2), "b": ("x", "y", "z"), "c": (False, True),
+                          "d": ("p", "q", "r", "s")},
+                         lambda c: not (c["a"] == 0 and c["b"] == "x") and
+                         not (c["c"] and c["d"] in ("r", "s"))),
+    # No rule forbids (a=1, b=y) as such, but every combination with it is invalid.
+    "a three-way constraint": ({"a": (0, 1), "b": ("x", "y"), "c": (0, 1, 2),
+                                "d": (False, True)},
+                               lambda c: not (c["a"] == 1 and c["b"] == "y" and c["c"] != 2)
+                               and not (c["c"] == 2 and c["b"] == "y")),
+    "a value valid with one value of another axis only": (
+        {"family": ("p", "q", "r"), "size": (1, 2, 3), "mode": ("s", "t", "u")},
+        lambda c: c["mode"] != "u" or c["family"] == "r"),
+}
+
+
+def _valid_pairs(axes, is_valid) -> set[Pair]:
+  """The pairs of every valid combination in the product of the axes."""
+  product = (dict(zip(axes, values)) for values in itertools.product(*axes.values()))
+  return set().union(*(pairs_of(c) for c in product if is_valid(c)))
+
+
+@pytest.mark.parametrize("case", SYNTHETIC)
+def test_pairwise_design_covers_every_valid_pair(case):
+  axes, is_valid = SYNTHETIC[case]
+  design = pairwise_design(axes, is_valid)
+  assert all(is_valid(c) and list(c) == list(axes) for c in design)
+  assert set().union(*map(pairs_of, design)) >= _valid_pairs(axes, is_valid)
+  assert len(design) < math.prod(len(values) for values in axes.values())
+  assert design == pairwise_design(axes, is_valid)  # deterministic
+
+
+def test_pairwise_design_starts_with_its_seeds_and_rejects_invalid_ones():
+  axes, is_valid = SYNTHETIC["pair constraints"]
+  seeds = [{"a": 0, "b": "y", "c": True, "d": "q"}, {"a": 2, "b": "z", "c": False, "d": "s"}]
+  design = pairwise_design(axes, is_valid, seeds)
+  assert design[:2] == seeds
+  assert set().union(*map(pairs_of, design)) >= _valid_pairs(axes, is_valid)
+  with pytest.raises(ValueError, match="not a valid combination"):
+    pairwise_design(axes, is_valid, [{"a": 0, "b": "x", "c": False, "d": "p"}])
+  with pytest.raises(ValueError, match="not a valid combination"):
+    pairwise_design(axes, is_valid, [{"a": 1}])
+
+
+def test_the_axes_are_every_literal_and_bool_field_of_the_model_config():
+  hints = typing.get_type_hints(ModelConfig)
+  switches = {f.name for f in dataclasses.fields(ModelConfig)
+              if get_origin(hints[f.name]) is Literal or hints[f.name] is bool}
+  assert set(NOT_AXES) <= switches, "NOT_AXES names a field that is not a switch"
+  assert set(AXES) == switches - set(NOT_AXES)
+  assert {"family", "norm_position", "norm_type", "activation", "position",
+          "embedding_norm", "sinusoidal_layout", "use_bias"} <= set(AXES)
+  assert all(list(c) == list(AXES) for c in DESIGN)
+  for axis, values in AXES.items():
+    assert values == (False, True) or values == get_args(hints[axis])
+    assert {c[axis] for c in DESIGN} == set(values), axis
+
+
+def test_the_design_covers_every_valid_pair_and_every_preset():
+  assert all(valid(c) for c in DESIGN)
+  covered = set().union(*map(pairs_of, DESIGN))
+  missing = [sorted(pair, key=str) for pair in all_pairs(AXES) - covered
+             if completion(AXES, valid, dict(pair)) is not None]
+  assert not missing
+  assert all(preset in DESIGN for preset in preset_architectures())
+  assert len({_combination_id(c) for c in DESIGN}) == len(DESIGN)
 
 
 # ------------------------------------------------------------ outside the grid
@@ -102,7 +295,7 @@ _stacked = stack_layer_params
 @pytest.mark.parametrize("scan_layers", [False, True], ids=["loop", "scan"])
 def test_scan_and_remat_give_the_same_gradients(scan_layers, remat):
   """Rematerialisation only trades memory for compute: same loss, same gradients."""
-  base = dict(TINY, num_layers=2, family="decoder_only", position="rope",
+  base = dict(TINY_MODEL, num_layers=2, family="decoder_only", position="rope",
               activation="swiglu")
   ref_cfg = model_config_from_dict(base)
   _, ref_params, ref_loss, ref_grads = _loss_and_grads(ref_cfg)
@@ -122,7 +315,7 @@ def test_scan_and_remat_give_the_same_gradients(scan_layers, remat):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bfloat16_compute(family):
-  cfg = model_config_from_dict(dict(TINY, family=family, dtype="bfloat16",
+  cfg = model_config_from_dict(dict(TINY_MODEL, family=family, dtype="bfloat16",
                                     activation="swiglu", position="rope"))
   model, params, loss, grads = _loss_and_grads(cfg)
   assert not _problems(loss, grads)
@@ -130,15 +323,15 @@ def test_bfloat16_compute(family):
   out = model.apply({"params": params}, *_args(family))
   assert out["logits"].dtype == jnp.float32  # the loss is taken in float32
   # Close to the float32 model with the same parameters.
-  f32 = build_model(model_config_from_dict(dict(TINY, family=family, activation="swiglu",
-                                                position="rope")))
+  f32 = build_model(model_config_from_dict(dict(TINY_MODEL, family=family,
+                                                activation="swiglu", position="rope")))
   ref = f32.apply({"params": params}, *_args(family))["logits"]
   np.testing.assert_allclose(np.asarray(out["logits"]), np.asarray(ref), atol=0.1)
 
 
 @pytest.mark.parametrize("family", ["decoder_only", "encoder_only"])
 def test_classification_head(family):
-  cfg = model_config_from_dict(dict(TINY, family=family, num_classes=3))
+  cfg = model_config_from_dict(dict(TINY_MODEL, family=family, num_classes=3))
   labels = jnp.asarray([2, 0])
   model, params, loss, grads = _loss_and_grads(cfg, key="class_logits", labels=labels)
   assert not _problems(loss, grads)
@@ -150,8 +343,8 @@ def test_classification_head(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_untied_embeddings(family):
-  tied = model_config_from_dict(dict(TINY, family=family))
-  untied = model_config_from_dict(dict(TINY, family=family, tie_embeddings=False))
+  tied = model_config_from_dict(dict(TINY_MODEL, family=family))
+  untied = model_config_from_dict(dict(TINY_MODEL, family=family, tie_embeddings=False))
   _, tied_params, _, _ = _loss_and_grads(tied)
   model, params, loss, grads = _loss_and_grads(untied)
   assert not _problems(loss, grads)
@@ -163,7 +356,7 @@ def test_untied_embeddings(family):
 @pytest.mark.parametrize("num_kv_heads", [1, 2], ids=["mqa", "gqa"])  # mha: the grid
 @pytest.mark.parametrize("family", FAMILIES)
 def test_grouped_query_attention(family, num_kv_heads):
-  cfg = model_config_from_dict(dict(TINY, family=family, num_heads=4,
+  cfg = model_config_from_dict(dict(TINY_MODEL, family=family, num_heads=4,
                                     num_kv_heads=num_kv_heads, position="rope"))
   _, params, loss, grads = _loss_and_grads(cfg)
   assert not _problems(loss, grads)
@@ -176,7 +369,7 @@ def test_grouped_query_attention(family, num_kv_heads):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_dropout_in_training_mode(family):
-  cfg = model_config_from_dict(dict(TINY, family=family, dropout=0.3,
+  cfg = model_config_from_dict(dict(TINY_MODEL, family=family, dropout=0.3,
                                     attention_dropout=0.2))
   eval_model = build_model(cfg)
   params = eval_model.init(jax.random.PRNGKey(0), *_args(family))["params"]
@@ -206,85 +399,10 @@ def _step_problems(cfg, model, params, loss, grads):
   return []
 
 
-def _grid_slice(family, norm_position):
-  """Every combination of the other axes for one slice; each is initialised,
-  takes one optimizer step and must lower its loss. Returns a description of
-  each combination that failed."""
-  failures = []
-  for combo in _within_slice():
-    name = "/".join([family, norm_position, *combo.values()])
-    try:
-      cfg = model_config_from_dict(dict(
-          TINY, family=family, norm_position=norm_position, **combo), seq_len=4)
-      model, params, loss, grads = _loss_and_grads(cfg)
-      problems = _problems(loss, grads) or _step_problems(cfg, model, params, loss,
-                                                         grads)
-    except Exception as e:  # reported with the combination's name
-      problems = [f"{type(e).__name__}: {e}"]
-    if problems:
-      failures.append(f"{name}: {'; '.join(problems)}")
-  return failures
-
-
-def start_grid(items) -> dict:
-  """{(family, norm_position): future} for the grid tests among ``items``.
-
-  Called once the session is collected (``tests/conftest.py``), which also
-  puts these tests last: the slices train in two spawned worker processes at
-  a lower priority while the rest of the suite runs, on the core it leaves
-  idle, and the tests below collect the results. The per-combination cost is
-  Python dispatch (about 0.1-0.3 s), which would otherwise add minutes of one
-  busy core to the suite's wall time. Worker processes are spawned, not
-  forked: forking a process that has initialised JAX is unsafe.
-  """
-  keys = [(item.callspec.params["family"], item.callspec.params["norm_position"])
-          for item in items if _is_grid(item)]
-  # The encoder-decoder slices are the slowest: first.
-  keys.sort(key=lambda key: key[0] != "encoder_decoder")
-  workers = min(2, os.cpu_count() or 1, len(keys))
-  # Workers import this file by module name (pytest's default import mode).
-  if workers < 2 or importlib.util.find_spec(_grid_slice.__module__) is None:
-    return {key: _InProcess(_grid_slice, *key) for key in keys}
-  global _POOL
-  _POOL = concurrent.futures.ProcessPoolExecutor(
-      workers, mp_context=multiprocessing.get_context("spawn"),
-      initializer=os.nice, initargs=(19,))
-  return {key: _POOL.submit(_grid_slice, *key) for key in keys}
-
-
-_POOL = None
-
-
-def stop_grid() -> None:
-  """At the end of the session: slices not started are dropped (an interrupted
-  session does not wait for them), the workers exit after their current one."""
-  if _POOL is not None:
-    _POOL.shutdown(wait=False, cancel_futures=True)
-
-
-@pytest.fixture(scope="module")
-def grid_slices(request):
-  """The futures started at collection, or started here when that hook of
-  ``tests/conftest.py`` did not run."""
-  futures = getattr(request.config, "ablation_grid", None)
-  return futures if futures is not None else start_grid(request.session.items)
-
-
-class _InProcess:
-  """A future-like that runs its call in this process on ``result()``."""
-
-  def __init__(self, fn, *args):
-    self._call = lambda: fn(*args)
-
-  def result(self):
-    return self._call()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("norm_position", SLICE_AXES["norm_position"])
-@pytest.mark.parametrize("family", SLICE_AXES["family"])
-def test_every_ablation_combination_trains(grid_slices, family, norm_position):
-  """Every combination of the other axes, for this family and placement: a
-  finite loss and gradients, and one optimizer step lowers the loss."""
-  failures = grid_slices[(family, norm_position)].result()
-  assert not failures, "\n".join(failures)
+@pytest.mark.parametrize("combination", DESIGN, ids=_combination_id)
+def test_ablation_combination_trains(combination):
+  """A finite loss and gradients, not all zero, and one optimizer step lowers the loss."""
+  cfg = model_config_from_dict(dict(TINY_MODEL, **combination), seq_len=SEQ_LEN)
+  model, params, loss, grads = _loss_and_grads(cfg)
+  assert not _problems(loss, grads)
+  assert not _step_problems(cfg, model, params, loss, grads)

@@ -29,15 +29,14 @@ import time
 import numpy as np
 import pytest
 
-from conftest import free_port, wait_until
 from tfx_jax import metrics
 from tfx_jax import run_setup
 from tfx_jax import status as status_lib
 from tfx_jax.data import pipeline
 from tfx_jax.data import shards as shards_lib
 from tfx_jax.errors import ConfigError
-from test_configs import (ROOT, cli_flags, compilation_cache, run_cli, subprocess_env,
-                          tiny_config)
+from helpers import (ROOT, cli_flags, compilation_cache, free_port, run_cli, subprocess_env,
+                     tiny_config, wait_until)
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
 

@@ -1,6 +1,6 @@
 """The evaluate and generate commands on tiny checkpoints of every family.
 
-Tiny runs (test_configs.TINY: 1 layer, d_model 32, 20 steps, checkpoints at
+Tiny runs (helpers.TINY: 1 layer, d_model 32, 20 steps, checkpoints at
 steps 10 and 20) are trained in this process with ``trainer.train_and_evaluate``;
 the real command-line entry points (absl flags, error handling, files written)
 then run in this process too. What ``evaluate`` reports must agree with what
@@ -24,7 +24,7 @@ import sacrebleu
 
 from tfx_jax import cli, evaluate, generate, metrics, trained_run, search, texts, trainer
 from tfx_jax.model_config import Position
-from test_configs import compilation_cache, tiny_config
+from helpers import compilation_cache, tiny_config
 
 # ml_collections loads config files with the deprecated importlib load_module().
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")

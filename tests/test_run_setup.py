@@ -12,7 +12,7 @@ import pytest
 from tfx_jax import metrics, run_setup, tasks, texts, trainer
 from tfx_jax.data import rows as rows_lib
 from tfx_jax.data import tokenizer as tokenizer_lib
-from test_configs import tiny_config
+from helpers import tiny_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
 

@@ -20,7 +20,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import free_port
+from helpers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,6 +1,6 @@
 """Sweeps: enumeration, validation, local execution, resumption, kill -9.
 
-Every sweep here runs the training command on test_configs.TINY-sized runs
+Every sweep here runs the training command on helpers.TINY-sized runs
 (1 layer, d_model 32, 20 steps), in subprocesses sharing one persistent
 compilation cache. One 2x2 sweep with 2 seeds (``grid``) serves most tests.
 """
@@ -24,7 +24,7 @@ from tfx_jax import status as status_lib
 from tfx_jax.sweep import cli
 from tfx_jax.sweep import local
 from tfx_jax.sweep import spec as spec_lib
-from test_configs import ROOT, TINY, subprocess_env
+from helpers import ROOT, TINY, subprocess_env
 
 # ml_collections loads config files with the deprecated importlib load_module().
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")

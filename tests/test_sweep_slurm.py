@@ -18,8 +18,7 @@ import pytest
 
 from tfx_jax import metrics
 from tfx_jax import status as status_lib
-from conftest import wait_until as _wait
-from test_configs import ROOT, TINY, subprocess_env
+from helpers import ROOT, TINY, subprocess_env, wait_until
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
 
@@ -62,7 +61,7 @@ def test_slurm_executor_runs_unfinished_runs_as_one_job_array(slurm_cluster, tmp
                          text=True)
     return out.stdout.strip()
 
-  _wait(lambda: not queued(), 240, f"job {job_id} did not finish")
+  wait_until(lambda: not queued(), 240, f"job {job_id} did not finish")
   for name in ("activation-relu_s0", "activation-swiglu_s0"):
     workdir = sweep_dir / name
     assert status_lib.read_status(workdir)["state"] == "finished", (

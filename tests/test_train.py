@@ -1,6 +1,6 @@
 """Training end to end: every family, TensorBoard output, checkpoints, resumption.
 
-All runs use the tiny overrides of test_configs.TINY (1 layer, d_model 32,
+All runs use the tiny overrides of helpers.TINY (1 layer, d_model 32,
 batch 4 x 32 tokens, 20 steps) on the embedded datasets in the default TFDS
 data dir; one 20-step language-model run is shared by most tests.
 """
@@ -20,7 +20,7 @@ from tfx_jax import status as status_lib
 from tfx_jax import run_setup, trainer
 from tfx_jax.data.sources import embedded_datasets
 from tfx_jax.errors import ConfigError
-from test_configs import ROOT, cli_flags, compilation_cache, run_cli, tiny_config
+from helpers import ROOT, cli_flags, compilation_cache, run_cli, tiny_config
 
 # ml_collections loads config files with the deprecated importlib load_module().
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
