@@ -236,8 +236,15 @@ def test_grid_runs_every_point_and_writes_the_report(grid):
   if len(os.sched_getaffinity(0)) >= 2:  # one core each
     assert "(core 0;" in proc.stdout and "(core 1;" in proc.stdout
   report = (sweep_dir / "report.md").read_text()
-  assert "| relu | layernorm | 2/2 | 0 |" in report
-  assert "### model.activation (base value: relu)" in report
+  data = json.loads((sweep_dir / "report.json").read_text())
+  relu = next(p for p in data["points"]
+              if p["values"] == {"model.activation": "relu", "model.norm_type": "layernorm"})
+  assert relu["runs"] == 2 and relu["counts"]["diverged"] == 0
+  # 20 steps of a 32-wide model: learned or stalled near the unigram entropy,
+  # judged against the prepared data's baseline.
+  assert relu["counts"]["learned"] + relu["counts"]["stalled"] == 2
+  assert data["baselines"][entry["name"]]["unigram_entropy"] > 4.0
+  assert "| relu | layernorm | 2 |" in report and "## Verdicts" in report
   assert record["command"] in report
   rows = (sweep_dir / "report.csv").read_text().splitlines()
   assert len(rows) == 1 + 8
