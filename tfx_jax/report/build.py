@@ -296,14 +296,26 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
   return "\n".join(out)
 
 
-def write_report(sweep_dir: str | pathlib.Path, options: analysis.Options = analysis.Options()
-                 ) -> pathlib.Path:
+def report_options(record, stall_margin: float | None = None,
+                   equivalence_margin: float | None = None) -> analysis.Options:
+  """The given options, else the sweep's own (``--stall-margin`` and
+  ``--equivalence-margin`` of ``python -m tfx_jax.sweep``), else the defaults."""
+  saved = {k: v for k, v in record.get("report_options", {}).items() if v is not None}
+  given = {k: v for k, v in (("stall_margin", stall_margin),
+                             ("equivalence_margin", equivalence_margin)) if v is not None}
+  return analysis.Options(**{**saved, **given})
+
+
+def write_report(sweep_dir: str | pathlib.Path, *, stall_margin: float | None = None,
+                 equivalence_margin: float | None = None) -> pathlib.Path:
   """Writes report.md, report.json, report.csv and the PNG plots of
-  ``sweep_dir``; returns report.md."""
+  ``sweep_dir``; returns report.md. Margins not given are the sweep's own
+  (``report_options`` in sweep.json), else the defaults."""
   from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel  # matplotlib
   from tfx_jax.report import baselines  # pylint: disable=import-outside-toplevel  # data, tokenizers
   sweep_dir = pathlib.Path(sweep_dir)
   record, summaries = collect_lib.collect(sweep_dir)
+  options = report_options(record, stall_margin, equivalence_margin)
   report = analysis.analyze(record, summaries, baselines.of_runs(sweep_dir, record), options)
   points = group_points(record, summaries)
   metrics = metric_names(list(summaries.values()))

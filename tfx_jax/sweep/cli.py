@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--status", action="store_true",
                  help="show each run's state (and SLURM's queue), the unresolved "
                  "comparisons and each point's seeds; run nothing")
+  p.add_argument("--stall-margin", type=float, default=None,
+                 help="the report's stall margin in nats (default 0.05; see "
+                 "python -m tfx_jax.report --help)")
+  p.add_argument("--equivalence-margin", type=float, default=None,
+                 help="the report's equivalence margin of the selection metric "
+                 "(default 0.01 nats for losses, 0.5 for BLEU)")
   p.add_argument("--until-resolved", type=int, default=0, metavar="MAX_SEEDS",
                  help="after the runs, add seeds one at a time to the points of "
                  "unresolved comparisons until all are resolved or the points have "
@@ -201,6 +207,10 @@ def _sweep(argv: list[str]) -> int:
   args = _parser().parse_args(rest)
   if args.parallel < 1:
     raise ConfigError(f"--parallel={args.parallel}: must be >= 1.")
+  if args.stall_margin is not None and args.stall_margin < 0:
+    raise ConfigError(f"--stall-margin={args.stall_margin}: must be >= 0 (nats).")
+  if args.equivalence_margin is not None and args.equivalence_margin <= 0:
+    raise ConfigError(f"--equivalence-margin={args.equivalence_margin}: must be > 0.")
   if args.until_resolved < 0:
     raise ConfigError(f"--until-resolved={args.until_resolved}: must be a number of "
                       "seeds >= 1.")
@@ -210,6 +220,12 @@ def _sweep(argv: list[str]) -> int:
   sweep_dir = pathlib.Path(args.workdir) / sweep.name
   previous = state_lib.read_sweep(sweep_dir)
   record = build_record(sweep, axes, runs, reproduce_command(argv), previous)
+  record["report_options"] = {
+      "stall_margin": (args.stall_margin if args.stall_margin is not None else
+                       (previous or {}).get("report_options", {}).get("stall_margin")),
+      "equivalence_margin": (args.equivalence_margin if args.equivalence_margin is not None
+                             else (previous or {}).get("report_options", {}).get(
+                                 "equivalence_margin"))}
   state_lib.refresh(sweep_dir, record)
   n_axes = " x ".join(str(len(a.values)) for a in axes) or "1"
   n_tuned = math.prod(len(v) for v in dict(sweep.tune).values())
