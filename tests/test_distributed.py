@@ -369,10 +369,8 @@ def test_a_sharded_position_restores_on_another_process_count(monkeypatch):
 def test_batches_that_do_not_divide_among_processes_or_shards_are_refused(
     overrides, processes, message):
   config = tiny_config(overrides=overrides)
-  tokenizer = run_setup.load_tokenizer(config)
   with pytest.raises(ConfigError, match=message):
-    run_setup.make_data(config, tokenizer, "train", train=True, process_index=0,
-                        process_count=processes)
+    run_setup.check_batches(config, process_count=processes)
 
 
 def test_shard_counts_that_do_not_divide_the_processes_are_refused():

@@ -141,8 +141,8 @@ def test_report_files_open_with_verdicts_and_show_the_choice(sweep_dir):
   assert report.startswith("# Sweep `tuned`\n\n## Verdicts")
   assert "- pre vs post: better by 0.460 nats" in report
   assert "## Tuned values" in report and "### Learning-rate sensitivity" in report
-  assert (sweep_dir / "sensitivity_optim.learning_rate.png").stat().st_size > 5000
-  assert "](sensitivity_optim.learning_rate.png)" in report
+  png = "sensitivity_optim.learning_rate_model.norm_position.png"
+  assert (sweep_dir / png).stat().st_size > 5000 and f"]({png})" in report
   assert {p["chosen_label"] for p in data["points"]} == {"learning_rate=0.001",
                                                          "learning_rate=0.01"}
   assert data["comparisons"][0]["verdict"] in typing.get_args(analysis.stats.Verdict)
@@ -183,3 +183,35 @@ def test_until_resolved_adds_the_same_seed_to_both_sides_of_an_unresolved_compar
   assert [e["name"] for e in rebuilt["runs"][-2:]] == [e["name"] for e in added]
   report["comparisons"][0]["verdict"] = "better"
   assert adaptive.add_seeds(rebuilt, report, max_seeds=10) == []  # resolved
+
+
+def test_effects_are_set_against_model_size_where_an_axis_changes_it():
+  """A zipped size axis (d_model/num_heads) with two sizes and an activation
+  axis: the activation's difference at each size, with its interval."""
+  size_values = [{"model.d_model": 32, "model.num_heads": 2},
+                 {"model.d_model": 64, "model.num_heads": 4}]
+  act_values = [{"model.activation": "gelu"}, {"model.activation": "swiglu"}]
+  record = {"name": "scale", "seeds": [0, 1, 2], "select_by": "eval/loss",
+            "report_split": "validation", "tune": {},
+            "axes": [{"label": "model.d_model+model.num_heads", "values": size_values,
+                      "reference": 0},
+                     {"label": "model.activation", "values": act_values, "reference": 0}],
+            "runs": []}
+  summaries = {}
+  for si, size in enumerate(size_values):
+    for ai, act in enumerate(act_values):
+      for seed in range(3):
+        name = f"{si}{ai}_s{seed}"
+        # swiglu helps by 0.05 at the small size and 0.10 at the large one.
+        loss = 3.0 - 0.5 * si - (0.05 + 0.05 * si) * ai + 0.01 * seed
+        record["runs"].append({"name": name, "seed": seed, "values": [size, act],
+                               "tuned": {}})
+        summaries[name] = {"state": "finished", "final": {"eval/loss": loss},
+                           "lengths": {}, "num_params": 1000 * (si + 1) + ai}
+  baselines = {name: analysis.Baseline(None, None) for name in summaries}
+  report = analysis.analyze(record, summaries, baselines)
+  assert analysis.size_axes(record, report["points"]) == [0]
+  scale = sorted(report["scale"], key=lambda r: r["num_params"])
+  assert [r["axis"] for r in scale] == ["model.activation"] * 2
+  assert [r["diff"] for r in scale] == pytest.approx([-0.05, -0.10])
+  assert [r["num_params"] for r in scale] == [1001, 2001]

@@ -205,7 +205,7 @@ def _copy_tokenizer(hf_dir: pathlib.Path, workdir: pathlib.Path, hf_cfg: dict):
   return None
 
 
-def run_config(arch: Architecture, cfg: ModelConfig, tokenizer_file=None):
+def imported_run_config(arch: Architecture, cfg: ModelConfig, tokenizer_file=None):
   """A full run config for an imported model (task from the family)."""
   config = base_config()
   for k, v in dataclasses.asdict(cfg).items():
@@ -231,7 +231,7 @@ def import_run(hf_dir, workdir) -> pathlib.Path:
   hf_cfg = _read_hf_config(hf_dir)
   arch = architecture_for(hf_cfg)
   cfg, params = from_hf(hf_dir)
-  config = run_config(arch, cfg, _copy_tokenizer(hf_dir, workdir, hf_cfg))
+  config = imported_run_config(arch, cfg, _copy_tokenizer(hf_dir, workdir, hf_cfg))
   (workdir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
   model_cfg = run_config.resolve_model_config(config)
   sharded = run_setup.ShardedRun(config, model_cfg)

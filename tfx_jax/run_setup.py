@@ -60,23 +60,33 @@ def check_devices(config, *, num_shards: int | None = None) -> None:
 
   The mesh must fit the devices (``sharding.make_mesh`` names the
   ``config.mesh.*`` fields, the device count and sizes that fit); each batch
-  must divide among the processes, the data shards (``num_shards``, default
-  ``data.num_shards``; 0: one per process) and the mesh's batch axes.
+  must divide among the processes, the data shards and the mesh's batch axes
+  (``check_batches``).
   """
   mesh = sharding_lib.make_mesh(config.mesh)
-  n_proc = jax.process_count()
+  check_batches(config, process_count=jax.process_count(), num_shards=num_shards,
+                batch_axes=(mesh.shape["data"] * mesh.shape["fsdp"], mesh.devices.size))
+
+
+def check_batches(config, *, process_count: int, num_shards: int | None = None,
+                  batch_axes: tuple[int, int] = (1, 1)) -> None:
+  """Each of train.batch_size and eval.batch_size divides among
+  ``process_count`` processes, the data shards (``num_shards``, default
+  ``data.num_shards``; 0: one per process) and the mesh's batch axes
+  (``batch_axes``: data x fsdp, and the device count they come from)."""
   if num_shards is None:
     num_shards = int(config.data.num_shards)
-  num_shards = num_shards or n_proc
-  shards_lib.assignment(num_shards, n_proc, 0)  # The shards divide among the processes.
-  n_batch = mesh.shape["data"] * mesh.shape["fsdp"]
+  num_shards = num_shards or process_count
+  shards_lib.assignment(num_shards, process_count, 0)  # The shards divide among processes.
+  n_batch, n_devices = batch_axes
   for section in ("train", "eval"):
     size = config[section].batch_size
-    for ok, what in ((size % n_proc == 0, f"the number of processes ({n_proc})"),
+    for ok, what in ((size % process_count == 0,
+                      f"the number of processes ({process_count})"),
                      (size % num_shards == 0,
                       f"the number of data shards (data.num_shards={num_shards})"),
                      (size % n_batch == 0, f"the batch axes of the mesh (mesh.data x "
-                      f"mesh.fsdp = {n_batch} on {mesh.devices.size} devices)")):
+                      f"mesh.fsdp = {n_batch} on {n_devices} devices)")):
       if not ok:
         raise ConfigError(f"{section}.batch_size={size} must be divisible by {what}.")
 

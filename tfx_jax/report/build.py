@@ -153,8 +153,14 @@ def tuned_table(record, report) -> list[list[str]]:
   for point in report["points"]:
     for row in point["tuned"]:
       c = row["counts"]
+      finished = [s["validation"].get(report["select_by"]) for s in row["seeds"].values()
+                  if s["outcome"] in ("learned", "stalled")]
+      finished = [v for v in finished if v is not None]
+      mean = (_fmt(row["selection_mean"]) if row["selection_mean"] is not None
+              else f"none learned ({_fmt(stats.mean_std(finished)[0])})" if finished
+              else "-")
       rows.append(list(point["values"].values())
-                  + [row["label"], _fmt(row["selection_mean"]), str(c["learned"]),
+                  + [row["label"], mean, str(c["learned"]),
                      str(c["stalled"]), str(c["diverged"]),
                      "✓" if row["label"] == point["chosen_label"] else ""])
   return rows

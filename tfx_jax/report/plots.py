@@ -5,9 +5,10 @@
   combination of the other axes (at most ``MAX_PANELS``);
 - ``lengths.png``: perplexity against window length, one line per point;
 - ``layers.png``: gradient norm per layer at the first logged step;
-- ``sensitivity_<field>.png`` (tuned sweeps): the final validation metric
-  against each tuned value (log x), one curve per point (the mean of its
-  learned runs), every seed a faint point, failed runs marked at l0;
+- ``sensitivity_<field>_<axis>.png`` (tuned sweeps): per axis, the final
+  validation metric against each tuned value (log x), one curve per axis
+  value (the mean of its learned runs), one panel per combination of the
+  other axes, every seed a faint point, failed runs marked at l0;
 - ``scale.png``: each axis's difference from its base value against the
   parameter count, with its interval (where an axis changes the model size).
 """
@@ -128,37 +129,48 @@ def layers_plot(path: pathlib.Path, record, points, kind: str = "grad_norm") -> 
   return _save(plt, fig, path, drawn)
 
 
-def sensitivity_plot(path: pathlib.Path, record, report, field: str) -> bool:
-  """The selection metric against the tuned ``field`` (other tuned fields: the
-  point's chosen values), one curve per point."""
+def sensitivity_plot(path: pathlib.Path, record, report, field: str, axis_index: int
+                     ) -> bool:
+  """The selection metric against the tuned ``field`` (other tuned fields at
+  the point's chosen values): one panel per combination of the other axes,
+  one curve per value of the axis (the mean of its learned runs), each seed
+  a faint point, each failed run an x at l0."""
   plt = _pyplot()
-  fig, ax = plt.subplots(figsize=(6, 4))
-  drawn = False
+  axis = record["axes"][axis_index]
+  ctxs = points_lib.contexts(record, axis_index)[:MAX_PANELS]
+  fig, panels = plt.subplots(1, len(ctxs), figsize=(5.5 * len(ctxs), 4), squeeze=False)
+  by_key = {tuple(s["key"]): s for s in report["sensitivity"]}
+  points = {tuple(p["key"]): p for p in report["points"]}
   select_by = report["select_by"]
-  for s in report["sensitivity"]:
-    point = next(p for p in report["points"] if p["key"] == s["key"])
-    others = {k: v for k, v in (point["chosen"] or {}).items() if k != field}
-    curve = [c for c in s["curve"] if all(c["tuned"].get(k) == v for k, v in others.items())]
-    curve.sort(key=lambda c: c["tuned"][field])
-    label = ", ".join(s["point"].values()) or "base"
-    xs = [c["tuned"][field] for c in curve if c["mean"] is not None]
-    ys = [c["mean"] for c in curve if c["mean"] is not None]
-    line, = ax.plot(xs, ys, marker="o", label=label)
-    for c in curve:
-      for value in c["seeds"].values():
-        if value is not None:
-          ax.scatter([c["tuned"][field]], [value], color=line.get_color(), alpha=0.3, s=12)
-      if c["failed"] and s["initial_loss"] is not None:
-        ax.scatter([c["tuned"][field]], [s["initial_loss"]], color=line.get_color(),
-                   marker="x", s=40)
-    drawn = drawn or bool(curve)
-  ax.set_xscale("log")
-  ax.set_xlabel(f"{field} (tuned)")
-  ax.set_ylabel(f"final {select_by} (validation)")
-  ax.set_title(f"{select_by} against {field.split('.')[-1]}: x = failed run (at l0)",
-               fontsize=9)
-  if drawn:
-    ax.legend(fontsize=8)
+  drawn = False
+  for panel, ctx in zip(panels[0], ctxs):
+    for vi, value in enumerate(axis["values"]):
+      key = tuple(vi if j == axis_index else c for j, c in enumerate(ctx))
+      s = by_key.get(key)
+      if s is None:
+        continue
+      others = {k: v for k, v in (points[key]["chosen"] or {}).items() if k != field}
+      curve = sorted((c for c in s["curve"]
+                      if all(c["tuned"].get(k) == v for k, v in others.items())),
+                     key=lambda c: c["tuned"][field])
+      xs = [c["tuned"][field] for c in curve if c["mean"] is not None]
+      ys = [c["mean"] for c in curve if c["mean"] is not None]
+      line, = panel.plot(xs, ys, marker="o", label=points_lib.value_label(value))
+      for c in curve:
+        seeds = [v for v in c["seeds"].values() if v is not None]
+        panel.scatter([c["tuned"][field]] * len(seeds), seeds, color=line.get_color(),
+                      alpha=0.3, s=12)
+        if c["failed"] and s["initial_loss"] is not None:
+          panel.scatter([c["tuned"][field]], [s["initial_loss"]], color=line.get_color(),
+                        marker="x", s=40)
+      drawn = drawn or bool(curve)
+    context = points_lib.context_label(record, ctx, axis_index)
+    panel.set_title(f"{axis['label']}" + (f" ({context})" if context != "-" else ""),
+                    fontsize=9)
+    panel.set_xscale("log")
+    panel.set_xlabel(f"{field} (tuned)")
+    panel.set_ylabel(f"final {select_by} (validation)")
+    panel.legend(fontsize=8, title="x: failed run, at l0", title_fontsize=7)
   return _save(plt, fig, path, drawn)
 
 
@@ -192,9 +204,12 @@ def write_plots(sweep_dir: pathlib.Path, record, points, report=None) -> dict[st
       if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                  for v in values):
         continue  # a non-numeric tuned field has no log axis; its table stays
-      name = "sensitivity_" + re.sub(r"[^A-Za-z0-9_.+-]", "_", field) + ".png"
-      if report["sensitivity"] and sensitivity_plot(sweep_dir / name, record, report, field):
-        out[f"sensitivity:{field}"] = name
+      for ai, axis in enumerate(record["axes"] or [{"label": "base", "values": [{}]}]):
+        name = ("sensitivity_" + re.sub(r"[^A-Za-z0-9_.+-]", "_", field) + "_"
+                + re.sub(r"[^A-Za-z0-9_.+-]", "_", axis["label"]) + ".png")
+        if report["sensitivity"] and record["axes"] and sensitivity_plot(
+            sweep_dir / name, record, report, field, ai):
+          out[f"sensitivity:{field}:{ai}"] = name
     if report["scale"] and scale_plot(sweep_dir / "scale.png", report):
       out["scale:"] = "scale.png"
   for ai, axis in enumerate(record["axes"]):
