@@ -40,6 +40,7 @@ from absl import logging
 import numpy as np
 
 from tfx_jax import files
+from tfx_jax.data import rows as rows_lib
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
@@ -51,37 +52,23 @@ _CHUNK = 1 << 20
 _READ_BATCH = 1024
 
 
-def _text(example: Mapping[str, Any], key: str) -> str:
-  if key not in example:
-    raise ConfigError(
-        f"feature {key!r} (from data.text_key/source_key/target_key or the "
-        f"dataset's default) is not in the examples; features: "
-        f"{', '.join(sorted(example))}")
-  value = example[key]
-  if isinstance(value, np.ndarray) and value.ndim == 0:
-    value = value.item()
-  if isinstance(value, str):
-    return value
-  return bytes(value).decode("utf-8", errors="replace")
-
-
 def _lm_targets(example, tok, keys) -> list[int] | None:
-  text = _text(example, keys.text_key)
+  text = rows_lib.example_text(example, keys.text_key)
   if not text.strip():
     return None
   return tok.encode(text) + [tok.eos_id]
 
 
 def _translate_targets(example, tok, keys) -> list[int] | None:
-  source = tok.encode(_text(example, keys.source_key))
-  target = tok.encode(_text(example, keys.target_key))
+  source = tok.encode(rows_lib.example_text(example, keys.source_key))
+  target = tok.encode(rows_lib.example_text(example, keys.target_key))
   if not source or not target:
     return None
   return target + [tok.eos_id]
 
 
 def _mlm_targets(example, tok, keys) -> list[int] | None:
-  text = _text(example, keys.text_key)
+  text = rows_lib.example_text(example, keys.text_key)
   if not text.strip():
     return None
   return [i for i in tok.encode(text) if i not in (tok.bos_id, tok.eos_id)]
@@ -90,7 +77,7 @@ def _mlm_targets(example, tok, keys) -> list[int] | None:
 def _classify_targets(example, tok, keys) -> list[int] | None:
   del tok
   label = int(np.asarray(example[keys.label_key]))
-  if label < 0 or not _text(example, keys.text_key).strip():
+  if label < 0 or not rows_lib.example_text(example, keys.text_key).strip():
     return None
   return [label]
 

@@ -62,7 +62,9 @@ class Counts:
                   kind, f" ({detail})" if detail else "")
 
 
-def _text(example: Mapping[str, Any], key: str, counts: Counts) -> str:
+def example_text(example: Mapping[str, Any], key: str, counts: Counts | None = None) -> str:
+  """The text feature ``key`` of an example; undecodable bytes are replaced
+  (and counted in ``counts`` if given); a missing key is a ConfigError."""
   if key not in example:
     raise ConfigError(
         f"feature {key!r} (from data.text_key/source_key/target_key or the "
@@ -76,7 +78,8 @@ def _text(example: Mapping[str, Any], key: str, counts: Counts) -> str:
   try:
     return bytes(value).decode("utf-8")
   except UnicodeDecodeError as e:
-    counts.add("had undecodable bytes (replaced with U+FFFD)", str(e))
+    if counts is not None:
+      counts.add("had undecodable bytes (replaced with U+FFFD)", str(e))
     return bytes(value).decode("utf-8", errors="replace")
 
 
@@ -101,7 +104,7 @@ def _pieces(features: dict[str, np.ndarray], seq_len: int, counts: Counts
 
 
 def _nonempty_text(example, key, counts) -> str | None:
-  text = _text(example, key, counts)
+  text = example_text(example, key, counts)
   if not text.strip():
     counts.add("skipped (empty text)")
     return None
@@ -155,8 +158,8 @@ def mlm_rows(example, index, *, tok, keys, seq_len, counts, seed, mask_rate):
 
 def translate_rows(example, index, *, tok, keys, seq_len, target_seq_len, counts):
   del index
-  source = tok.encode(_text(example, keys.source_key, counts))
-  target = tok.encode(_text(example, keys.target_key, counts))
+  source = tok.encode(example_text(example, keys.source_key, counts))
+  target = tok.encode(example_text(example, keys.target_key, counts))
   if not source or not target:
     counts.add("skipped (empty source or target)")
     return []
