@@ -214,7 +214,8 @@ def comparisons(record, points, options: Options) -> list[dict[str, Any]]:
               "context": context_label(record, ctx, ai), "context_key": list(ctx),
               "metric": metric, "split": split, "seeds": sorted(a), "base_seeds": sorted(b),
               "interval": stats.compare(a, b), "margin": margin_for(metric, select_by, options),
-              "chosen": point["chosen_label"], "base_chosen": base["chosen_label"]})
+              "chosen": point["chosen_label"], "base_chosen": base["chosen_label"],
+              "counts": point["counts"], "base_counts": base["counts"]})
   adjusted = stats.holm([r["interval"].p_value for r in rows])  # None: not testable
   for row, p_adj in zip(rows, adjusted):
     iv = row["interval"]

@@ -167,13 +167,16 @@ def tuned_table(record, report) -> list[list[str]]:
 
 
 def comparisons_table(rows: list[dict[str, Any]]) -> list[list[str]]:
-  out = [["context", "value", "metric", "method", "seeds", "Δ vs base [95% CI]",
-          "adjusted p", "verdict"]]
+  out = [["context", "value", "metric", "learned / stalled / diverged (value; base)",
+          "method", "seeds", "Δ vs base [95% CI]", "adjusted p", "verdict"]]
+  counts = lambda c: f"{c['learned']} / {c['stalled']} / {c['diverged']}"
   for r in rows:
     interval = (f"{r['diff']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}]"
                 if r["low"] is not None else f"{r['diff']:+.4f} (no interval)")
     seeds = str(r["n"]) if r["method"] == "paired" else f"{r['n']} / {r['n_base']}"
-    out.append([r["context"], r["value"], r["metric"], r["method"], seeds, interval,
+    out.append([r["context"], r["value"], r["metric"],
+                f"{counts(r['counts'])}; {counts(r['base_counts'])}", r["method"], seeds,
+                interval,
                 "-" if r["p_adjusted"] is None else f"{r['p_adjusted']:.3g}",
                 f"**{r['verdict']}**"])
   return out
