@@ -14,7 +14,6 @@ needs to continue lives in its workdir:
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import time
 
@@ -24,6 +23,7 @@ import ml_collections
 import numpy as np
 
 from tfx_jax import checkpoint as ckpt_lib
+from tfx_jax import files
 from tfx_jax import metrics as metrics_lib
 from tfx_jax import run_config, run_setup
 from tfx_jax import sharding as sharding_lib
@@ -144,13 +144,12 @@ class _TrainingLoop:
                                      self.flat_config, sharded.state_shardings.params,
                                      log=_console)
     if self.is_chief:
-      (self.workdir / "config.json").write_text(
-          json.dumps(config.to_dict(), indent=2, default=str))
+      files.write_json(self.workdir / "config.json", config.to_dict())
     self.num_params = sum(int(np.prod(x.shape))
                           for x in jax.tree.leaves(sharded.abstract_state.params))
     self.eval_step = sharded.eval_step()
     self.sample_inputs = (self.task.sample_inputs(config)
-                            if self.task.sample_inputs else [])
+                          if self.task.sample_inputs else [])
     self.writer = metrics_lib.MetricWriter(self.workdir / "tensorboard",
                                            is_chief=self.is_chief)
 

@@ -1,8 +1,10 @@
 """Sweep reports: ``python -m tfx_jax.report runs/<sweep>``.
 
-  collect.py  event files (TensorBoard's reader), status, extra evaluations
-  stats.py    mean +- std, Welch t intervals
-  points.py   runs grouped into points; labels
-  build.py    tables, report.md, report.csv
-  plots.py    PNG plots (matplotlib)
+  collect.py    event files (TensorBoard's reader), status, test-split metrics
+  stats.py      paired / Welch intervals, Holm, TOST, verdicts, power, LR sensitivity
+  baselines.py  each run's unigram entropy and loss at initialisation
+  analysis.py   points, chosen tuned values, outcomes, comparisons: report.json
+  points.py     runs grouped into points; labels
+  build.py      report.md (verdicts first), report.csv
+  plots.py      PNG plots (matplotlib)
 """
