@@ -215,3 +215,30 @@ def test_effects_are_set_against_model_size_where_an_axis_changes_it():
   assert [r["axis"] for r in scale] == ["model.activation"] * 2
   assert [r["diff"] for r in scale] == pytest.approx([-0.05, -0.10])
   assert [r["num_params"] for r in scale] == [1001, 2001]
+
+
+def test_a_tuned_sweep_without_axes_gets_its_sensitivity_plot(tmp_path):
+  """Tuning alone (one config, three rates): the point's curve, one panel."""
+  root = tmp_path / "lr_only"
+  runs = []
+  for lr, losses in ((1e-3, [3.0, 3.1]), (1e-2, [2.5, 2.6]), (1e-1, [None, None])):
+    for seed, loss in enumerate(losses):
+      entry = {"name": f"learning_rate-{lr!r}_s{seed}", "seed": seed, "values": [],
+               "tuned": {"optim.learning_rate": lr}, "overrides": {}, "state": "finished"}
+      workdir = root / entry["name"]
+      workdir.mkdir(parents=True)
+      with metrics.MetricWriter(workdir / "tensorboard") as w:
+        w.write_scalars(10, {"train/loss": 3.0} if loss is None else {"eval/loss": loss})
+      status_lib.write_status(workdir, "diverged" if loss is None else "finished", 10)
+      runs.append(entry)
+  record = {**_record(runs, seeds=(0, 1)), "name": "lr_only", "axes": [],
+            "tune": {"optim.learning_rate": [1e-3, 1e-2, 1e-1]},
+            "report_split": "validation"}
+  (root / "sweep.json").write_text(json.dumps(record))
+  build.write_report(root)
+  report = (root / "report.md").read_text()
+  data = json.loads((root / "report.json").read_text())
+  assert data["points"][0]["chosen"] == {"optim.learning_rate": 1e-2}
+  assert data["points"][0]["counts"] == {"learned": 4, "stalled": 0, "diverged": 2}
+  png = "sensitivity_optim.learning_rate_base.png"
+  assert (root / png).stat().st_size > 5000 and f"]({png})" in report

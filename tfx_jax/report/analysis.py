@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any
 
 from tfx_jax.report import stats
 from tfx_jax.report.points import context_label, contexts, fmt_value, value_label

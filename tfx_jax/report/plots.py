@@ -129,15 +129,19 @@ def layers_plot(path: pathlib.Path, record, points, kind: str = "grad_norm") -> 
   return _save(plt, fig, path, drawn)
 
 
-def sensitivity_plot(path: pathlib.Path, record, report, field: str, axis_index: int
-                     ) -> bool:
+def sensitivity_plot(path: pathlib.Path, record, report, field: str,
+                     axis_index: int | None) -> bool:
   """The selection metric against the tuned ``field`` (other tuned fields at
   the point's chosen values): one panel per combination of the other axes,
   one curve per value of the axis (the mean of its learned runs), each seed
-  a faint point, each failed run an x at l0."""
+  a faint point, each failed run an x at l0. ``axis_index`` None: a sweep
+  without axes, its one point."""
   plt = _pyplot()
-  axis = record["axes"][axis_index]
-  ctxs = points_lib.contexts(record, axis_index)[:MAX_PANELS]
+  if axis_index is None:
+    axis, ctxs = {"label": "base config", "values": [{}]}, [()]
+  else:
+    axis = record["axes"][axis_index]
+    ctxs = points_lib.contexts(record, axis_index)[:MAX_PANELS]
   fig, panels = plt.subplots(1, len(ctxs), figsize=(5.5 * len(ctxs), 4), squeeze=False)
   by_key = {tuple(s["key"]): s for s in report["sensitivity"]}
   points = {tuple(p["key"]): p for p in report["points"]}
@@ -164,7 +168,8 @@ def sensitivity_plot(path: pathlib.Path, record, report, field: str, axis_index:
           panel.scatter([c["tuned"][field]], [s["initial_loss"]], color=line.get_color(),
                         marker="x", s=40)
       drawn = drawn or bool(curve)
-    context = points_lib.context_label(record, ctx, axis_index)
+    context = ("-" if axis_index is None
+               else points_lib.context_label(record, ctx, axis_index))
     panel.set_title(f"{axis['label']}" + (f" ({context})" if context != "-" else ""),
                     fontsize=9)
     panel.set_xscale("log")
@@ -204,11 +209,12 @@ def write_plots(sweep_dir: pathlib.Path, record, points, report=None) -> dict[st
       if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                  for v in values):
         continue  # a non-numeric tuned field has no log axis; its table stays
-      for ai, axis in enumerate(record["axes"] or [{"label": "base", "values": [{}]}]):
+      for ai in range(len(record["axes"])) or [None]:
+        label = "base" if ai is None else record["axes"][ai]["label"]
         name = ("sensitivity_" + re.sub(r"[^A-Za-z0-9_.+-]", "_", field) + "_"
-                + re.sub(r"[^A-Za-z0-9_.+-]", "_", axis["label"]) + ".png")
-        if report["sensitivity"] and record["axes"] and sensitivity_plot(
-            sweep_dir / name, record, report, field, ai):
+                + re.sub(r"[^A-Za-z0-9_.+-]", "_", label) + ".png")
+        if report["sensitivity"] and sensitivity_plot(sweep_dir / name, record, report,
+                                                      field, ai):
           out[f"sensitivity:{field}:{ai}"] = name
     if report["scale"] and scale_plot(sweep_dir / "scale.png", report):
       out["scale:"] = "scale.png"
