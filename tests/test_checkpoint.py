@@ -292,3 +292,8 @@ def test_a_checkpoint_from_before_the_restructure_resumes(tmp_path):
   result = trainer.train_and_evaluate(config, str(workdir))
   assert (result.status, result.step) == ("finished", 6)
   assert trained_run.load_run(workdir).step == 6
+  # Checkpoints now record the dataset's version, which later resumes compare.
+  from tfx_jax.data import sources
+  with checkpoint.Checkpointer(workdir / "checkpoints") as ckpt:
+    step, saved = ckpt.read_latest_config()
+  assert step == 6 and saved["data.version"] == sources.embedded_version("tfx_shakespeare")

@@ -114,3 +114,18 @@ def test_a_row_format_is_bound_to_the_settings_its_builder_names():
   assert bound.keywords == {"tok": "T", "keys": "K", "seq_len": 8, "counts": "C"}
   assert set(rows_lib.FORMATS) == set(tasks.TASKS)
   assert all(tasks.TASKS[n].rows is f for n, f in rows_lib.FORMATS.items())
+
+
+def test_a_resume_compares_the_dataset_version_apart_from_the_name():
+  from tfx_jax import checkpoint as ckpt_lib
+  saved = {"data.name": "tfx_shakespeare", "data.version": "1.0.0", "compute_dtype": None}
+  newer = {"data.name": "tfx_shakespeare", "data.version": "1.1.0",
+           "compute_dtype": "float32"}
+  with pytest.raises(ConfigError, match="data.version: saved '1.0.0' -> new '1.1.0'"):
+    ckpt_lib.check_compatible(run_config.resume_view(saved), run_config.resume_view(newer),
+                              run_config.RESUME_FIELDS)
+  # Naming the version resumes it: the same dataset at the same version.
+  pinned = {"data.name": "tfx_shakespeare:1.0.0", "data.version": "1.0.0",
+            "compute_dtype": "float32"}
+  ckpt_lib.check_compatible(run_config.resume_view(saved), run_config.resume_view(pinned),
+                            run_config.RESUME_FIELDS)

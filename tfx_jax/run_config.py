@@ -26,7 +26,8 @@ from tfx_jax.model_config import DType, ModelConfig, model_config_from_dict
 
 # Config fields a checkpoint must agree on to be resumed: they decide shapes,
 # data order or what is learned. Others (num_steps, eval, logging) may change.
-RESUME_FIELDS = ("model.", "compute_dtype", "task", "seed", "data.name", "data.tokenizer",
+RESUME_FIELDS = ("model.", "compute_dtype", "task", "seed", "data.name", "data.version",
+                 "data.tokenizer",
                  "data.vocab_size", "data.mask_rate", "train.batch_size",
                  "train.seq_len", "optim.optimizer", "optim.accumulate_steps")
 NONFINITE_CHOICES = ("stop", "skip")
@@ -67,10 +68,17 @@ def compute_dtype(flat_or_config) -> str:
 
 
 def resume_view(flat: dict[str, Any]) -> dict[str, Any]:
-  """A flattened config with the computation dtype under its one name, so a
-  checkpoint written with ``model.dtype`` resumes under ``compute_dtype``."""
+  """A flattened config as a resume compares it: the computation dtype under
+  its one name (a checkpoint written with ``model.dtype`` resumes under
+  ``compute_dtype``), and the dataset's version (``data.version``, recorded
+  by the trainer) apart from its name (``tfx_shakespeare:1.0.0`` is
+  ``tfx_shakespeare`` at version 1.0.0)."""
   out = {k: v for k, v in flat.items() if k != "model.dtype"}
   out["compute_dtype"] = compute_dtype(flat)
+  name, _, version = str(flat.get("data.name", "")).partition(":")
+  out["data.name"] = name
+  if version and not out.get("data.version"):
+    out["data.version"] = version
   return out
 
 

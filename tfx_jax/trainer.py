@@ -31,6 +31,7 @@ from tfx_jax import status as status_lib
 from tfx_jax import tasks
 from tfx_jax.config_base import base_config
 from tfx_jax.data import shards as shards_lib
+from tfx_jax.data import sources
 from tfx_jax.errors import ConfigError
 from tfx_jax.preemption import Preemption
 from tfx_jax.pretrained import load_pretrained
@@ -97,7 +98,10 @@ class _TrainingLoop:
 
   def __init__(self, config, model_cfg, workdir: pathlib.Path, ckpt):
     self.config, self.model_cfg, self.workdir, self.ckpt = config, model_cfg, workdir, ckpt
-    self.flat_config = run_config.flatten_config(config)
+    # The dataset's version is recorded with every checkpoint, so that a
+    # resume never reads another version's splits or tokenizer.
+    self.flat_config = {**run_config.flatten_config(config), "data.version":
+                        sources.dataset_version(config.data.name, config.data.data_dir)}
     self.is_chief = jax.process_index() == 0
     self.task = tasks.get(config.task)
     self.num_skipped = 0
@@ -112,10 +116,20 @@ class _TrainingLoop:
       latest, saved = self.ckpt.read_latest_config()
       # Fields added to the config since the checkpoint was written take their
       # defaults, which keep the behaviour the checkpoint was trained with.
-      saved = {**run_config.flatten_config(base_config()), **saved}
-      ckpt_lib.check_compatible(run_config.resume_view(saved),
-                                run_config.resume_view(self.flat_config),
-                                run_config.RESUME_FIELDS)
+      saved = run_config.resume_view({**run_config.flatten_config(base_config()), **saved})
+      current = run_config.resume_view(self.flat_config)
+      if "data.version" not in saved:
+        # Written before versions were recorded: an embedded dataset was then at
+        # its first version, whose splits and tokenizer may differ from this one's.
+        if sources.embedded_version(self.config.data.name) not in (None, "1.0.0"):
+          logging.warning(
+              "the checkpoint in %s does not record its dataset's version; if it was "
+              "trained on %s before version %s (at 1.0.0), resume it with "
+              "--config.data.name=%s:1.0.0 to read the same data and tokenizer.",
+              self.workdir, current["data.name"], current["data.version"],
+              current["data.name"])
+        current.pop("data.version")
+      ckpt_lib.check_compatible(saved, current, run_config.RESUME_FIELDS)
     return latest
 
   def _build(self, latest):
