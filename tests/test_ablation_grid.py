@@ -1,7 +1,9 @@
 """Every ablation axis builds and trains: one optimizer step lowers the loss.
 
 The axes are the fields of ``tfx_jax.model_config.ModelConfig`` typed as a
-``Literal`` or ``bool``, read from its type hints, so a new axis or a new value
+``Literal`` or ``bool``, or as a number annotated with the values to try
+(``Annotated[float, Samples((0.0, 5.0))]``: the soft-caps, the attention
+window), read from its type hints, so a new axis or a new value
 is covered without editing this file; a field is left out only through
 ``NOT_AXES``, with the test that covers it instead. ``bool`` fields are axes
 because each is an architecture switch (``use_bias``, ``scale_attention_logits``,
@@ -36,7 +38,8 @@ import optax
 import pytest
 
 from tfx_jax.errors import ConfigError
-from tfx_jax.model_config import Family, ModelConfig, Remat, model_config_from_dict
+from tfx_jax.model_config import (Family, ModelConfig, Remat, Samples,
+                                  model_config_from_dict)
 from tfx_jax.models import build_model, stack_layer_params
 from helpers import ALL_PRESETS, load_config
 
@@ -107,16 +110,29 @@ def all_pairs(axes: Mapping[str, tuple]) -> set[Pair]:
           for v in axes[a] for w in axes[b]}
 
 
+# ModelConfig's rules relate two or three fields, so a partial combination
+# that has a valid completion has one that differs from the first values of
+# the other axes in at most this many axes. Searching the whole product
+# instead costs its size (billions of combinations) for every pair that no
+# valid combination has.
+MAX_CHANGES = 2
+
+
 def completion(axes: Mapping[str, tuple], valid: Callable[[Combination], bool],
-               partial: Mapping) -> Combination | None:
-  """The first valid combination (in axis and value order) that agrees with
-  ``partial``, or None when there is none."""
+               partial: Mapping, max_changes: int = MAX_CHANGES) -> Combination | None:
+  """A valid combination that agrees with ``partial``, or None when there is
+  none with the other axes at their first values but for at most
+  ``max_changes`` of them: the first such, fewest changes first, in axis and
+  value order."""
   free = [a for a in axes if a not in partial]
-  for values in itertools.product(*(axes[a] for a in free)):
-    chosen = dict(zip(free, values))
-    combination = {a: partial[a] if a in partial else chosen[a] for a in axes}
-    if valid(combination):
-      return combination
+  first = {a: axes[a][0] for a in free}
+  for changes in range(min(max_changes, len(free)) + 1):
+    for changed in itertools.combinations(free, changes):
+      for values in itertools.product(*(axes[a][1:] for a in changed)):
+        chosen = {**first, **dict(zip(changed, values))}
+        combination = {a: partial[a] if a in partial else chosen[a] for a in axes}
+        if valid(combination):
+          return combination
   return None
 
 
@@ -169,9 +185,18 @@ def pairwise_design(axes: Mapping[str, tuple],
   return design
 
 
+def _samples(kind) -> tuple | None:
+  """The values of an ``Annotated[number, Samples(...)]`` type, else None."""
+  if get_origin(kind) is not typing.Annotated:
+    return None
+  found = [m.values for m in kind.__metadata__ if isinstance(m, Samples)]
+  return found[0] if found else None
+
+
 def switch_fields() -> dict[str, tuple]:
-  """{field: its values} for every Literal or bool field of ModelConfig."""
-  hints = typing.get_type_hints(ModelConfig)
+  """{field: its values} for every Literal, bool or sampled numeric field of
+  ModelConfig."""
+  hints = typing.get_type_hints(ModelConfig, include_extras=True)
   out = {}
   for field in dataclasses.fields(ModelConfig):
     kind = hints[field.name]
@@ -179,6 +204,8 @@ def switch_fields() -> dict[str, tuple]:
       out[field.name] = get_args(kind)
     elif kind is bool:
       out[field.name] = (False, True)
+    elif _samples(kind) is not None:
+      out[field.name] = _samples(kind)
   return out
 
 
@@ -263,17 +290,23 @@ def test_pairwise_design_starts_with_its_seeds_and_rejects_invalid_ones():
     pairwise_design(axes, is_valid, [{"a": 1}])
 
 
-def test_the_axes_are_every_literal_and_bool_field_of_the_model_config():
-  hints = typing.get_type_hints(ModelConfig)
+def test_the_axes_are_every_literal_bool_and_sampled_field_of_the_model_config():
+  hints = typing.get_type_hints(ModelConfig, include_extras=True)
   switches = {f.name for f in dataclasses.fields(ModelConfig)
-              if get_origin(hints[f.name]) is Literal or hints[f.name] is bool}
+              if get_origin(hints[f.name]) is Literal or hints[f.name] is bool
+              or _samples(hints[f.name]) is not None}
   assert set(NOT_AXES) <= switches, "NOT_AXES names a field that is not a switch"
   assert set(AXES) == switches - set(NOT_AXES)
   assert {"family", "norm_position", "norm_type", "activation", "position",
-          "embedding_norm", "sinusoidal_layout", "use_bias"} <= set(AXES)
+          "embedding_norm", "sinusoidal_layout", "use_bias", "qk_norm", "block",
+          "attention_gate", "attention_logit_softcap", "final_logit_softcap",
+          "attention_window", "global_every"} <= set(AXES)
+  defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
   assert all(list(c) == list(AXES) for c in DESIGN)
   for axis, values in AXES.items():
-    assert values == (False, True) or values == get_args(hints[axis])
+    sampled = _samples(hints[axis])
+    assert (values == (False, True) or values == get_args(hints[axis])
+            or (values == sampled and sampled[0] == defaults[axis]))
     assert {c[axis] for c in DESIGN} == set(values), axis
 
 

@@ -291,6 +291,36 @@ def test_cached_decoding_scanned_layers(family, position):
                            schedules=(PREFILL_THEN_ONE_AT_A_TIME,))
 
 
+# The stability and attention knobs (README, "The ablation axes"), every value
+# in one of these, each with another position scheme.
+KNOBS = {
+    "qk_rmsnorm-headwise_gate-window-global_every-dyt": dict(
+        position="rope", qk_norm="rmsnorm", attention_gate="headwise",
+        attention_window=3, global_every=2, norm_type="dyt"),
+    "qk_layernorm-elementwise_gate-parallel-softcaps": dict(
+        position="t5_bias", qk_norm="layernorm", attention_gate="elementwise",
+        block="parallel", attention_logit_softcap=2.0, final_logit_softcap=3.0),
+    "parallel_sandwich-window": dict(
+        position="alibi", block="parallel", norm_position="sandwich", attention_window=2),
+}
+
+
+@pytest.mark.parametrize("knobs", KNOBS)
+@pytest.mark.parametrize("family", DECODER_FAMILIES)
+def test_cached_decoding_with_attention_knobs(family, knobs):
+  overrides = dict(KNOBS[knobs])
+  _check_cached_decoding(family, overrides.pop("position"), scan_layers=False,
+                         schedules=(PREFILL_THEN_ONE_AT_A_TIME,), **overrides)
+
+
+def test_cached_decoding_alternating_windows_scanned():
+  """Windowed and fully attending layers alternate inside one scan."""
+  overrides = dict(KNOBS["qk_rmsnorm-headwise_gate-window-global_every-dyt"])
+  with jax.disable_jit():
+    _check_cached_decoding("decoder_only", overrides.pop("position"), scan_layers=True,
+                           schedules=(PREFILL_THEN_ONE_AT_A_TIME,), **overrides)
+
+
 def test_cached_decoding_multi_query():
   _check_cached_decoding("decoder_only", "rope", scan_layers=False,
                          schedules=(PREFILL_THEN_ONE_AT_A_TIME,), num_kv_heads=1)

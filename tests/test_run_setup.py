@@ -56,7 +56,7 @@ def test_training_logs_nll_and_per_layer_statistics(tmp_path):
   assert [s for s, _ in scalars["train/nll"]] == [2, 4]
   assert all(math.isfinite(v) for _, v in scalars["train/nll"])
   assert scalars["train/nll"] != scalars["train/loss"]
-  for kind in ("grad_norm", "param_norm", "update_norm"):
+  for kind in ("grad_norm", "param_norm", "update_norm", "max_attention_logit"):
     for stack in ("encoder", "decoder"):
       for i in range(2):
         values = [v for _, v in scalars[f"layer_stats/{kind}/{stack}_{i:02d}"]]
@@ -77,6 +77,41 @@ def test_nll_equals_the_objective_without_smoothing(tmp_path):
   np.testing.assert_allclose([v for _, v in scalars["train/nll"]],
                              [v for _, v in scalars["train/loss"]], rtol=1e-6)
   assert not any(t.startswith("layer_stats/") for t in scalars)  # off by default
+  # The output softmax's mean log Z is logged always; the z-loss term only when on.
+  assert [s for s, _ in scalars["train/output_log_z"]] == [1, 2]
+  assert "train/z_loss" not in scalars
+
+
+def test_z_loss_adds_its_term_to_the_objective(tmp_path):
+  """train/loss = train/nll + train/z_loss, and train/z_loss = c * mean log^2 Z,
+  at or above c * (mean log Z)^2 (Jensen)."""
+  c = 0.05
+  config = tiny_config("lm.py:tiny", {"train.num_steps": 2, "train.log_every_steps": 1,
+                                      "eval.every_steps": 2, "eval.num_samples": 0,
+                                      "train.z_loss": c})
+  trainer.train_and_evaluate(config, str(tmp_path / "run"))
+  scalars = metrics.read_scalars(tmp_path / "run" / "tensorboard")
+  values = {tag: [v for _, v in scalars[tag]]
+            for tag in ("train/loss", "train/nll", "train/z_loss", "train/output_log_z")}
+  np.testing.assert_allclose(values["train/loss"],
+                             np.add(values["train/nll"], values["train/z_loss"]), rtol=1e-5)
+  for z, log_z in zip(values["train/z_loss"], values["train/output_log_z"]):
+    assert z >= c * log_z ** 2 * (1 - 1e-5) and z > 0
+
+
+def test_token_loss_with_z_loss_against_numpy():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(2, 5, 7)).astype(np.float32) * 3
+  targets = rng.integers(0, 7, size=(2, 5))
+  weights = (rng.random((2, 5)) > 0.3).astype(np.float32)
+  batch = {"targets": targets, "weights": weights}
+  c = 1e-2
+  objective, sums = tasks.token_loss({"logits": logits}, batch, z_loss=c)
+  log_z = np.log(np.exp(logits.astype(np.float64)).sum(-1))
+  nll = log_z - np.take_along_axis(logits, targets[..., None], -1)[..., 0]
+  want = np.sum((nll + c * log_z ** 2) * weights) / weights.sum()
+  np.testing.assert_allclose(float(objective), want, rtol=1e-5)
+  np.testing.assert_allclose(float(sums["log_z"]), np.sum(log_z * weights), rtol=1e-5)
 
 
 def test_translation_sources_keep_their_eos_at_inference_as_in_training():

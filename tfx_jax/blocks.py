@@ -10,6 +10,17 @@ wrapped in a residual connection whose form is the norm placement (textbook chap
 
 Dropout is applied to F(x) before it joins the residual stream (the paper's
 "residual dropout"); for sandwich it is applied after the inner norm.
+
+The ``model.block`` axis: ``sequential`` applies the sublayers one after the
+other, as above; ``parallel`` feeds every sublayer the same input and adds
+their branches at once, x <- x + F1(Norm1(x)) + F2(Norm2(x)) (GPT-J, GPT-NeoX,
+PaLM), with each sublayer's own norm; it needs a placement whose norms sit in
+the branches (pre, sandwich).
+
+``model.attention_window`` W > 0 restricts self-attention to keys within W
+positions of the query (itself included: q - k < W, |q - k| < W in encoders),
+as Mistral; with ``model.global_every`` k, layers k, 2k, ... (1-based) attend
+to every key instead, as Gemma 2 alternates (k = 2).
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from tfx_jax.layers.attention import Attention
 from tfx_jax.layers.ffn import FeedForward
@@ -47,6 +59,20 @@ _RESIDUALS = {"post": _post, "pre": _pre, "sandwich": _sandwich, "deepnorm": _de
 _FINAL_NORM = {"post": False, "pre": True, "sandwich": True, "deepnorm": False}
 
 
+# What a sublayer adds to the stream, for the placements a parallel block takes
+# (model_config.PARALLEL_NORM_POSITIONS): the same parameters as their
+# sequential residuals above.
+def _pre_branch(x, f, norm, drop, name):
+  return drop(f(norm(name=f"{name}_norm")(x)))
+
+
+def _sandwich_branch(x, f, norm, drop, name):
+  return drop(norm(name=f"{name}_post_norm")(f(norm(name=f"{name}_norm")(x))))
+
+
+_BRANCHES = {"pre": _pre_branch, "sandwich": _sandwich_branch}
+
+
 @dataclasses.dataclass(frozen=True)
 class LayerSpec:
   """Resolved (not raw-config) hyper-parameters of one stack's layers."""
@@ -71,6 +97,19 @@ class LayerSpec:
   cross_attention: bool
   dtype: Any
   causal: bool = False  # self-attention masks are causal (decoder stacks)
+  # model.block='parallel': the branch function of the placement; None: sequential.
+  parallel_branch: Callable[..., jax.Array] | None = None
+  qk_norm: Callable[..., nn.Module] | None = None  # per-head norm of q and k
+  attention_logit_softcap: float = 0.0
+  gate_width: int = 0  # attention gates per head (0: none)
+  attention_window: int = 0  # 0: every layer attends to every key
+  global_every: int = 0
+
+  def windowed(self, layer: int) -> bool:
+    """Whether self-attention of layer ``layer`` (0-based) is windowed."""
+    if not self.attention_window:
+      return False
+    return not (self.global_every and (layer + 1) % self.global_every == 0)
 
 
 def residual_for(norm_position: str):
@@ -78,15 +117,26 @@ def residual_for(norm_position: str):
   return _RESIDUALS[norm_position], _FINAL_NORM[norm_position]
 
 
+def parallel_branch_for(block: str, norm_position: str):
+  """The one dispatch point of ``model.block``: None (sequential) or the branch
+  function of ``norm_position`` (validated by model_config)."""
+  return _BRANCHES[norm_position] if block == "parallel" else None
+
+
 class TransformerLayer(nn.Module):
-  """Self-attention, optional cross-attention, FFN; scan-compatible signature."""
+  """Self-attention, optional cross-attention, FFN; scan-compatible signature.
+
+  ``window_mask`` is the self-attention mask restricted to the window (None
+  without ``model.attention_window``); ``windowed`` says whether this layer
+  uses it (a bool, or a scanned boolean when the layers alternate).
+  """
   spec: LayerSpec
   use_cache: bool = False
   deterministic: bool = True
 
   @nn.compact
   def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD, cross_mask,
-               cache_index):
+               cache_index, window_mask=None, windowed=False):
     s = self.spec
     drop = lambda y: nn.Dropout(s.dropout)(y, deterministic=self.deterministic)
 
@@ -96,24 +146,33 @@ class TransformerLayer(nn.Module):
           use_bias=s.use_bias, dropout=s.attention_dropout, rope_base=rope_base,
           qk_init=s.qk_init, vo_gain=s.vo_gain, vo_distribution=s.vo_distribution,
           scale_logits=s.scale_logits, use_cache=self.use_cache,
-          deterministic=self.deterministic, dtype=s.dtype, causal=causal, name=name)
+          deterministic=self.deterministic, dtype=s.dtype, causal=causal,
+          qk_norm=s.qk_norm, logit_softcap=s.attention_logit_softcap,
+          gate_width=s.gate_width, name=name)
 
+    self_mask = mask
+    if window_mask is not None:
+      self_mask = (window_mask if windowed is True else mask if windowed is False
+                   else jnp.where(windowed, window_mask, mask))
     self_attn = attention("self_attention", s.rope_base, causal=s.causal)
-    x_BLD = s.residual(
-        x_BLD, lambda y: self_attn(y, mask=mask, bias=bias, positions_BL=positions_BL,
-                                   cache_index=cache_index),
-        s.norm, drop, s.alpha, "self_attention")
+    sublayers = [("self_attention", lambda y: self_attn(
+        y, mask=self_mask, bias=bias, positions_BL=positions_BL, cache_index=cache_index))]
     if s.cross_attention:
       cross_attn = attention("cross_attention", None)
-      x_BLD = s.residual(
-          x_BLD, lambda y: cross_attn(y, encoded_BSD, mask=cross_mask),
-          s.norm, drop, s.alpha, "cross_attention")
+      sublayers.append(("cross_attention",
+                        lambda y: cross_attn(y, encoded_BSD, mask=cross_mask)))
     ffn = FeedForward(
         d_ff=s.d_ff, act=s.act, gated=s.gated, use_bias=s.use_bias, dropout=s.dropout,
         deterministic=self.deterministic,
         kernel_init=nn.initializers.variance_scaling(
             s.vo_gain**2, "fan_avg", s.vo_distribution), dtype=s.dtype, name="ffn")
-    x_BLD = s.residual(x_BLD, ffn, s.norm, drop, s.alpha, "ffn")
+    sublayers.append(("ffn", ffn))
+    if s.parallel_branch is None:
+      for name, f in sublayers:
+        x_BLD = s.residual(x_BLD, f, s.norm, drop, s.alpha, name)
+    else:
+      branches = [s.parallel_branch(x_BLD, f, s.norm, drop, name) for name, f in sublayers]
+      x_BLD = x_BLD + sum(branches)
     return x_BLD.astype(s.dtype), None
 
 
@@ -135,24 +194,30 @@ class Stack(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD=None, cross_mask=None,
-               cache_index=None):
+               cache_index=None, window_mask=None):
     layer_cls = TransformerLayer
     if self.remat != "none":
       layer_cls = nn.remat(layer_cls, policy=_REMAT_POLICIES[self.remat],
                            prevent_cse=not self.scan_layers)
-    args = (mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index)
+    windowed = [self.spec.windowed(i) for i in range(self.num_layers)]
+    if window_mask is None:
+      windowed = [False] * self.num_layers
+    args = (mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index, window_mask)
     if self.scan_layers:
+      same = len(set(windowed)) == 1
       scanned = nn.scan(
-          layer_cls, variable_axes={"params": 0, "cache": 0},
+          layer_cls, variable_axes={"params": 0, "cache": 0, "intermediates": 0},
           split_rngs={"params": True, "dropout": True},
-          in_axes=(nn.broadcast,) * len(args), length=self.num_layers,
-          metadata_params={nn.PARTITION_NAME: "layers"})
+          in_axes=(nn.broadcast,) * (len(args) + same) + ((0,) if not same else ()),
+          length=self.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+      # Layers alike: one Python bool for all; alternating: one bool per layer.
+      kind = windowed[0] if same else jnp.asarray(windowed)
       x_BLD, _ = scanned(self.spec, self.use_cache, self.deterministic, name="layers")(
-          x_BLD, *args)
+          x_BLD, *args, kind)
     else:
       for i in range(self.num_layers):
         x_BLD, _ = layer_cls(self.spec, self.use_cache, self.deterministic,
-                             name=f"layer_{i}")(x_BLD, *args)
+                             name=f"layer_{i}")(x_BLD, *args, windowed[i])
     if self.spec.final_norm:
       x_BLD = self.spec.norm(name="final_norm")(x_BLD)
     return x_BLD

@@ -64,9 +64,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.seq_len = 128
   c.train.log_every_steps = 50
   c.train.label_smoothing = 0.0
+  # z-loss (PaLM: 1e-4): the objective + z_loss * log^2 Z of the output softmax,
+  # averaged over tokens, logged as train/z_loss (train/output_log_z, the mean
+  # log Z, is logged always).
+  c.train.z_loss = 0.0
   c.train.on_nonfinite = "stop"  # stop | skip
   # Per-layer gradient, parameter and update norms as TensorBoard scalars
-  # (layer_stats/<kind>_norm/<stack>_<NN>), computed inside the jitted step.
+  # (layer_stats/<kind>_norm/<stack>_<NN>) and each layer's largest
+  # self-attention logit (layer_stats/max_attention_logit/<stack>_<NN>),
+  # computed inside the jitted step.
   c.train.log_layer_stats = False
 
   c.eval = ml_collections.ConfigDict()

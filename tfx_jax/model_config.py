@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Literal, Mapping, get_args
+from typing import Annotated, Any, Literal, Mapping, get_args
 
 from tfx_jax.errors import ConfigError, did_you_mean
 
 Family = Literal["encoder_decoder", "decoder_only", "encoder_only"]
 NormPosition = Literal["post", "pre", "sandwich", "deepnorm"]
-NormType = Literal["layernorm", "rmsnorm"]
+# dyt: Dynamic Tanh, gamma * tanh(alpha x) + beta (Zhu et al. 2025), where a norm stands.
+NormType = Literal["layernorm", "rmsnorm", "dyt"]
+# Per-head norm of queries and keys before RoPE (Dehghani et al. 2023; Qwen3, OLMo 2).
+QKNorm = Literal["none", "layernorm", "rmsnorm"]
+# sequential: x + F2(N2(x + F1(N1(x)))); parallel: x + F1(N1(x)) + F2(N2(x)) (GPT-J, PaLM).
+Block = Literal["sequential", "parallel"]
+# A sigmoid gate on each head's attention output, from the layer input (Qiu et al. 2025).
+AttentionGate = Literal["none", "headwise", "elementwise"]
 Activation = Literal["relu", "gelu", "gelu_tanh", "swish", "glu", "reglu", "geglu",
                      "geglu_tanh", "swiglu", "bilinear"]
 Position = Literal["sinusoidal", "learned", "t5_bias", "rope", "alibi", "none"]
@@ -27,6 +34,23 @@ DType = Literal["float32", "bfloat16"]
 # "auto": encoder_only with post-norm only (BERT), the behaviour before the field.
 EmbeddingNorm = Literal["auto", "on", "off"]
 SinusoidalLayout = Literal["interleaved", "halves"]
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Samples:
+  """Values of a numeric axis that the ablation-grid tests try (through the type:
+  ``Annotated[float, Samples(0.0, 5.0)]``); the first is the default (off)."""
+  values: tuple
+
+
+SoftCap = Annotated[float, Samples((0.0, 5.0))]  # c * tanh(x / c); 0 = off
+Window = Annotated[int, Samples((0, 2))]  # sliding-window width; 0 = full attention
+GlobalEvery = Annotated[int, Samples((0, 2))]  # every k-th layer full; 0 = none
+
+# Norm placements whose norms sit inside each sublayer's branch: the ones a
+# parallel block can use (post and deepnorm normalise the sum itself).
+PARALLEL_NORM_POSITIONS = ("pre", "sandwich")
 
 GATED_ACTIVATIONS = ("glu", "reglu", "geglu", "geglu_tanh", "swiglu", "bilinear")
 
@@ -71,6 +95,14 @@ class ModelConfig:
   scan_layers: bool = False
   remat: Remat = "none"
   dtype: DType = "float32"  # compute dtype; params stay float32
+  # ---- stability and attention knobs (README, "The ablation axes") ----------
+  qk_norm: QKNorm = "none"
+  attention_logit_softcap: SoftCap = 0.0  # Gemma 2: 50
+  final_logit_softcap: SoftCap = 0.0  # Gemma 2: 30
+  block: Block = "sequential"
+  attention_window: Window = 0  # keys within this distance of the query (itself included)
+  global_every: GlobalEvery = 0  # with a window: layers k, 2k, ... (1-based) attend fully
+  attention_gate: AttentionGate = "none"
 
   # ---- derived quantities -------------------------------------------------
   @property
@@ -163,7 +195,8 @@ def _choices(field: str) -> tuple[str, ...] | None:
       "norm_type": get_args(NormType), "activation": get_args(Activation),
       "position": get_args(Position), "remat": get_args(Remat),
       "dtype": get_args(DType), "embedding_norm": get_args(EmbeddingNorm),
-      "sinusoidal_layout": get_args(SinusoidalLayout),
+      "sinusoidal_layout": get_args(SinusoidalLayout), "qk_norm": get_args(QKNorm),
+      "block": get_args(Block), "attention_gate": get_args(AttentionGate),
   }.get(field)
 
 
@@ -244,6 +277,21 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
     raise ConfigError(
         "model.num_token_types (token-type embeddings) is available for "
         "family='decoder_only' and 'encoder_only', not 'encoder_decoder'.")
+  for name in ("attention_logit_softcap", "final_logit_softcap"):
+    if getattr(cfg, name) < 0:
+      raise ConfigError(f"model.{name} must be >= 0 (0 = off), got {getattr(cfg, name)}.")
+  positive("attention_window", allow_zero=True)
+  positive("global_every", allow_zero=True)
+  if cfg.global_every and not cfg.attention_window:
+    raise ConfigError(
+        f"model.global_every={cfg.global_every} chooses which layers attend fully "
+        "among windowed ones; set model.attention_window > 0 as well (0 = every "
+        "layer attends fully).")
+  if cfg.block == "parallel" and cfg.norm_position not in PARALLEL_NORM_POSITIONS:
+    raise ConfigError(
+        f"model.block='parallel' sums the sublayers of one input, each through its "
+        f"own norm: model.norm_position must be one of {', '.join(PARALLEL_NORM_POSITIONS)}"
+        f" (got {cfg.norm_position!r}, which normalises the residual stream itself).")
   capacity = position_capacity(cfg)
   if seq_len is not None and capacity is not None and seq_len > capacity:
     raise ConfigError(

@@ -21,8 +21,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tfx_jax.blocks import LayerSpec, Stack, residual_for
-from tfx_jax.layers.attention import xavier
+from tfx_jax.blocks import LayerSpec, Stack, parallel_branch_for, residual_for
+from tfx_jax.layers.attention import softcap, xavier
 from tfx_jax.layers.ffn import activation_fn
 from tfx_jax.layers.norms import norm_factory
 from tfx_jax.layers.positions import (LearnedPositions, T5RelativeBias, alibi_bias,
@@ -56,6 +56,10 @@ def position_scheme(cfg: ModelConfig) -> PositionScheme:
   }[cfg.position]
 
 
+# The one dispatch point of ``model.attention_gate``: gates per head.
+_GATE_WIDTHS = {"none": lambda k: 0, "headwise": lambda k: 1, "elementwise": lambda k: k}
+
+
 def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerSpec:
   """Resolves the config into the hyper-parameters of one stack's layers."""
   act, gated = activation_fn(cfg.activation)
@@ -77,7 +81,13 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerS
       scale_logits=cfg.scale_attention_logits, dropout=cfg.dropout,
       attention_dropout=cfg.attention_dropout, rope_base=position_scheme(cfg).rope_base,
       cross_attention=cross_attention, dtype=_DTYPES[cfg.dtype],
-      causal=stack == "decoder")
+      causal=stack == "decoder",
+      parallel_branch=parallel_branch_for(cfg.block, cfg.norm_position),
+      qk_norm=(None if cfg.qk_norm == "none" else
+               norm_factory(cfg.qk_norm, cfg.norm_eps, _DTYPES[cfg.dtype], axis="kv")),
+      attention_logit_softcap=cfg.attention_logit_softcap,
+      gate_width=_GATE_WIDTHS[cfg.attention_gate](cfg.head_dim),
+      attention_window=cfg.attention_window, global_every=cfg.global_every)
 
 
 # ------------------------------------------------------------------- helpers
@@ -88,6 +98,18 @@ def attention_mask(q_seg_BL, k_seg_BS, *, causal: bool):
     L, S = q_seg_BL.shape[1], k_seg_BS.shape[1]
     mask = mask & (jnp.arange(S)[None, :] <= jnp.arange(L)[:, None])[None]
   return mask[:, None]
+
+
+def window_mask(mask_BhLS, q_pos_BL, k_pos_BS, window: int, *, causal: bool):
+  """``mask`` and keys within ``window`` positions of the query, itself
+  included: q - k < window (causal; later keys are masked already), |q - k| <
+  window (bidirectional). None when ``window`` is 0 (no windowed layer)."""
+  if not window:
+    return None
+  dist_BLS = q_pos_BL[:, :, None] - k_pos_BS[:, None, :]
+  if not causal:
+    dist_BLS = jnp.abs(dist_BLS)
+  return mask_BhLS & (dist_BLS < window)[:, None]
 
 
 def _defaults(inputs_BL, segment_ids, positions):
@@ -197,19 +219,23 @@ class _Family(nn.Module):
     return None
 
   def _causal_inputs(self, ids_BL, segment_ids, positions, t5):
-    """Mask, bias, positions and cache index of a causal (decoder) stack."""
+    """Mask, windowed mask, bias, positions and cache index of a causal
+    (decoder) stack."""
     segment_ids, positions = _defaults(ids_BL, segment_ids, positions)
     index = None
     if self.use_cache:
       index, capacity = self.decode_index(ids_BL.shape[1])
+    window = self.cfg.attention_window
     if index is None:
       mask = attention_mask(segment_ids, segment_ids, causal=True)
-      return mask, self._bias(t5, positions, positions), positions, None
+      windowed = window_mask(mask, positions, positions, window, causal=True)
+      return mask, windowed, self._bias(t5, positions, positions), positions, None
     B, L = ids_BL.shape
     positions = jnp.broadcast_to(index + jnp.arange(L, dtype=jnp.int32), (B, L))
     k_pos = jnp.broadcast_to(jnp.arange(capacity, dtype=jnp.int32), (B, capacity))
     mask = (k_pos[:, None, :] <= positions[:, :, None])[:, None]
-    return mask, self._bias(t5, positions, k_pos), positions, index
+    windowed = window_mask(mask, positions, k_pos, window, causal=True)
+    return mask, windowed, self._bias(t5, positions, k_pos), positions, index
 
   def _setup_common(self):
     """Token embedding, embedding dropout and (untied) output projection."""
@@ -227,7 +253,8 @@ class _Family(nn.Module):
 
   def _logits(self, x_BLD):
     """Final projection to the vocabulary: tied (x E^T) or its own matrix, plus
-    the output bias with ``model.output_bias``."""
+    the output bias with ``model.output_bias``, then soft-capped with
+    ``model.final_logit_softcap`` (Gemma 2: 30 tanh(logits / 30))."""
     # Over tokens flattened to one axis: a plain [T, D] x [D, V] product (no
     # transposed copy of the [T, V] gradient for the weight's on CPU).
     x_TD = x_BLD.reshape(-1, x_BLD.shape[-1])
@@ -238,7 +265,7 @@ class _Family(nn.Module):
     logits = logits.reshape(*x_BLD.shape[:-1], logits.shape[-1])
     if self.cfg.output_bias:
       logits = logits + self.output_bias
-    return logits
+    return softcap(logits, self.cfg.final_logit_softcap)
 
   def _stack(self, stack, n, *, cross_attention, use_cache):
     cfg = self.cfg
@@ -275,10 +302,10 @@ class DecoderOnly(_Family):
           kernel_init=nn.with_logical_partitioning(CLASSIFIER_INIT, ("embed", "classes")))
 
   def __call__(self, inputs, segment_ids=None, positions=None, token_types=None):
-    mask, bias, positions, index = self._causal_inputs(inputs, segment_ids, positions,
-                                                       self.t5)
+    mask, windowed, bias, positions, index = self._causal_inputs(
+        inputs, segment_ids, positions, self.t5)
     x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types)
-    x = self.decoder(x, mask, bias, positions, cache_index=index)
+    x = self.decoder(x, mask, bias, positions, cache_index=index, window_mask=windowed)
     out = {"logits": self._logits(x)}
     if self.cfg.num_classes:
       seg, _ = _defaults(inputs, segment_ids, None)
@@ -314,9 +341,10 @@ class EncoderOnly(_Family):
     cfg = self.cfg
     segment_ids, positions = _defaults(inputs, segment_ids, positions)
     mask = attention_mask(segment_ids, segment_ids, causal=False)
+    windowed = window_mask(mask, positions, positions, cfg.attention_window, causal=False)
     bias = self._bias(self.t5, positions, positions)
     x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types)
-    x = self.encoder(x, mask, bias, positions)
+    x = self.encoder(x, mask, bias, positions, window_mask=windowed)
     h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(x), approximate=False))
     out = {"logits": self._logits(h) + self.mlm_bias}
     if cfg.num_classes:
@@ -355,14 +383,15 @@ class EncoderDecoder(_Family):
       inputs_segment_ids = (inputs > 0).astype(jnp.int32)
     seg, pos = _defaults(inputs, inputs_segment_ids, inputs_positions)
     mask = attention_mask(seg, seg, causal=False)
+    windowed = window_mask(mask, pos, pos, self.cfg.attention_window, causal=False)
     bias = self._bias(self.encoder_t5, pos, pos)
     x = self._embed(inputs, pos, self.encoder_learned, self.encoder_embed_norm)
-    return self.encoder(x, mask, bias, pos)
+    return self.encoder(x, mask, bias, pos, window_mask=windowed)
 
   def decode(self, decoder_inputs, encoded, inputs_segment_ids,
              decoder_segment_ids=None, decoder_positions=None):
     """Target prefix [B, L] attending to ``encoded`` -> {"logits": [B, L, V]}."""
-    mask, bias, pos, index = self._causal_inputs(
+    mask, windowed, bias, pos, index = self._causal_inputs(
         decoder_inputs, decoder_segment_ids, decoder_positions, self.decoder_t5)
     B, L = decoder_inputs.shape
     q_seg = jnp.ones((B, L), jnp.int32) if (decoder_segment_ids is None or
@@ -372,7 +401,7 @@ class EncoderDecoder(_Family):
     # unpacked sources (inputs > 0).
     cross_mask = attention_mask(q_seg, inputs_segment_ids, causal=False)
     x = self._embed(decoder_inputs, pos, self.decoder_learned, self.decoder_embed_norm)
-    x = self.decoder(x, mask, bias, pos, encoded, cross_mask, index)
+    x = self.decoder(x, mask, bias, pos, encoded, cross_mask, index, windowed)
     return {"logits": self._logits(x)}
 
   def __call__(self, inputs, decoder_inputs, inputs_segment_ids=None,

@@ -12,6 +12,7 @@ run starts (``run_setup.check_devices``).
 
 from __future__ import annotations
 
+import math
 from typing import Any, get_args
 
 from absl import logging
@@ -112,6 +113,8 @@ def validate_run_config(config) -> ModelConfig:
   _need(t.seq_len >= 2, "train.seq_len", t.seq_len, "must be >= 2")
   _need(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing", t.label_smoothing,
         "must be in [0, 1)")
+  _need(isinstance(t.z_loss, (int, float)) and math.isfinite(t.z_loss) and t.z_loss >= 0,
+        "train.z_loss", t.z_loss, "must be a number >= 0 (0 = off; PaLM: 1e-4)")
   _need(t.on_nonfinite in NONFINITE_CHOICES, "train.on_nonfinite", t.on_nonfinite,
         f"choose one of: {', '.join(NONFINITE_CHOICES)}")
   for name in ("every_steps", "num_batches", "batch_size"):

@@ -179,15 +179,36 @@ def per_layer_norms(tree) -> dict[str, jax.Array]:
   return out
 
 
+def per_layer_max_logits(intermediates) -> dict[str, jax.Array]:
+  """{stack: [num_layers]}: each layer's largest self-attention logit, from the
+  ``max_attention_logit`` values the attention layers sow (see Attention)."""
+  out = {}
+  for stack in LAYER_STACKS:
+    sub = intermediates.get(stack)
+    if sub is None:
+      continue
+    if "layers" in sub:  # scanned: one value per layer along the leading axis
+      out[stack] = sub["layers"]["self_attention"]["max_attention_logit"][0]
+    else:
+      names = sorted((k for k in sub if k.startswith("layer_")),
+                     key=lambda k: int(k.split("_")[1]))
+      out[stack] = jnp.stack([sub[k]["self_attention"]["max_attention_logit"][0]
+                              for k in names])
+  return out
+
+
 def make_train_step(model_cfg: ModelConfig, config, tx: optax.GradientTransformation,
                     schedule):
   """``train_step(state, batch) -> (state, metrics)``: pure, jitted by the caller.
 
   Metrics stay on the device: ``loss`` (the objective, label-smoothed where
-  ``train.label_smoothing`` > 0), ``nll`` (the unsmoothed NLL, on eval/loss's
-  scale), ``grad_norm``, ``learning_rate``, ``finite``; with
-  ``train.log_layer_stats`` also ``layer_stats/{grad,param,update}_norm`` as
-  {stack: [num_layers]} arrays, computed in the step at no extra host sync.
+  ``train.label_smoothing`` > 0, plus ``train.z_loss``), ``nll`` (the
+  unsmoothed NLL, on eval/loss's scale), ``output_log_z`` (mean log Z of the
+  output softmax), ``z_loss`` (the z-loss term), ``grad_norm``,
+  ``learning_rate``, ``finite``; with ``train.log_layer_stats`` also
+  ``layer_stats/{grad,param,update}_norm`` and
+  ``layer_stats/max_attention_logit`` as {stack: [num_layers]} arrays,
+  computed in the step at no extra host sync.
   """
   task = tasks.get(config.task)
   model = build_model(model_cfg, deterministic=False)
@@ -195,16 +216,21 @@ def make_train_step(model_cfg: ModelConfig, config, tx: optax.GradientTransforma
   skip_nonfinite = config.train.on_nonfinite == "skip"
   accumulate = int(config.optim.accumulate_steps)
   layer_stats = bool(config.train.log_layer_stats)
+  z_loss = float(config.train.z_loss)
+  # The attention layers' sown logit maxima are computed only when collected.
+  collect = ["intermediates"] if layer_stats else []
 
   def train_step(state: TrainState, batch: dict):
     rng = jax.random.fold_in(state.rng, state.step)
 
     def loss_fn(params):
-      out = model.apply({"params": params}, **task.model_inputs(batch),
-                        rngs={"dropout": rng})
-      return loss(out, batch)
+      out, sown = model.apply({"params": params}, **task.model_inputs(batch),
+                              rngs={"dropout": rng}, mutable=collect)
+      objective, sums = loss(out, batch)
+      return objective, (sums, sown.get("intermediates", {}))
 
-    (objective, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (objective, (sums, sown)), grads = jax.value_and_grad(
+        loss_fn, has_aux=True)(state.params)
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(objective) & jnp.isfinite(grad_norm)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -216,10 +242,14 @@ def make_train_step(model_cfg: ModelConfig, config, tx: optax.GradientTransforma
       new = new.replace(params=keep(params, state.params),
                         opt_state=keep(opt_state, state.opt_state))
     update_count = state.step // accumulate
-    metrics = {"loss": objective, "nll": sums["nll"] / jnp.maximum(sums["weight"], 1.0),
+    weight = jnp.maximum(sums["weight"], 1.0)
+    metrics = {"loss": objective, "nll": sums["nll"] / weight,
+               "output_log_z": sums["log_z"] / weight,
+               "z_loss": z_loss * sums["log_z_sq"] / weight,
                "grad_norm": grad_norm, "finite": finite,
                "learning_rate": schedule(update_count), "weight": sums["weight"]}
     if layer_stats:
+      metrics["layer_stats/max_attention_logit"] = per_layer_max_logits(sown)
       metrics["layer_stats/grad_norm"] = per_layer_norms(grads)
       metrics["layer_stats/param_norm"] = per_layer_norms(params)
       metrics["layer_stats/update_norm"] = per_layer_norms(updates)

@@ -77,6 +77,14 @@ def _translation_inputs(batch: dict) -> dict:
 
 
 # ------------------------------------------------------------------ losses
+def _log_z_sums(logits, weights) -> dict:
+  """Sums of log Z and log^2 Z of the softmax over ``logits``' last axis, Z =
+  sum_i exp(logit_i), weighted: the output's normaliser, which z-loss keeps
+  near 0 (log Z = 0: the logits are log-probabilities already)."""
+  log_z = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)
+  return {"log_z": jnp.sum(log_z * weights), "log_z_sq": jnp.sum(jnp.square(log_z) * weights)}
+
+
 def _token_sums(logits, batch, smoothing):
   weights = batch["weights"].astype(jnp.float32)
   loss, denom = label_smoothed_cross_entropy(logits, batch["targets"], weights, smoothing)
@@ -86,24 +94,33 @@ def _token_sums(logits, batch, smoothing):
   else:
     nll = loss
   correct = jnp.sum((jnp.argmax(logits, -1) == batch["targets"]) * weights)
-  return loss, {"loss": loss, "nll": nll, "weight": denom, "correct": correct}
+  return loss, {"loss": loss, "nll": nll, "weight": denom, "correct": correct,
+                **_log_z_sums(logits, weights)}
 
 
-def token_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0):
+def token_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
+               z_loss: float = 0.0):
   """(mean objective, sums) of a token-level task (lm, translate, mlm).
 
   Sums: ``loss`` (objective summed), ``nll`` (unsmoothed, for perplexity),
-  ``weight`` (tokens it was summed over), ``correct``.
+  ``weight`` (tokens it was summed over), ``correct``, ``log_z`` and
+  ``log_z_sq``. With ``z_loss`` c > 0 the objective adds c * log^2 Z per
+  token (PaLM, Chowdhery et al. 2022, section 5: c = 1e-4), which keeps the
+  softmax normaliser near 1.
   """
   loss, sums = _token_sums(outputs["logits"], batch, label_smoothing)
+  if z_loss:
+    loss = loss + z_loss * sums["log_z_sq"]
   return loss / jnp.maximum(sums["weight"], 1.0), sums
 
 
-def classify_loss(outputs: dict, batch: dict, *, lambda_pt: float = 0.0):
+def classify_loss(outputs: dict, batch: dict, *, lambda_pt: float = 0.0,
+                  z_loss: float = 0.0):
   """(objective, sums) of classification; rows with no real token are padding.
 
   With ``lambda_pt`` > 0 the LM loss of the same passage is added (decoder-only
-  fine-tuning, L = L_FT + lambda * L_PT).
+  fine-tuning, L = L_FT + lambda * L_PT). ``log_z`` and z-loss are those of
+  the class head's softmax.
   """
   real = (batch["segment_ids"].max(-1) > 0).astype(jnp.float32)
   logits = outputs["class_logits"].astype(jnp.float32)
@@ -112,7 +129,10 @@ def classify_loss(outputs: dict, batch: dict, *, lambda_pt: float = 0.0):
   ft = jnp.sum(nll_B * real)
   objective = ft / n
   sums = {"loss": ft, "nll": ft, "weight": real.sum(),
-          "correct": jnp.sum((jnp.argmax(logits, -1) == batch["label"]) * real)}
+          "correct": jnp.sum((jnp.argmax(logits, -1) == batch["label"]) * real),
+          **_log_z_sums(logits, real)}
+  if z_loss:
+    objective = objective + z_loss * sums["log_z_sq"] / n
   if lambda_pt:
     pt, pt_sums = _token_sums(outputs["logits"], batch, 0.0)
     objective = objective + lambda_pt * pt / jnp.maximum(pt_sums["weight"], 1.0)
@@ -122,17 +142,20 @@ def classify_loss(outputs: dict, batch: dict, *, lambda_pt: float = 0.0):
 
 
 def _token_objective(config, family: str, *, train: bool):
-  """Label smoothing (``train.label_smoothing``) while training only."""
+  """Label smoothing (``train.label_smoothing``) and z-loss (``train.z_loss``)
+  while training only."""
   del family
   smoothing = float(config.train.label_smoothing) if train else 0.0
-  return functools.partial(token_loss, label_smoothing=smoothing)
+  z_loss = float(config.train.z_loss) if train else 0.0
+  return functools.partial(token_loss, label_smoothing=smoothing, z_loss=z_loss)
 
 
 def _classify_objective(config, family: str, *, train: bool):
-  """L_PT (``finetune.lambda_pt``) for decoder-only models, which predict tokens."""
-  del train  # eval/pt_loss is reported on the same objective
+  """L_PT (``finetune.lambda_pt``) for decoder-only models, which predict tokens;
+  z-loss (``train.z_loss``) while training."""
   lambda_pt = float(config.finetune.lambda_pt) if family == "decoder_only" else 0.0
-  return functools.partial(classify_loss, lambda_pt=lambda_pt)
+  z_loss = float(config.train.z_loss) if train else 0.0
+  return functools.partial(classify_loss, lambda_pt=lambda_pt, z_loss=z_loss)
 
 
 # ------------------------------------------------------------- predictions

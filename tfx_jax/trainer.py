@@ -258,10 +258,13 @@ class _TrainingLoop:
     elapsed = max(now - last_time, 1e-9)
     tok_per_sec = tokens * jax.process_count() / elapsed
     scalars = {"train/loss": float(m["loss"]), "train/nll": float(m["nll"]),
+               "train/output_log_z": float(m["output_log_z"]),
                "train/learning_rate": float(m["learning_rate"]),
                "train/grad_norm": float(m["grad_norm"]),
                "train/tokens_per_sec": tok_per_sec}
-    for kind in ("grad_norm", "param_norm", "update_norm"):
+    if t.z_loss:
+      scalars["train/z_loss"] = float(m["z_loss"])
+    for kind in ("grad_norm", "param_norm", "update_norm", "max_attention_logit"):
       for stack, norms in m.get(f"layer_stats/{kind}", {}).items():
         for i, value in enumerate(np.asarray(norms)):
           scalars[f"layer_stats/{kind}/{stack}_{i:02d}"] = float(value)

@@ -31,13 +31,23 @@ def xavier(gain: float = 1.0, distribution: str = "uniform"):
   return nn.initializers.variance_scaling(gain**2, "fan_avg", distribution)
 
 
+def softcap(logits, cap: float):
+  """cap * tanh(logits / cap): logits smoothly bounded to (-cap, cap) (Gemma 2).
+  ``cap`` 0 leaves them as they are."""
+  if not cap:
+    return logits
+  return cap * jnp.tanh(logits / cap)
+
+
 def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None,
                           *, dropout_rng=None, dropout: float = 0.0,
                           deterministic: bool = True, dtype=jnp.float32,
-                          scale_logits: bool = True):
-  """softmax(Q K^T / sqrt(d_k) + bias) V with grouped key/value heads.
+                          scale_logits: bool = True, logit_softcap: float = 0.0):
+  """softmax(cap(Q K^T / sqrt(d_k)) + bias) V with grouped key/value heads.
 
   ``scale_logits=False`` drops the 1/sqrt(d_k) (T5 folds it into its init).
+  ``logit_softcap`` c > 0 bounds the content logits by c tanh(x / c) before the
+  position bias is added, as Gemma 2 does (its only bias is the mask).
 
   ``mask`` is boolean, True where attention is allowed; ``mask`` and ``bias``
   broadcast over heads when their head dim is 1. Logits and softmax are float32.
@@ -50,6 +60,7 @@ def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None
                             preferred_element_type=jnp.float32)
   if scale_logits:
     logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
+  logits_BNGLS = softcap(logits_BNGLS, logit_softcap)
 
   def grouped(x_BhLS):
     h = x_BhLS.shape[1]
@@ -77,7 +88,8 @@ def _grouped(x_BhLS, N, G):
 
 
 def fast_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None, *,
-                   dtype=jnp.float32, scale_logits: bool = True):
+                   dtype=jnp.float32, scale_logits: bool = True,
+                   logit_softcap: float = 0.0):
   """``dot_product_attention`` without dropout, with fewer passes over [L, S].
 
   The same formula, arranged for speed on CPU: 1/sqrt(d_k) scales the queries
@@ -94,6 +106,7 @@ def fast_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None, *,
   q_BLNGK = q_BLHK.reshape(B, L, N, G, K)
   logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLNGK, k_BSNK,
                             preferred_element_type=jnp.float32)
+  logits_BNGLS = softcap(logits_BNGLS, logit_softcap)
   if bias_BhLS is not None:
     logits_BNGLS = logits_BNGLS + _grouped(bias_BhLS, N, G).astype(jnp.float32)
   if mask_BhLS is not None:
@@ -210,6 +223,25 @@ def attention_block(length: int, platform: str) -> int:
   return max(64, -(-length // 8))
 
 
+def max_attention_logit(q_BLHK, k_BSNK, mask_BhLS=None, *, scale_logits: bool = True):
+  """The largest content logit q.k (/ sqrt(d_k)) that a query is allowed to see.
+
+  The stability diagnostic of Wortsman et al. 2023 (attention logit growth):
+  before any soft-cap and position bias, over every batch row, head, query
+  and unmasked key. A separate product, so that no attention path changes;
+  XLA drops it when nothing reads it.
+  """
+  B, L, H, K = q_BLHK.shape
+  N = k_BSNK.shape[2]
+  logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLHK.reshape(B, L, N, H // N, K),
+                            k_BSNK, preferred_element_type=jnp.float32)
+  if scale_logits:
+    logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
+  if mask_BhLS is not None:
+    logits_BNGLS = jnp.where(_grouped(mask_BhLS, N, H // N), logits_BNGLS, -jnp.inf)
+  return jax.lax.stop_gradient(jnp.max(logits_BNGLS))
+
+
 class Attention(nn.Module):
   """Self- or cross-attention with optional RoPE and an optional KV cache.
 
@@ -220,6 +252,19 @@ class Attention(nn.Module):
   mode stores the projected encoder keys and values (``cross_key``,
   ``cross_value``) on the first call with a mutable cache after ``init`` and
   reuses them afterwards.
+
+  Stability and attention knobs, resolved by the caller (``models.layer_spec``):
+  ``qk_norm`` normalises each head's queries and keys before RoPE
+  (``query_norm``, ``key_norm``, one gain per head dimension shared by the
+  heads, as Qwen3); ``logit_softcap`` bounds the logits (``softcap``);
+  ``gate_width`` > 0 multiplies each head's output by sigmoid(x W_g + b_g)
+  computed from this layer's query input x, with 1 (headwise) or head_dim
+  (elementwise) gates per head, before the output projection (Qiu et al.
+  2025, "Gated Attention for Large Language Models", position G1).
+
+  Self-attention sows its largest logit (``max_attention_logit``) into the
+  ``intermediates`` collection; it is computed only where that collection is
+  mutable (``train.log_layer_stats``).
   """
   num_heads: int
   num_kv_heads: int
@@ -237,6 +282,9 @@ class Attention(nn.Module):
   # The caller's mask never lets a query see a later key (a decoder's
   # self-attention): key blocks above the diagonal may be skipped.
   causal: bool = False
+  qk_norm: Callable[..., nn.Module] | None = None  # norm_factory(..., axis="kv")
+  logit_softcap: float = 0.0
+  gate_width: int = 0  # gates per head: 0 none, 1 headwise, head_dim elementwise
 
   @nn.compact
   def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, positions_BL=None,
@@ -245,10 +293,10 @@ class Attention(nn.Module):
     is_self = kv_BSD is None
     kv_BSD = x_BLD if is_self else kv_BSD
 
-    def proj(name, heads, init):
+    def proj(name, heads, init, features=None):
       return nn.DenseGeneral(
-          (heads, self.head_dim), axis=-1, use_bias=self.use_bias, dtype=self.dtype,
-          name=name,
+          (heads, features or self.head_dim), axis=-1, use_bias=self.use_bias,
+          dtype=self.dtype, name=name,
           kernel_init=nn.with_logical_partitioning(init, ("embed", "heads", "kv")),
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
 
@@ -258,6 +306,8 @@ class Attention(nn.Module):
     flat = lambda x: x.reshape(-1, x.shape[-1])
     unflat = lambda y, x: y.reshape(*x.shape[:-1], *y.shape[1:])
     q = unflat(proj("query", self.num_heads, self.qk_init)(flat(x_BLD)), x_BLD)
+    if self.qk_norm is not None:
+      q = self.qk_norm(name="query_norm")(q)
     cross_cached = self.use_cache and not is_self and self.has_variable("cache", "cross_key")
     if cross_cached:
       # Cross-attention while decoding: the encoder's keys and values were
@@ -267,6 +317,8 @@ class Attention(nn.Module):
     else:
       k = unflat(proj("key", self.num_kv_heads, self.qk_init)(flat(kv_BSD)), kv_BSD)
       v = unflat(proj("value", self.num_kv_heads, vo_in)(flat(kv_BSD)), kv_BSD)
+      if self.qk_norm is not None:
+        k = self.qk_norm(name="key_norm")(k)
       if (self.use_cache and not is_self and not self.is_initializing()
           and self.is_mutable_collection("cache")):
         self.put_variable("cache", "cross_key", k)
@@ -277,14 +329,21 @@ class Attention(nn.Module):
 
     if self.use_cache and is_self:
       k, v = self._update_cache(k, v, cache_index)
+    if is_self and self.is_mutable_collection("intermediates"):
+      self.sow("intermediates", "max_attention_logit",
+               max_attention_logit(q, k, mask, scale_logits=self.scale_logits))
 
     if not self.deterministic and self.dropout > 0.0:
       out_BLHK = dot_product_attention(
           q, k, v, mask, bias, dropout_rng=self.make_rng("dropout"),
           dropout=self.dropout, deterministic=False, dtype=self.dtype,
-          scale_logits=self.scale_logits)
+          scale_logits=self.scale_logits, logit_softcap=self.logit_softcap)
     else:
       out_BLHK = self._attend(q, k, v, mask, bias)
+    if self.gate_width:
+      gate = proj("gate", self.num_heads, self.qk_init, self.gate_width)(flat(x_BLD))
+      out_BLHK = out_BLHK * jax.nn.sigmoid(
+          unflat(gate, x_BLD).astype(jnp.float32)).astype(out_BLHK.dtype)
     B, L = out_BLHK.shape[:2]
     return nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype, name="out",
@@ -298,11 +357,14 @@ class Attention(nn.Module):
     """The attention path for this backend and shape (no dropout)."""
     L, S = q_BLHK.shape[1], k_BSNK.shape[1]
     block = attention_block(L, jax.default_backend())
-    if self.causal and L == S and block and block < L:
+    # The blocked path's own backward has no soft-cap; capped logits take the
+    # fast path.
+    if self.causal and L == S and block and block < L and not self.logit_softcap:
       return causal_blocked_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, block=block,
                                       dtype=self.dtype, scale_logits=self.scale_logits)
     return fast_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=self.dtype,
-                          scale_logits=self.scale_logits)
+                          scale_logits=self.scale_logits,
+                          logit_softcap=self.logit_softcap)
 
   def _update_cache(self, k_BLNK, v_BLNK, cache_index):
     """Writes the new keys/values at ``cache_index``; returns the whole cache.

@@ -1,4 +1,9 @@
-"""Normalisation layers: LayerNorm and RMSNorm (the ``model.norm_type`` axis)."""
+"""Normalisation layers: LayerNorm, RMSNorm and DyT (the ``model.norm_type`` axis).
+
+Each normalises the last axis. ``axis`` is the logical name of that axis for the
+parameters' sharding: ``embed`` for the residual stream, ``kv`` for the per-head
+query-key norms (``model.qk_norm``).
+"""
 
 from __future__ import annotations
 
@@ -21,12 +26,13 @@ class LayerNorm(nn.Module):
   """
   eps: float = 1e-6
   dtype: jnp.dtype = jnp.float32
+  axis: str = "embed"
 
   @nn.compact
   def __call__(self, x_BLD):
     d = x_BLD.shape[-1]
-    g = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("embed",)), (d,))
-    b = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)), (d,))
+    g = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, (self.axis,)), (d,))
+    b = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, (self.axis,)), (d,))
     x = x_BLD.astype(jnp.float32)
     mean = x.mean(-1, keepdims=True)
     var = jnp.square(x - mean).mean(-1, keepdims=True)
@@ -38,19 +44,43 @@ class RMSNorm(nn.Module):
   """RMSNorm(x) = x / sqrt(mean(x^2) + eps) * g  (Zhang & Sennrich 2019; LLaMA)."""
   eps: float = 1e-6
   dtype: jnp.dtype = jnp.float32
+  axis: str = "embed"
 
   @nn.compact
   def __call__(self, x_BLD):
     d = x_BLD.shape[-1]
-    g = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("embed",)), (d,))
+    g = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, (self.axis,)), (d,))
     x = x_BLD.astype(jnp.float32)
     y = x * jnp.reciprocal(jnp.sqrt(jnp.square(x).mean(-1, keepdims=True) + self.eps))
     return (y * g).astype(self.dtype)
 
 
-_NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
+class DyT(nn.Module):
+  """DyT(x) = gamma * tanh(alpha x) + beta  (Zhu et al. 2025, "Transformers
+  without Normalization"): an element-wise replacement of a norm, with one
+  learned scalar alpha (init 0.5, the paper's default alpha_0) and LayerNorm's
+  per-channel gamma and beta. No statistics: ``eps`` is not read."""
+  eps: float = 1e-6
+  dtype: jnp.dtype = jnp.float32
+  axis: str = "embed"
+  alpha_init: float = 0.5
+
+  @nn.compact
+  def __call__(self, x_BLD):
+    d = x_BLD.shape[-1]
+    alpha = self.param("alpha", nn.with_logical_partitioning(
+        nn.initializers.constant(self.alpha_init), ()), ())
+    g = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, (self.axis,)), (d,))
+    b = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, (self.axis,)), (d,))
+    y = jnp.tanh(alpha * x_BLD.astype(jnp.float32))
+    return (y * g + b).astype(self.dtype)
 
 
-def norm_factory(norm_type: NormType, eps: float, dtype) -> Callable[..., nn.Module]:
-  """The one dispatch point of ``model.norm_type``; returns ``make(name=...)``."""
-  return functools.partial(_NORMS[norm_type], eps=eps, dtype=dtype)
+_NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm, "dyt": DyT}
+
+
+def norm_factory(norm_type: NormType, eps: float, dtype,
+                 axis: str = "embed") -> Callable[..., nn.Module]:
+  """The one dispatch point of ``model.norm_type`` (and of ``model.qk_norm``'s
+  values); returns ``make(name=...)``."""
+  return functools.partial(_NORMS[norm_type], eps=eps, dtype=dtype, axis=axis)

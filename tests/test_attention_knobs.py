@@ -1,0 +1,248 @@
+"""The stability and attention knobs against NumPy: query-key norm, logit
+soft-caps, gated attention, sliding windows (and which layers attend fully),
+DyT, the parallel block, the largest-logit diagnostic; their errors and their
+parameter counts.
+
+Models are tiny and run eagerly, as in test_models.py.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tfx_jax.blocks import TransformerLayer
+from tfx_jax.errors import ConfigError
+from tfx_jax.layers.attention import Attention
+from tfx_jax.layers.ffn import FeedForward
+from tfx_jax.layers.norms import DyT, LayerNorm, RMSNorm, norm_factory
+from tfx_jax.model_config import model_config_from_dict
+from tfx_jax.models import build_model, layer_spec
+
+B, L, D, H, N, K = 2, 6, 16, 4, 2, 4
+
+
+def _rand(seed, *shape, scale=1.0):
+  return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+def _perturbed(params, seed=0):
+  """Every parameter moved off its initial value (norm gains, biases, alpha)."""
+  leaves, tree = jax.tree.flatten(jax.tree.map(np.asarray, nn.unbox(params)))
+  return jax.tree.unflatten(tree, [x + _rand(seed + i, *x.shape, scale=0.3)
+                                   for i, x in enumerate(leaves)])
+
+
+# ------------------------------------------------------------ NumPy reference
+def _np_norm(kind, x, p, eps=1e-6):
+  x = x.astype(np.float64)
+  if kind == "rmsnorm":
+    return x / np.sqrt(np.mean(x ** 2, -1, keepdims=True) + eps) * p["scale"]
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + eps) * p["scale"] + p["bias"]
+
+
+def _np_rope(x_BLHK, pos_BL, base=10000.0):
+  d = x_BLHK.shape[-1]
+  angle = pos_BL[..., None] * base ** (-np.arange(0, d // 2) * 2.0 / d)
+  cos, sin = np.cos(angle)[:, :, None], np.sin(angle)[:, :, None]
+  x1, x2 = x_BLHK[..., : d // 2], x_BLHK[..., d // 2:]
+  return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def _np_dense(x, p):
+  y = np.einsum("bld,d...->bl...", x, p["kernel"].astype(np.float64))
+  return y + p["bias"] if "bias" in p else y
+
+
+def _np_attention(x_BLD, p, mask_BLS, *, qk_norm=None, rope=False, softcap=0.0, gate=False):
+  """softmax(cap(norm(q) . norm(k) / sqrt(K))) v, gated, projected: the formulas."""
+  q, k, v = (_np_dense(x_BLD, p[n]) for n in ("query", "key", "value"))
+  if qk_norm:
+    q, k = _np_norm(qk_norm, q, p["query_norm"]), _np_norm(qk_norm, k, p["key_norm"])
+  if rope:
+    pos = np.broadcast_to(np.arange(x_BLD.shape[1]), x_BLD.shape[:2])
+    q, k = _np_rope(q, pos), _np_rope(k, pos)
+  g = q.shape[2] // k.shape[2]
+  k, v = np.repeat(k, g, axis=2), np.repeat(v, g, axis=2)  # query head h reads kv head h // g
+  logits = np.einsum("blhk,bshk->bhls", q, k) / math.sqrt(q.shape[-1])
+  if softcap:
+    logits = softcap * np.tanh(logits / softcap)
+  logits = np.where(mask_BLS[:, None], logits, -np.inf)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  out = np.einsum("bhls,bshk->blhk", probs, v)
+  if gate:
+    out = out / (1 + np.exp(-_np_dense(x_BLD, p["gate"])))
+  return np.einsum("blhk,hkd->bld", out, p["out"]["kernel"]) + p["out"]["bias"]
+
+
+CAUSAL = np.tril(np.ones((L, L), bool))[None].repeat(B, 0)
+
+
+def _attention_case(seed, **kwargs):
+  x = _rand(seed, B, L, D)
+  attn = Attention(num_heads=H, num_kv_heads=N, head_dim=K, **kwargs)
+  kw = dict(mask=jnp.asarray(CAUSAL[:, None]),
+            positions_BL=jnp.broadcast_to(jnp.arange(L), (B, L)))
+  p = _perturbed(attn.init(jax.random.PRNGKey(seed), jnp.asarray(x), **kw)["params"], seed)
+  got = attn.apply({"params": p}, jnp.asarray(x), **kw)
+  return x, p, np.asarray(got)
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_qk_norm_normalises_each_head_before_rope(kind):
+  x, p, got = _attention_case(
+      1, qk_norm=norm_factory(kind, 1e-6, jnp.float32, axis="kv"), rope_base=10000.0)
+  assert p["query_norm"]["scale"].shape == (K,)  # one gain per head dim, shared by heads
+  want = _np_attention(x, p, CAUSAL, qk_norm=kind, rope=True)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_logit_softcap():
+  x, p, got = _attention_case(2, logit_softcap=0.5)
+  np.testing.assert_allclose(got, _np_attention(x, p, CAUSAL, softcap=0.5),
+                             rtol=1e-5, atol=1e-5)
+  # The cap binds: without it the output differs.
+  assert np.abs(got - _np_attention(x, p, CAUSAL)).max() > 1e-3
+
+
+@pytest.mark.parametrize("width", [1, K], ids=["headwise", "elementwise"])
+def test_attention_gate(width):
+  x, p, got = _attention_case(3, gate_width=width)
+  assert p["gate"]["kernel"].shape == (D, H, width)
+  np.testing.assert_allclose(got, _np_attention(x, p, CAUSAL, gate=True),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_max_attention_logit_is_the_largest_allowed_logit():
+  x = _rand(4, B, L, D)
+  attn = Attention(num_heads=H, num_kv_heads=N, head_dim=K)
+  mask = jnp.asarray(CAUSAL[:, None])
+  p = _perturbed(attn.init(jax.random.PRNGKey(4), jnp.asarray(x), mask=mask)["params"])
+  _, sown = attn.apply({"params": p}, jnp.asarray(x), mask=mask, mutable=["intermediates"])
+  got = float(sown["intermediates"]["max_attention_logit"][0])
+  q, k = _np_dense(x, p["query"]), np.repeat(_np_dense(x, p["key"]), H // N, axis=2)
+  logits = np.einsum("blhk,bshk->bhls", q, k) / math.sqrt(K)
+  want = np.where(CAUSAL[:, None], logits, -np.inf).max()
+  assert logits.max() > want  # a masked (future) key holds a larger one
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_dyt_against_numpy():
+  x = _rand(5, B, L, D, scale=3.0)
+  p = _perturbed(DyT().init(jax.random.PRNGKey(0), jnp.asarray(x))["params"])
+  assert p["alpha"].shape == ()
+  got = DyT().apply({"params": p}, jnp.asarray(x))
+  want = np.tanh(p["alpha"] * x.astype(np.float64)) * p["scale"] + p["bias"]
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+  init = nn.unbox(DyT().init(jax.random.PRNGKey(0), jnp.asarray(x))["params"])
+  assert float(init["alpha"]) == 0.5  # the paper's alpha_0
+
+
+# --------------------------------------------------------- the parallel block
+@pytest.mark.parametrize("norm_position", ["pre", "sandwich"])
+def test_parallel_block_formula(norm_position):
+  """x + Attn(N1(x)) + FFN(N2(x)), composed by hand from the sublayers."""
+  cfg = model_config_from_dict(dict(
+      family="decoder_only", norm_position=norm_position, block="parallel",
+      norm_type="rmsnorm", num_layers=2, d_model=D, num_heads=H, num_kv_heads=N,
+      d_ff=24, activation="gelu", position="none"))
+  spec = layer_spec(cfg, "decoder", cross_attention=False)
+  x = jnp.asarray(_rand(6, B, L, D, scale=2.0))
+  mask = jnp.asarray(CAUSAL[:, None])
+  args = (mask, None, jnp.broadcast_to(jnp.arange(L), (B, L)), None, None, None)
+  layer = TransformerLayer(spec)
+  p = _perturbed(layer.init(jax.random.PRNGKey(6), x, *args)["params"])
+  got, _ = layer.apply({"params": p}, x, *args)
+  norm = lambda name, y: RMSNorm(eps=cfg.norm_eps).apply({"params": p[name]}, y)
+  attn = lambda y: Attention(num_heads=H, num_kv_heads=N, head_dim=K).apply(
+      {"params": p["self_attention"]}, y, mask=mask)
+  ffn = lambda y: FeedForward(d_ff=24, act=lambda v: jax.nn.gelu(v, approximate=False),
+                              gated=False).apply({"params": p["ffn"]}, y)
+  want = x
+  for name, f in (("self_attention", attn), ("ffn", ffn)):
+    branch = f(norm(f"{name}_norm", x))  # every branch reads the layer input
+    if norm_position == "sandwich":
+      branch = norm(f"{name}_post_norm", branch)
+    want = want + branch
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------ sliding windows
+@pytest.mark.parametrize("family", ["decoder_only", "encoder_only"])
+@pytest.mark.parametrize("window,global_every", [(2, 0), (3, 2), (2, 3)])
+def test_window_reaches_only_keys_within_it(family, window, global_every):
+  """Changing the token at position 0 changes a windowed layer's outputs only
+  at the positions whose window holds position 0 (q < window; for encoders
+  also through later layers' windows), and a fully attending layer's
+  everywhere; with one layer of each kind the receptive fields add up."""
+  layers = 3
+  cfg = model_config_from_dict(dict(
+      family=family, num_layers=layers, d_model=D, num_heads=H, vocab_size=23,
+      max_len=16, position="rope", attention_window=window, global_every=global_every))
+  spec = layer_spec(cfg, "decoder" if family == "decoder_only" else "encoder",
+                    cross_attention=False)
+  kinds = [spec.windowed(i) for i in range(layers)]
+  assert kinds == [not (global_every and (i + 1) % global_every == 0) for i in range(layers)]
+  ids = np.random.default_rng(0).integers(5, 23, (1, 10)).astype(np.int32)
+  changed = ids.copy()
+  changed[0, 0] = 5 if ids[0, 0] != 5 else 6
+  model = build_model(cfg)
+  params = model.init(jax.random.PRNGKey(0), jnp.asarray(ids))["params"]
+  a = np.asarray(model.apply({"params": params}, jnp.asarray(ids))["logits"])
+  b = np.asarray(model.apply({"params": params}, jnp.asarray(changed))["logits"])
+  reach = 0  # the furthest position position 0 reaches, layer by layer
+  for windowed in kinds:
+    reach = reach + window - 1 if windowed else ids.shape[1] - 1
+  reach = min(reach, ids.shape[1] - 1)
+  differs = np.abs(a - b).max(-1)[0] > 1e-6
+  np.testing.assert_array_equal(differs, np.arange(ids.shape[1]) <= reach)
+
+
+# -------------------------------------------------------- errors and sizes
+@pytest.mark.parametrize("fields,named", [
+    (dict(block="parallel", norm_position="post"), "model.block='parallel'"),
+    (dict(block="parallel", norm_position="deepnorm"), "model.norm_position must be one of pre, sandwich"),
+    (dict(global_every=2), "model.global_every=2"),
+    (dict(attention_window=-1), "model.attention_window must be >= 0"),
+    (dict(attention_logit_softcap=-1.0), "model.attention_logit_softcap must be >= 0"),
+    (dict(final_logit_softcap=-0.5), "model.final_logit_softcap must be >= 0"),
+    (dict(qk_norm="dyt"), "model.qk_norm='dyt' is not a valid choice; choose one of: none, layernorm, rmsnorm"),
+    (dict(attention_gate="scalar"), "choose one of: none, headwise, elementwise"),
+    (dict(block="serial"), "choose one of: sequential, parallel"),
+])
+def test_invalid_settings_name_the_field(fields, named):
+  with pytest.raises(ConfigError, match=re.escape(named)):
+    model_config_from_dict(dict(family="decoder_only", **fields))
+
+
+def _count(cfg):
+  shapes = jax.eval_shape(lambda r: build_model(cfg).init(r, jnp.ones((1, 4), jnp.int32)),
+                          jax.random.PRNGKey(0))["params"]
+  return sum(math.prod(x.shape) for x in jax.tree.leaves(nn.unbox(shapes)))
+
+
+@pytest.mark.parametrize("fields,per_layer,once", [
+    (dict(qk_norm="rmsnorm"), 2 * K, 0),
+    (dict(qk_norm="layernorm"), 4 * K, 0),
+    (dict(attention_gate="headwise"), D * H + H, 0),
+    (dict(attention_gate="elementwise"), D * H * K + H * K, 0),
+    # Each norm (two per layer and the final one): alpha, and a bias beside the gain.
+    (dict(norm_type="dyt"), 2 * (1 + D), 1 + D),
+    (dict(block="parallel"), 0, 0),
+    (dict(attention_window=2, global_every=2, attention_logit_softcap=50.0,
+          final_logit_softcap=30.0), 0, 0),
+])
+def test_parameter_counts(fields, per_layer, once):
+  base = dict(family="decoder_only", num_layers=3, d_model=D, num_heads=H, num_kv_heads=N,
+              vocab_size=23, position="rope", norm_type="rmsnorm")
+  cfg = model_config_from_dict({**base, **fields})
+  assert _count(cfg) - _count(model_config_from_dict(base)) == 3 * per_layer + once
