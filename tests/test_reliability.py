@@ -375,6 +375,24 @@ def test_crash_writes_failed_status_with_the_reason(tmp_path, monkeypatch):
   assert status["reason"] == "OSError: input file vanished"
 
 
+def test_restart_after_a_crash_before_the_first_checkpoint_logs_each_step_once(
+    reference, tmp_path, monkeypatch):
+  """The second attempt starts afresh; TensorBoard drops the first attempt's points."""
+  def crash(n):
+    if n == 5:
+      raise OSError("input file vanished")
+
+  hook_training_data(monkeypatch, crash)
+  workdir = tmp_path / "run"
+  with pytest.raises(OSError):
+    train(workdir)
+  assert not checkpoint_steps(workdir)
+  assert [s for s, _ in scalars(workdir)["train/loss"]] == [1, 2, 3, 4]
+  monkeypatch.undo()
+  assert train(workdir).status == "finished"
+  assert_same_run(scalars(workdir), reference[0])
+
+
 # ---------------------------------------------------------------- bad input
 BAD_INPUT = [
     # (config, overrides, text the message must contain)

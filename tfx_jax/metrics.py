@@ -42,6 +42,9 @@ class MetricWriter:
   def __init__(self, logdir: str | os.PathLike, *, is_chief: bool = True):
     self.logdir = os.fspath(logdir)
     self._writer = None
+    # Event files of an earlier attempt of this run (killed, then restarted).
+    self.had_events = os.path.isdir(self.logdir) and any(
+        name.startswith("events.out.tfevents") for name in os.listdir(self.logdir))
     if is_chief:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
       # flush_secs: keep event files fresh for a live TensorBoard. The file

@@ -65,8 +65,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunRe
   workdir_path = ckpt_lib.ensure_writable(workdir)
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints",
                                max_to_keep=config.checkpoint.max_to_keep)
+  loop = _TrainingLoop(config, model_cfg, workdir_path, ckpt)
   try:
-    return _TrainingLoop(config, model_cfg, workdir_path, ckpt).run()
+    return loop.run()
   except KeyboardInterrupt:
     # A second signal, or one before the loop: nothing new was saved, and the
     # same command resumes from the last checkpoint.
@@ -81,6 +82,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunRe
                   reason=f"{type(e).__name__}: {e}")
     raise
   finally:
+    loop.close()  # what was logged before a failure is kept
     ckpt.close()
 
 
@@ -106,6 +108,12 @@ class _TrainingLoop:
     self.task = tasks.get(config.task)
     self.num_skipped = 0
     self.last_eval: dict = {}
+    self.writer = None
+
+  def close(self) -> None:
+    """Writes and closes the event files (closing twice is a no-op)."""
+    if self.writer is not None:
+      self.writer.close()
 
   # ---------------------------------------------------------------- set up
   def _resume_point(self):
@@ -189,7 +197,9 @@ class _TrainingLoop:
     if start_step == 0:
       self.writer.write_config_text(config)
       self.writer.write_hparams(self.flat_config, HPARAM_METRICS)
-    else:
+    if start_step or self.writer.had_events:
+      # Points that an attempt killed after its last checkpoint (or before its
+      # first) logged past ``start_step`` are logged again: drop the old ones.
       self.writer.mark_restart(start_step + 1)
     _write_status(self.workdir, "running", start_step)
     compile_seconds = None
