@@ -226,11 +226,14 @@ class _Family(nn.Module):
           nn.initializers.zeros, ("vocab",)), (cfg.vocab_size,))
 
   def _logits(self, x_BLD):
-    """Final projection to the vocabulary: tied (x E^T) or its own matrix, plus
-    the output bias with ``model.output_bias``."""
+    """Final projection to the vocabulary: tied (x E^T) or its own matrix, of x
+    d_model^-0.5 with ``model.scale_output`` (T5 1.0), plus the output bias with
+    ``model.output_bias``."""
     # Over tokens flattened to one axis: a plain [T, D] x [D, V] product (no
     # transposed copy of the [T, V] gradient for the weight's on CPU).
     x_TD = x_BLD.reshape(-1, x_BLD.shape[-1])
+    if self.cfg.scale_output:
+      x_TD = x_TD * self.cfg.d_model**-0.5
     if self.cfg.tie_embeddings:
       logits = self.embedding.attend(x_TD).astype(jnp.float32)
     else:
