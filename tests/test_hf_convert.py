@@ -60,10 +60,18 @@ def _hf_models():
       "marian": (t.MarianMTModel, t.MarianConfig(
           **seq2seq, scale_embedding=True, pad_token_id=VOCAB - 1, eos_token_id=0,
           decoder_start_token_id=VOCAB - 1, bos_token_id=None)),
+      # T5 1.0 (t5-small's layout): plain ReLU FFN; the decoder output x
+      # d_model^-0.5, then the tied projection.
+      "t5_v1_0": (t.T5ForConditionalGeneration, t.T5Config(
+          **common, d_model=D, d_kv=D // HEADS, d_ff=64, num_layers=LAYERS,
+          num_decoder_layers=LAYERS, num_heads=HEADS, feed_forward_proj="relu",
+          tie_word_embeddings=True, relative_attention_num_buckets=8,
+          relative_attention_max_distance=20, decoder_start_token_id=0,
+          pad_token_id=0, eos_token_id=1)),
   }
 
 
-ARCHS = ("llama", "gpt2", "bert", "t5", "bart", "marian")
+ARCHS = ("llama", "gpt2", "bert", "t5", "bart", "marian", "t5_v1_0")
 
 
 def _perturb(model, seed):
@@ -186,11 +194,47 @@ def test_export_then_import_is_bit_identical(arch, hf_dirs, imported, tmp_path):
   assert float(np.abs(got - want).max()) <= TOL
 
 
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("scaled", [True, False])
+def test_t5_exports_every_output_scaling_and_tying(tied, scaled, imported, tmp_path):
+  """HF's T5 states the decoder-output scaling (scale_decoder_outputs) apart from
+  the tying (an lm_head.weight of its own): each combination, on a ReLU T5,
+  loads into HF as the same model and imports back unchanged."""
+  cfg, params = imported["t5_v1_0"]
+  cfg = dataclasses.replace(cfg, tie_embeddings=tied, scale_output=scaled)
+  if not tied:
+    kernel = np.random.default_rng(0).normal(size=(D, VOCAB)).astype(np.float32)
+    params = {**params, "output": {"kernel": kernel}}
+  convert.to_hf(cfg, params, tmp_path)
+  reloaded = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path).eval()
+  assert reloaded.config.scale_decoder_outputs == scaled
+  got, want = _logits("t5_v1_0", reloaded, cfg, params)
+  assert float(np.abs(got - want).max()) <= TOL
+  cfg2, params2 = convert.from_hf(tmp_path)
+  assert cfg2 == cfg
+  flat2 = dict(jax.tree_util.tree_leaves_with_path(params2))
+  for key, value in jax.tree_util.tree_leaves_with_path(params):
+    np.testing.assert_array_equal(flat2[key], value, err_msg=str(key))
+
+
+def test_t5_feed_forward_without_a_model_activation_is_refused(hf_dirs, tmp_path):
+  src = hf_dirs["t5_v1_0"][1]
+  config = json.loads((src / "config.json").read_text())
+  config["feed_forward_proj"] = "gated-relu"
+  (tmp_path / "config.json").write_text(json.dumps(config))
+  (tmp_path / "model.safetensors").write_bytes((src / "model.safetensors").read_bytes())
+  with pytest.raises(ConfigError, match="feed_forward_proj='gated-relu'"):
+    convert.from_hf(tmp_path)
+
+
 @pytest.mark.parametrize("arch,change,named", [
     ("gpt2", dict(position="alibi"), "model.position='alibi'"),
     ("gpt2", dict(norm_position="sandwich"), "model.norm_position='sandwich'"),
+    ("gpt2", dict(scale_output=True), "model.scale_output=True"),
     ("llama", dict(norm_type="layernorm"), "model.norm_type='layernorm'"),
     ("bart", dict(activation="swiglu"), "model.activation='swiglu'"),
+    ("bart", dict(scale_output=True), "model.scale_output=True"),
+    ("t5_v1_0", dict(activation="gelu"), "model.activation='gelu'"),
 ])
 def test_unrepresentable_export_names_the_setting(arch, change, named, imported, tmp_path):
   cfg, params = imported[arch]

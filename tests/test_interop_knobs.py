@@ -1,8 +1,10 @@
 """The model fields that make the published architectures points of the design
 space (GPT-2's tanh GELU, BERT's token types, BART's embedding norms and
-output bias, Marian's [sin | cos] table, T5's unscaled attention), each
-against its formula, and their defaults leaving every model as it was."""
+output bias, Marian's [sin | cos] table, T5's unscaled attention, T5 1.0's
+scaled output), each against its formula, and their defaults leaving every
+model as it was."""
 
+import dataclasses
 import math
 
 import flax.linen as nn
@@ -91,6 +93,45 @@ def test_output_bias_is_added_to_the_logits():
   bias = jnp.arange(32, dtype=jnp.float32)
   shifted = model.apply({"params": {**params, "output_bias": bias}}, ids)["logits"]
   np.testing.assert_allclose(shifted - base, jnp.broadcast_to(bias, base.shape), atol=1e-5)
+
+
+# The module whose output is the projection's input, per family.
+_PROJECTED = {"decoder_only": "decoder", "encoder_decoder": "decoder",
+              "encoder_only": "mlm_norm"}
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("family", ["decoder_only", "encoder_only", "encoder_decoder"])
+def test_scale_output_scales_the_projected_hidden_state(family, tie):
+  """T5 1.0: logits = (h x d_model^-0.5) W (+ biases), W = E^T when tied; the
+  hidden state h and the parameters are those of the unscaled model."""
+  cfg = _cfg(family=family, tie_embeddings=tie, output_bias=True)
+  scaled = dataclasses.replace(cfg, scale_output=True)
+  assert _paths(scaled) == _paths(cfg)
+  params = nn_unbox(init_params(cfg, jax.random.PRNGKey(0)))
+  rng = np.random.default_rng(0)
+  params["output_bias"] = jnp.asarray(rng.normal(size=32), jnp.float32)
+  if family == "encoder_only":
+    params["mlm_bias"] = jnp.asarray(rng.normal(size=32), jnp.float32)
+  ids = jnp.array([[1, 2, 3, 4, 5]])
+  args = (ids, ids) if family == "encoder_decoder" else (ids,)
+  name = _PROJECTED[family]
+  run = lambda c: build_model(c).apply(
+      {"params": params}, *args, capture_intermediates=lambda m, _: m.name == name,
+      mutable=["intermediates"])
+  (out, state), (out_scaled, state_scaled) = run(cfg), run(scaled)
+  (h,) = state["intermediates"][name]["__call__"]
+  (h_scaled,) = state_scaled["intermediates"][name]["__call__"]
+  np.testing.assert_array_equal(h_scaled, h)
+  h = np.asarray(h, np.float64)
+  w = (np.asarray(params["embedding"]["embedding"], np.float64).T if tie
+       else np.asarray(params["output"]["kernel"], np.float64))
+  bias = np.asarray(params["output_bias"], np.float64)
+  if family == "encoder_only":
+    bias = bias + np.asarray(params["mlm_bias"], np.float64)
+  for logits, scale in ((out_scaled, cfg.d_model**-0.5), (out, 1.0)):
+    np.testing.assert_allclose(logits["logits"], (h * scale) @ w + bias,
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_token_types_default_to_type_zero():

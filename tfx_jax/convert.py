@@ -1,4 +1,4 @@
-"""Hugging Face checkpoints in and out: LLaMA, GPT-2, BERT, T5 v1.1, BART, Marian.
+"""Hugging Face checkpoints in and out: LLaMA, GPT-2, BERT, T5 (1.0, v1.1), BART, Marian.
 
   python -m tfx_jax.convert from-hf --hf-dir DIR --workdir W
   python -m tfx_jax.convert to-hf --workdir W --out DIR

@@ -14,8 +14,12 @@ Which canonical variant each architecture is, in ``model.*`` terms:
   GPT-2    decoder_only, pre, layernorm, gelu_tanh, learned positions, tied
   BERT     encoder_only, post, layernorm, gelu, learned positions, token types,
            embedding norm, MLM head
-  T5 v1.1  encoder_decoder, pre, rmsnorm, geglu_tanh, t5_bias, no biases,
-           unscaled attention logits (tied or untied output)
+  T5 1.0   encoder_decoder, pre, rmsnorm, relu, t5_bias, no biases,
+           unscaled attention logits, tied, decoder output x d_model^-0.5
+           (scale_output)
+  T5 v1.1  as T5 1.0 but geglu_tanh (or swiglu), decoder output unscaled,
+           tied or untied output; HF states the FFN, the scaling and the
+           tying separately, so every combination of the three maps
   BART     encoder_decoder, post, layernorm, gelu, learned positions (HF's
            offset of 2 rows dropped), embedding norms, output bias, tied
   Marian   encoder_decoder, post, layernorm, swish, sinusoidal [sin | cos]
@@ -30,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tfx_jax.errors import ConfigError
-from tfx_jax.model_config import ModelConfig
+from tfx_jax.model_config import GATED_ACTIVATIONS, ModelConfig
 
 Array = np.ndarray
 
@@ -277,51 +281,58 @@ def _bert_rules(m: ModelConfig):
 
 
 # ------------------------------------------------------------------ T5
+# feed_forward_proj <-> model.activation: T5 1.0's plain ReLU FFN, T5 v1.1's
+# gated ones (HF's gated-gelu is gelu_new, the tanh approximation).
+_T5_FFN = {"relu": "relu", "gated-gelu": "geglu_tanh", "gated-silu": "swiglu"}
+_T5_FFN_BACK = {act: proj for proj, act in _T5_FFN.items()}
+
+
 def _t5_fields(c, names=None):
   proj = c.get("feed_forward_proj", "relu")
-  gated = proj.startswith("gated-")
-  act = proj.split("-")[-1]
-  if not gated or act not in ("gelu", "silu"):
-    raise ConfigError(f"t5: feed_forward_proj={proj!r}; T5 v1.1 (gated-gelu, or "
-                      "gated-silu) is supported.")
-  # T5 1.0 multiplies the decoder output by d_model^-0.5 before its (tied)
-  # output projection; v1.1 does not. transformers >= 5 says which in
-  # scale_decoder_outputs; earlier configs said it with tie_word_embeddings=false.
+  if proj not in _T5_FFN:
+    raise ConfigError(f"t5: feed_forward_proj={proj!r} has no model.activation; "
+                      "supported: relu (T5 1.0), gated-gelu, gated-silu (T5 v1.1).")
+  act = _T5_FFN[proj]
+  # T5 1.0 multiplies the decoder output by d_model^-0.5 before the output
+  # projection; v1.1 does not. transformers >= 5 says which in
+  # scale_decoder_outputs; earlier configs said it with tie_word_embeddings
+  # (true: tied and scaled, T5 1.0; false: untied and unscaled, v1.1).
   scaled = c.get("scale_decoder_outputs")
   if scaled is None:
     scaled = c.get("tie_word_embeddings", True) is not False
-  if scaled:
-    raise ConfigError("t5: this is T5 1.0 (decoder output x d_model^-0.5 before the "
-                      "tied projection); T5 v1.1 is supported.")
   # Whether the output projection is the shared embedding: from the weights
-  # when there are any (transformers >= 5 ties v1.1 too), else from the config.
+  # when there are any (transformers >= 5 ties every T5 whose checkpoint has no
+  # lm_head of its own, whatever tie_word_embeddings says), else from the config.
   tied = ("lm_head.weight" not in names if names is not None
-          else bool(c.get("tie_word_embeddings", False)))
+          else c.get("tie_word_embeddings", True) is not False)
   d, h = c["d_model"], c["num_heads"]
   if c.get("d_kv", d // h) * h != d:
     raise ConfigError(f"t5: d_kv x num_heads = {c['d_kv'] * h} != d_model = {d}.")
+  width = (dict(gated_d_ff=c["d_ff"]) if act in GATED_ACTIVATIONS
+           else dict(d_ff=c["d_ff"]))
   return dict(
       family="encoder_decoder", norm_position="pre", norm_type="rmsnorm",
-      # HF T5's gated-gelu is gelu_new, the tanh approximation.
-      activation={"gelu": "geglu_tanh", "silu": "swiglu"}[act], position="t5_bias",
+      activation=act, position="t5_bias",
       num_layers=c["num_layers"], num_encoder_layers=c["num_layers"],
       num_decoder_layers=c.get("num_decoder_layers") or c["num_layers"],
-      d_model=d, num_heads=h, gated_d_ff=c["d_ff"], vocab_size=c["vocab_size"],
-      tie_embeddings=tied, use_bias=False, scale_attention_logits=False,
-      norm_eps=c.get("layer_norm_epsilon", 1e-6),
+      d_model=d, num_heads=h, **width, vocab_size=c["vocab_size"],
+      tie_embeddings=tied, scale_output=bool(scaled), use_bias=False,
+      scale_attention_logits=False, norm_eps=c.get("layer_norm_epsilon", 1e-6),
       t5_num_buckets=c.get("relative_attention_num_buckets", 32),
       t5_max_distance=c.get("relative_attention_max_distance", 128))
 
 
 def _t5_config(m: ModelConfig):
-  act = {"geglu_tanh": "gelu", "swiglu": "silu"}.get(m.activation, "gelu")
+  # Both switches stated: transformers >= 5 reads the scaling from
+  # scale_decoder_outputs and the tying from the weights (an untied export
+  # carries lm_head.weight), so every combination loads as it is.
   return dict(
       model_type="t5", architectures=["T5ForConditionalGeneration"],
-      feed_forward_proj=f"gated-{act}", num_layers=m.encoder_layers,
-      num_decoder_layers=m.decoder_layers, d_model=m.d_model, num_heads=m.num_heads,
-      d_kv=m.head_dim, d_ff=m.ffn_dim, vocab_size=m.vocab_size,
-      tie_word_embeddings=m.tie_embeddings, scale_decoder_outputs=False,
-      layer_norm_epsilon=m.norm_eps,
+      feed_forward_proj=_T5_FFN_BACK.get(m.activation, "gated-gelu"),
+      num_layers=m.encoder_layers, num_decoder_layers=m.decoder_layers,
+      d_model=m.d_model, num_heads=m.num_heads, d_kv=m.head_dim, d_ff=m.ffn_dim,
+      vocab_size=m.vocab_size, tie_word_embeddings=m.tie_embeddings,
+      scale_decoder_outputs=m.scale_output, layer_norm_epsilon=m.norm_eps,
       relative_attention_num_buckets=m.t5_num_buckets,
       relative_attention_max_distance=m.t5_max_distance, decoder_start_token_id=0,
       pad_token_id=0, eos_token_id=1, is_encoder_decoder=True)
@@ -345,7 +356,9 @@ def _t5_rules(m: ModelConfig):
         _attention(r, f"{hf}.1.EncDecAttention", f"{t}/cross_attention", h, h, qkvo, False)
         _norm(r, f"{hf}.1.layer_norm", f"{t}/cross_attention_norm", bias=False)
         f = 2
-      for name, ours in (("wi_0", "wi"), ("wi_1", "wv"), ("wo", "wo")):
+      ffn = ((("wi_0", "wi"), ("wi_1", "wv"), ("wo", "wo")) if m.gated
+             else (("wi", "wi"), ("wo", "wo")))
+      for name, ours in ffn:
         _dense(r, f"{hf}.{f}.DenseReluDense.{name}", f"{t}/ffn/{ours}", bias=False)
       _norm(r, f"{hf}.{f}.layer_norm", f"{t}/ffn_norm", bias=False)
     _norm(r, f"{stack}.final_layer_norm", f"{stack}/final_norm", bias=False)

@@ -84,6 +84,9 @@ class ModelConfig:
   # into its initialisation).
   scale_attention_logits: bool = True
   output_bias: bool = False  # a learned bias on the vocabulary logits (BART, Marian)
+  # The final hidden state x d_model^-0.5 before the vocabulary projection (T5 1.0:
+  # Mesh TensorFlow's rescaling for an output projection shared with the embedding).
+  scale_output: bool = False
   num_token_types: int = 0  # > 0: BERT's token-type (segment A/B) embeddings
   embedding_norm: EmbeddingNorm = "auto"  # a norm after embeddings + positions
   sinusoidal_layout: SinusoidalLayout = "interleaved"  # paper; "halves": [sin | cos]

@@ -251,13 +251,16 @@ class _Family(nn.Module):
       self.output_bias = self.param("output_bias", nn.with_logical_partitioning(
           nn.initializers.zeros, ("vocab",)), (cfg.vocab_size,))
 
-  def _logits(self, x_BLD):
-    """Final projection to the vocabulary: tied (x E^T) or its own matrix, plus
-    the output bias with ``model.output_bias``, then soft-capped with
-    ``model.final_logit_softcap`` (Gemma 2: 30 tanh(logits / 30))."""
+  def _logits(self, x_BLD, head_bias=None):
+    """Final projection to the vocabulary: tied (x E^T) or its own matrix, of x
+    d_model^-0.5 with ``model.scale_output`` (T5 1.0), plus the output bias with
+    ``model.output_bias`` (and BERT's MLM bias, ``head_bias``), then soft-capped
+    with ``model.final_logit_softcap`` (Gemma 2: 30 tanh(logits / 30))."""
     # Over tokens flattened to one axis: a plain [T, D] x [D, V] product (no
     # transposed copy of the [T, V] gradient for the weight's on CPU).
     x_TD = x_BLD.reshape(-1, x_BLD.shape[-1])
+    if self.cfg.scale_output:
+      x_TD = x_TD * self.cfg.d_model**-0.5
     if self.cfg.tie_embeddings:
       logits = self.embedding.attend(x_TD).astype(jnp.float32)
     else:
@@ -265,6 +268,8 @@ class _Family(nn.Module):
     logits = logits.reshape(*x_BLD.shape[:-1], logits.shape[-1])
     if self.cfg.output_bias:
       logits = logits + self.output_bias
+    if head_bias is not None:
+      logits = logits + head_bias
     return softcap(logits, self.cfg.final_logit_softcap)
 
   def _stack(self, stack, n, *, cross_attention, use_cache):
@@ -346,7 +351,7 @@ class EncoderOnly(_Family):
     x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types)
     x = self.encoder(x, mask, bias, positions, window_mask=windowed)
     h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(x), approximate=False))
-    out = {"logits": self._logits(h) + self.mlm_bias}
+    out = {"logits": self._logits(h, self.mlm_bias)}
     if cfg.num_classes:
       # BERT's pooler: tanh(dense) of the first token (BOS / [CLS]).
       pooled = jnp.tanh(self.pooler(x[:, 0]))
