@@ -122,13 +122,13 @@ def yarn_attention_factor(factor: float) -> float:
 def _yarn(dims, base, factor, original_max_len):
   """YaRN (Peng et al. 2023), as transformers' ``_compute_yarn_parameters``.
 
-  Pair i turns r(i) = L / lambda_i = L theta_i / (2 pi) times over the training
-  context L. The paper ("NTK-by-parts", section 3.2) blends
+  Pair i makes n_i = L / lambda_i = L theta_i / (2 pi) turns over the training
+  context L (the paper's r(d)). The paper ("NTK-by-parts", section 3.2) blends
       h(theta_i) = (1 - gamma_i) theta_i / s + gamma_i theta_i,
-  gamma = 0 below alpha = 1 turn, 1 above beta = 32 turns, linear in r between.
+  gamma = 0 below alpha = 1 turn, 1 above beta = 32 turns, linear in n between.
   The released YaRN code and transformers make gamma linear in the pair index
-  instead, between the indices where r = beta and r = alpha,
-      d(turns) = r ln(L / (2 pi turns)) / (2 ln b),
+  instead, between the indices where n = beta and n = alpha,
+      i(n) = r ln(L / (2 pi n)) / (2 ln b)   (r the rotated width),
   rounded outwards (floor, ceil) and clamped to [0, r - 1]; we do the same, so
   that converted checkpoints compute what they were trained with. cos and sin
   are multiplied by sqrt(1/t) (section 3.4, ``yarn_attention_factor``).
