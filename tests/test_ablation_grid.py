@@ -14,11 +14,13 @@ pair of values of any two axes appears in at least one combination, where some
 valid combination has that pair, plus the architecture of every preset in
 ``configs/`` (the papers' settings the training tests use). Each combination is
 one test, at a tiny size (1 layer, d_model 8, 2 heads, 4 tokens, vocabulary
-11): the model is initialised, differentiated, updated once by Adam and
+11), with the numeric fields that a value reads (``WITH_VALUE``: a RoPE scaling
+by a factor of 2, so that it changes the model, and YaRN's pre-training
+length) set alongside it: the model is initialised, differentiated, updated once by Adam and
 evaluated again, eagerly: op-by-op dispatch of ops compiled once per shape is
 far cheaper here than one XLA compile per model. The settings outside the
 grid (scan + remat, bfloat16, classification heads, untied embeddings,
-GQA/MQA, dropout) are tested first.
+GQA/MQA, dropout, partial rotary positions) are tested first.
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ TINY_MODEL = dict(num_layers=1, d_model=8, num_heads=2, vocab_size=11, max_len=4
 SEQ_LEN = 4
 IDS = jnp.asarray([[5, 6, 7, 8], [9, 10, 2, 3]], jnp.int32)
 TARGETS = jnp.asarray([[6, 7, 8, 3], [10, 2, 3, 0]], jnp.int32)
+
+# Numeric fields set with a value of an axis, so that the value computes
+# something else than the default (a scaling factor of 1 is the identity) and is
+# valid (YaRN needs the context length it extends). Shorter than SEQ_LEN: the
+# scaled frequencies are those that matter.
+WITH_VALUE = {
+    ("rope_scaling", "linear"): dict(rope_scaling_factor=2.0),
+    ("rope_scaling", "ntk"): dict(rope_scaling_factor=2.0),
+    ("rope_scaling", "yarn"): dict(rope_scaling_factor=2.0, rope_original_max_len=2),
+}
 
 # Literal and bool fields of ModelConfig that are not axes of the design, each
 # with the reason and the test that covers it.
@@ -212,10 +224,19 @@ def switch_fields() -> dict[str, tuple]:
 AXES = {name: values for name, values in switch_fields().items() if name not in NOT_AXES}
 
 
+def model_fields(combination: Mapping) -> dict:
+  """The tiny model with ``combination`` and the numeric fields its values read."""
+  fields = dict(TINY_MODEL)
+  for (axis, value), extra in WITH_VALUE.items():
+    if combination.get(axis) == value:
+      fields.update(extra)
+  return dict(fields, **combination)
+
+
 def valid(combination: Mapping) -> bool:
   """Whether the model config accepts ``combination`` at the tiny size."""
   try:
-    model_config_from_dict(dict(TINY_MODEL, **combination), seq_len=SEQ_LEN)
+    model_config_from_dict(model_fields(combination), seq_len=SEQ_LEN)
   except ConfigError:
     return False
   return True
@@ -419,6 +440,23 @@ def test_dropout_in_training_mode(family):
   assert float(_loss_fn(eval_model, family)(params)) == eval_loss
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_partial_rotary_positions(family):
+  """``rope_fraction`` (GPT-NeoX): half of each head rotated, here with YaRN, whose
+  attention factor scales the rotated half; the parameters are those of full RoPE."""
+  rope = dict(TINY_MODEL, family=family, position="rope")
+  cfg = model_config_from_dict(dict(rope, rope_fraction=0.5, rope_scaling="yarn",
+                                    rope_scaling_factor=2.0, rope_original_max_len=2))
+  assert cfg.rope_dims == 2
+  model, params, loss, grads = _loss_and_grads(cfg)
+  assert not _problems(loss, grads)
+  assert not _step_problems(cfg, model, params, loss, grads)
+  _, full_params, full_loss, _ = _loss_and_grads(model_config_from_dict(rope))
+  assert (jax.tree.map(np.shape, nn.unbox(params)) ==
+          jax.tree.map(np.shape, nn.unbox(full_params)))
+  assert float(loss) != float(full_loss)
+
+
 # ------------------------------------------------------------------ the grid
 def _step_problems(cfg, model, params, loss, grads):
   """One Adam update (lr 1e-3: a step of about lr per parameter, whatever the
@@ -435,7 +473,7 @@ def _step_problems(cfg, model, params, loss, grads):
 @pytest.mark.parametrize("combination", DESIGN, ids=_combination_id)
 def test_ablation_combination_trains(combination):
   """A finite loss and gradients, not all zero, and one optimizer step lowers the loss."""
-  cfg = model_config_from_dict(dict(TINY_MODEL, **combination), seq_len=SEQ_LEN)
+  cfg = model_config_from_dict(model_fields(combination), seq_len=SEQ_LEN)
   model, params, loss, grads = _loss_and_grads(cfg)
   assert not _problems(loss, grads)
   assert not _step_problems(cfg, model, params, loss, grads)

@@ -21,7 +21,8 @@ from tfx_jax.blocks import TransformerLayer
 from tfx_jax.errors import ConfigError
 from tfx_jax.layers.attention import Attention
 from tfx_jax.layers.ffn import FeedForward
-from tfx_jax.layers.norms import DyT, LayerNorm, RMSNorm, norm_factory
+from tfx_jax.layers.norms import DyT, RMSNorm, norm_factory
+from tfx_jax.layers.positions import rotary_spec
 from tfx_jax.model_config import model_config_from_dict
 from tfx_jax.models import build_model, layer_spec
 
@@ -100,7 +101,7 @@ def _attention_case(seed, **kwargs):
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
 def test_qk_norm_normalises_each_head_before_rope(kind):
   x, p, got = _attention_case(
-      1, qk_norm=norm_factory(kind, 1e-6, jnp.float32, axis="kv"), rope_base=10000.0)
+      1, qk_norm=norm_factory(kind, 1e-6, jnp.float32, axis="kv"), rotary=rotary_spec(K))
   assert p["query_norm"]["scale"].shape == (K,)  # one gain per head dim, shared by heads
   want = _np_attention(x, p, CAUSAL, qk_norm=kind, rope=True)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

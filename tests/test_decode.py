@@ -54,6 +54,21 @@ def test_cached_greedy_equals_uncached_argmax_loop(family, position, scan, layer
   np.testing.assert_array_equal(cached, reference)
 
 
+@pytest.mark.parametrize("rope,scan", [
+    (dict(rope_scaling="linear", rope_scaling_factor=2.0), False),
+    (dict(rope_fraction=0.5, rope_scaling="yarn", rope_scaling_factor=4.0,
+          rope_original_max_len=4), True),
+], ids=["linear", "partial-yarn-scan"])
+def test_cached_greedy_with_partial_and_scaled_rope(rope, scan):
+  cfg = model_config_from_dict(dict(
+      family="decoder_only", position="rope", d_model=16, num_heads=4, num_kv_heads=2,
+      num_layers=2, vocab_size=24, scan_layers=scan, **rope))
+  params = init_params(cfg, jax.random.PRNGKey(0))
+  cached = _greedy(cfg, params, INPUTS, 7, NO_EOS)
+  reference = search.uncached_greedy(params, cfg, INPUTS, 7, eos_id=NO_EOS)
+  np.testing.assert_array_equal(cached, reference)
+
+
 def test_variable_length_prompts_equal_each_prompt_alone():
   cfg, params = _model("decoder_only", "rope")
   batched = _greedy(cfg, params, INPUTS, 7, NO_EOS)

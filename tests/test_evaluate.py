@@ -286,6 +286,11 @@ def test_length_extrapolation_for_every_position_scheme(position, tmp_path):
   if position == "learned":
     overrides["model.max_len"] = LEARNED_MAX_LEN
   workdir, _ = train("lm.py:tiny", tmp_path / "run", overrides)
+  if position != "rope":
+    err = fails(evaluate, "--workdir", workdir, "--lengths", "1x,2x", "--rope_scaling",
+                "linear", "--rope_scaling_factor", 2)
+    assert "--rope_scaling=linear" in err and "model.position='rope'" in err, err
+    assert not (workdir / "eval").exists()
   out = ok(evaluate, "--workdir", workdir, "--lengths", "1x,2x,4x",
            "--max_batches", MAX_BATCHES)
   assert f"length extrapolation (model.position={position})" in out
@@ -303,6 +308,59 @@ def test_length_extrapolation_for_every_position_scheme(position, tmp_path):
     assert float(cells[1]) == pytest.approx(row["perplexity"], abs=0.01)
     # Every length scores the same tokens.
     assert row["tokens"] == rows[0]["tokens"] == 4 * SEQ_LEN * MAX_BATCHES
+
+
+def _lengths(workdir, *flags) -> tuple[list[dict], str]:
+  """evaluate --lengths 1x,2x with ``flags``: (rows of the json written, stdout)."""
+  out = ok(evaluate, "--workdir", workdir, "--lengths", "1x,2x", "--max_batches",
+           MAX_BATCHES, *flags)
+  path = out.split("written: ")[1].strip()
+  return json.loads(pathlib.Path(path).read_text()), out
+
+
+def test_length_extrapolation_with_scaled_rope(lm_run):
+  """A RoPE run (trained at 32 tokens) evaluated with its positions scaled: each
+  scaling has its own file, and the run's own result is left as it was."""
+  workdir = lm_run[0]
+  plain, _ = _lengths(workdir)
+  plain_file = workdir / "eval" / "validation-20.lengths.json"
+  written = plain_file.read_text()
+  # A factor of 1 is the identity, in its own file.
+  same, out = _lengths(workdir, "--rope_scaling", "linear", "--rope_scaling_factor", 1)
+  assert "(model.position=rope, rope_scaling=linear-x1)" in out
+  assert "validation-20.lengths.rope-linear-x1.json" in out
+  assert [r["perplexity"] for r in same] == [r["perplexity"] for r in plain]
+  assert same[0]["rope_scaling"] == "linear" and same[0]["rope_scaling_factor"] == 1.0
+  # YaRN by 4 from the training length (the default), then given explicitly.
+  yarn, out = _lengths(workdir, "--rope_scaling", "yarn", "--rope_scaling_factor", 4)
+  assert "rope_scaling=yarn-x4-from32" in out
+  assert "validation-20.lengths.rope-yarn-x4-from32.json" in out
+  assert yarn[0]["rope_original_max_len"] == 32
+  assert all(math.isfinite(r["perplexity"]) for r in yarn)
+  assert [r["perplexity"] for r in yarn] != [r["perplexity"] for r in plain]
+  again, _ = _lengths(workdir, "--rope_scaling", "yarn", "--rope_scaling_factor", 4,
+                      "--rope_original_max_len", 32)
+  assert again == yarn
+  assert plain_file.read_text() == written
+
+
+@pytest.mark.parametrize("flags,needles", [
+    (["--rope_scaling", "dynamic"], ["--rope_scaling", "dynamic"]),
+    (["--rope_scaling", "yarn"], ["--rope_scaling=yarn", "--rope_scaling_factor"]),
+    (["--rope_scaling_factor", 2], ["--rope_scaling_factor", "with --rope_scaling"]),
+    (["--rope_scaling", "linear", "--rope_scaling_factor", 0.5],
+     ["--rope_scaling=linear", "model.rope_scaling_factor", ">= 1"]),
+    (["--rope_scaling", "ntk", "--rope_scaling_factor", 2, "--rope_original_max_len", 8],
+     ["--rope_scaling=ntk", "model.rope_original_max_len=8", "'yarn' only"]),
+])
+def test_bad_rope_scaling_exits_2(lm_run, flags, needles):
+  err = fails(evaluate, "--workdir", lm_run[0], "--lengths", "1x,2x", *flags)
+  for needle in needles:
+    assert needle in err, err
+  # Without --lengths there is nothing to scale.
+  err = fails(evaluate, "--workdir", lm_run[0], "--rope_scaling", "linear",
+              "--rope_scaling_factor", 2)
+  assert "--rope_scaling applies to length extrapolation" in err
 
 
 def test_bad_lengths_exit_2(lm_run, translate_run):

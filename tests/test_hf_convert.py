@@ -33,15 +33,15 @@ TOL = 1e-4
 def _hf_models():
   t = transformers
   common = dict(vocab_size=VOCAB)
+  llama = dict(common, hidden_size=D, intermediate_size=48, num_hidden_layers=LAYERS,
+               num_attention_heads=HEADS, num_key_value_heads=2, rms_norm_eps=1e-6,
+               tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
   seq2seq = dict(common, d_model=D, encoder_layers=LAYERS, decoder_layers=LAYERS,
                  encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
                  encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
                  forced_eos_token_id=None)
   return {
-      "llama": (t.LlamaForCausalLM, t.LlamaConfig(
-          **common, hidden_size=D, intermediate_size=48, num_hidden_layers=LAYERS,
-          num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=64,
-          rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)),
+      "llama": (t.LlamaForCausalLM, t.LlamaConfig(**llama, max_position_embeddings=64)),
       "gpt2": (t.GPT2LMHeadModel, t.GPT2Config(
           **common, n_positions=64, n_embd=D, n_layer=LAYERS, n_head=HEADS,
           bos_token_id=98, eos_token_id=98)),
@@ -68,10 +68,21 @@ def _hf_models():
           tie_word_embeddings=True, relative_attention_num_buckets=8,
           relative_attention_max_distance=20, decoder_start_token_id=0,
           pad_token_id=0, eos_token_id=1)),
+      # LLaMA with scaled RoPE (last: the models above keep their random draws).
+      # Inputs of 10 tokens, decoded to 22, run past the original context of 8
+      # that YaRN extends 4 times.
+      "llama_linear": (t.LlamaForCausalLM, t.LlamaConfig(
+          **llama, max_position_embeddings=64,
+          rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})),
+      "llama_yarn": (t.LlamaForCausalLM, t.LlamaConfig(
+          **llama, max_position_embeddings=32,
+          rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                           "original_max_position_embeddings": 8})),
   }
 
 
-ARCHS = ("llama", "gpt2", "bert", "t5", "bart", "marian", "t5_v1_0")
+ARCHS = ("llama", "llama_linear", "llama_yarn", "gpt2", "bert", "t5", "t5_v1_0", "bart",
+         "marian")
 
 
 def _perturb(model, seed):
@@ -232,6 +243,8 @@ def test_t5_feed_forward_without_a_model_activation_is_refused(hf_dirs, tmp_path
     ("gpt2", dict(norm_position="sandwich"), "model.norm_position='sandwich'"),
     ("gpt2", dict(scale_output=True), "model.scale_output=True"),
     ("llama", dict(norm_type="layernorm"), "model.norm_type='layernorm'"),
+    ("llama", dict(rope_scaling="ntk", rope_scaling_factor=2.0), "model.rope_scaling='ntk'"),
+    ("llama_yarn", dict(rope_fraction=0.5), "model.rope_fraction=0.5"),
     ("bart", dict(activation="swiglu"), "model.activation='swiglu'"),
     ("bart", dict(scale_output=True), "model.scale_output=True"),
     ("t5_v1_0", dict(activation="gelu"), "model.activation='gelu'"),
@@ -241,6 +254,72 @@ def test_unrepresentable_export_names_the_setting(arch, change, named, imported,
   with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
     convert.to_hf(dataclasses.replace(cfg, **change), params, tmp_path)
   assert not (tmp_path / "config.json").exists()
+
+
+@pytest.mark.parametrize("arch,fields", [
+    ("llama_linear", ("linear", 2.0, 0)), ("llama_yarn", ("yarn", 4.0, 8))])
+def test_scaled_rope_is_imported_as_its_fields(arch, fields, hf_dirs, imported):
+  cfg, params = imported[arch]
+  assert (cfg.rope_scaling, cfg.rope_scaling_factor, cfg.rope_original_max_len) == fields
+  # The scaling matters on these inputs: without it the logits are far apart.
+  unscaled = dataclasses.replace(cfg, rope_scaling="none", rope_scaling_factor=1.0,
+                                 rope_original_max_len=0)
+  got, want = _logits(arch, hf_dirs[arch][0], unscaled, params)
+  assert float(np.abs(got - want).max()) > 100 * TOL
+
+
+_LLAMA_CONFIG = dict(model_type="llama", num_attention_heads=4, hidden_size=32,
+                     num_hidden_layers=1, intermediate_size=48, vocab_size=VOCAB,
+                     rms_norm_eps=1e-6, max_position_embeddings=64, attention_bias=False)
+
+
+@pytest.mark.parametrize("rope,want", [
+    # transformers < 5: rope_theta at the top, the scaling in rope_scaling.
+    (dict(rope_theta=500000.0, rope_scaling={"type": "linear", "factor": 4.0}),
+     dict(rope_base=500000.0, rope_scaling="linear", rope_scaling_factor=4.0)),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 8.0,
+                        "original_max_position_embeddings": 16}),
+     dict(rope_base=10000.0, rope_scaling="yarn", rope_scaling_factor=8.0,
+          rope_original_max_len=16)),
+    # transformers' defaults written out are the same model.
+    (dict(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4,
+                           "original_max_position_embeddings": 16, "beta_fast": 32,
+                           "beta_slow": 1, "truncate": True}),
+     dict(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_max_len=16)),
+    # yarn without a factor: the ratio of the lengths, as transformers does.
+    (dict(rope_parameters={"rope_type": "yarn", "original_max_position_embeddings": 16}),
+     dict(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_max_len=16)),
+    (dict(rope_scaling=None, rope_theta=10000.0), dict(rope_scaling="none")),
+])
+def test_llama_rope_configs_are_read(rope, want):
+  c = dict(_LLAMA_CONFIG, **rope)
+  fields = convert.architecture_for(c).model_fields(c)
+  assert {k: fields[k] for k in want} == want
+
+
+@pytest.mark.parametrize("rope,named", [
+    (dict(rope_type="dynamic", factor=2.0), "rope_type='dynamic'"),
+    (dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+          original_max_position_embeddings=16), "rope_type='llama3'"),
+    (dict(rope_type="longrope", short_factor=[1.0], long_factor=[2.0]),
+     "rope_type='longrope'"),
+    (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16,
+          beta_fast=16), "beta_fast=16"),
+    (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16,
+          beta_slow=2), "beta_slow=2"),
+    (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16,
+          attention_factor=1.0), "attention_factor=1.0"),
+    (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16,
+          mscale=1.0, mscale_all_dim=0.5), "mscale=1.0 with mscale_all_dim=0.5"),
+    (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16,
+          truncate=False), "truncate=False"),
+    (dict(rope_type="default", partial_rotary_factor=0.5), "partial_rotary_factor=0.5"),
+    (dict(rope_type="linear"), "without a factor"),
+])
+def test_unrepresented_llama_rope_is_refused(rope, named):
+  c = dict(_LLAMA_CONFIG, rope_parameters=dict(rope, rope_theta=10000.0))
+  with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
+    convert.architecture_for(c).model_fields(c)
 
 
 def _word_tokenizer(path):

@@ -19,7 +19,7 @@ from tfx_jax.layers.attention import Attention, dot_product_attention
 from tfx_jax.layers.ffn import FeedForward, activation_fn
 from tfx_jax.layers.norms import LayerNorm, RMSNorm
 from tfx_jax.layers.positions import (T5RelativeBias, alibi_bias, alibi_slopes, rope,
-                                      sinusoidal, t5_bucket)
+                                      rotary_spec, sinusoidal, t5_bucket)
 from tfx_jax.model_config import deepnorm_constants, model_config_from_dict
 from tfx_jax.models import build_model, layer_spec
 
@@ -184,7 +184,7 @@ def _np_rope(x, positions, base):
 def test_rope_matches_numpy_rotation(base):
   x = _rand(7, 2, 5, 3, 8)
   positions = np.asarray([[0, 1, 2, 3, 4], [7, 3, 0, 11, 30]])
-  got = np.asarray(rope(jnp.asarray(x), jnp.asarray(positions), base))
+  got = np.asarray(rope(jnp.asarray(x), jnp.asarray(positions), rotary_spec(8, base)))
   np.testing.assert_allclose(got, _np_rope(x, positions, base), rtol=1e-5, atol=1e-5)
   # A rotation preserves the norm of every head vector.
   np.testing.assert_allclose(np.linalg.norm(got, axis=-1), np.linalg.norm(x, axis=-1),
@@ -198,8 +198,8 @@ def test_rope_scores_depend_only_on_offset():
   k = _rand(9, 1, 1, 1, d)
 
   def score(i, j):
-    qi = rope(jnp.asarray(q), jnp.asarray([[i]]), 10000.0)
-    kj = rope(jnp.asarray(k), jnp.asarray([[j]]), 10000.0)
+    qi = rope(jnp.asarray(q), jnp.asarray([[i]]), rotary_spec(d))
+    kj = rope(jnp.asarray(k), jnp.asarray([[j]]), rotary_spec(d))
     return float(jnp.sum(qi * kj))
 
   for i, j in [(5, 2), (2, 5), (9, 9), (17, 0)]:
@@ -229,8 +229,9 @@ def test_rope_half_split_equals_interleaved_up_to_permutation():
   perm = np.empty(d, int)
   perm[0::2], perm[1::2] = np.arange(d // 2), np.arange(d // 2) + d // 2
   for i, j in [(3, 1), (0, 6), (12, 12)]:
-    qi = np.asarray(rope(jnp.asarray(q)[None, None, None], jnp.asarray([[i]]), 10000.0))
-    kj = np.asarray(rope(jnp.asarray(k)[None, None, None], jnp.asarray([[j]]), 10000.0))
+    spec = rotary_spec(d)
+    qi = np.asarray(rope(jnp.asarray(q)[None, None, None], jnp.asarray([[i]]), spec))
+    kj = np.asarray(rope(jnp.asarray(k)[None, None, None], jnp.asarray([[j]]), spec))
     want = interleaved(q[perm], i) @ interleaved(k[perm], j)
     assert float(np.sum(qi * kj)) == pytest.approx(want, rel=1e-5, abs=1e-5)
 
@@ -291,7 +292,7 @@ def test_attention_module_matches_numpy(num_kv_heads, rope_base, cross):
   positions = np.broadcast_to(np.arange(L), (B, L))
   mask = np.tril(np.ones((L, L), bool))[None, None].repeat(B, 0) if not cross else None
   module = Attention(num_heads=H, num_kv_heads=num_kv_heads, head_dim=K,
-                     rope_base=rope_base)
+                     rotary=None if rope_base is None else rotary_spec(K, rope_base))
   args = (jnp.asarray(x),) if not cross else (jnp.asarray(x), jnp.asarray(kv))
   kw = dict(mask=None if mask is None else jnp.asarray(mask),
             positions_BL=jnp.asarray(positions))
@@ -553,7 +554,7 @@ def test_residual_formula(norm_position, norm_type):
   norm_cls = LayerNorm if norm_type == "layernorm" else RMSNorm
   norm = lambda name, y: norm_cls(eps=cfg.norm_eps).apply({"params": p[name]}, y)
   attn = lambda y: Attention(num_heads=4, num_kv_heads=2, head_dim=4,
-                             rope_base=cfg.rope_base).apply(
+                             rotary=spec.rotary).apply(
                                  {"params": p["self_attention"]}, y, mask=mask,
                                  positions_BL=pos)
   ffn = lambda y: FeedForward(d_ff=24, act=jax.nn.silu, gated=True).apply(
@@ -588,6 +589,6 @@ def test_rope_gradient_is_the_inverse_rotation():
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-  got = jax.grad(lambda x: jnp.sum(jnp.sin(rope(x, positions, 10000.0)) * w))(x)
+  got = jax.grad(lambda x: jnp.sum(jnp.sin(rope(x, positions, rotary_spec(8))) * w))(x)
   want = jax.grad(lambda x: jnp.sum(jnp.sin(plain(x)) * w))(x)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -326,6 +326,31 @@ def test_cached_decoding_multi_query():
                          schedules=(PREFILL_THEN_ONE_AT_A_TIME,), num_kv_heads=1)
 
 
+# Partial and scaled RoPE (head_dim 4: a fraction of 0.5 rotates one pair); the
+# pre-training length of YaRN (4) is shorter than the batch (8).
+ROPE_VARIANTS = {
+    "partial": dict(rope_fraction=0.5),
+    "linear": dict(rope_scaling="linear", rope_scaling_factor=2.0),
+    "ntk": dict(rope_scaling="ntk", rope_scaling_factor=4.0),
+    "yarn": dict(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_max_len=4),
+    "partial_yarn": dict(rope_fraction=0.5, rope_scaling="yarn", rope_scaling_factor=4.0,
+                         rope_original_max_len=4),
+}
+
+
+@pytest.mark.parametrize("variant", ROPE_VARIANTS)
+@pytest.mark.parametrize("family", DECODER_FAMILIES)
+def test_cached_decoding_with_partial_and_scaled_rope(family, variant):
+  """The cache holds keys rotated with their own positions under every RoPE
+  variant; the scanned stack too."""
+  overrides = ROPE_VARIANTS[variant]
+  _check_cached_decoding(family, "rope", scan_layers=False,
+                         schedules=(PREFILL_THEN_ONE_AT_A_TIME,), **overrides)
+  with jax.disable_jit():
+    _check_cached_decoding(family, "rope", scan_layers=True,
+                           schedules=(PREFILL_THEN_ONE_AT_A_TIME,), **overrides)
+
+
 def test_scan_and_loop_compute_the_same_function():
   """The scanned stack is the loop with its layer parameters stacked."""
   for family in DECODER_FAMILIES:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 
 from tfx_jax.layers.attention import Attention
 from tfx_jax.layers.ffn import FeedForward
+from tfx_jax.layers.positions import RotarySpec
 
 
 # ------------------------------------------------------------- norm placement
@@ -93,7 +94,7 @@ class LayerSpec:
   scale_logits: bool  # attention logits / sqrt(head_dim)
   dropout: float
   attention_dropout: float
-  rope_base: float | None
+  rotary: RotarySpec | None  # RoPE of self-attention; None: none
   cross_attention: bool
   dtype: Any
   causal: bool = False  # self-attention masks are causal (decoder stacks)
@@ -140,10 +141,10 @@ class TransformerLayer(nn.Module):
     s = self.spec
     drop = lambda y: nn.Dropout(s.dropout)(y, deterministic=self.deterministic)
 
-    def attention(name, rope_base, causal=False):
+    def attention(name, rotary, causal=False):
       return Attention(
           num_heads=s.num_heads, num_kv_heads=s.num_kv_heads, head_dim=s.head_dim,
-          use_bias=s.use_bias, dropout=s.attention_dropout, rope_base=rope_base,
+          use_bias=s.use_bias, dropout=s.attention_dropout, rotary=rotary,
           qk_init=s.qk_init, vo_gain=s.vo_gain, vo_distribution=s.vo_distribution,
           scale_logits=s.scale_logits, use_cache=self.use_cache,
           deterministic=self.deterministic, dtype=s.dtype, causal=causal,
@@ -154,7 +155,7 @@ class TransformerLayer(nn.Module):
     if window_mask is not None:
       self_mask = (window_mask if windowed is True else mask if windowed is False
                    else jnp.where(windowed, window_mask, mask))
-    self_attn = attention("self_attention", s.rope_base, causal=s.causal)
+    self_attn = attention("self_attention", s.rotary, causal=s.causal)
     sublayers = [("self_attention", lambda y: self_attn(
         y, mask=self_mask, bias=bias, positions_BL=positions_BL, cache_index=cache_index))]
     if s.cross_attention:

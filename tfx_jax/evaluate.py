@@ -13,11 +13,19 @@ example) and the metrics to ``workdir/eval/<split>-<step>.json``.
 
 ``--lengths 1x,2x,4x,8x`` instead evaluates a language model trained at
 length L on non-overlapping windows of L, 2L, 4L, 8L tokens (the ALiBi
-paper's extrapolation experiment) and prints a table.
+paper's extrapolation experiment) and prints a table
+(``workdir/eval/<split>-<step>.lengths.json``). With ``--rope_scaling``
+(linear, ntk, yarn) and ``--rope_scaling_factor`` a RoPE model is evaluated
+with its positions scaled, as trained otherwise; YaRN's original context
+(``--rope_original_max_len``) defaults to the run's ``train.seq_len``. Those
+results go to ``<split>-<step>.lengths.rope-<scaling>.json``, e.g.
+``validation-1000.lengths.rope-yarn-x4-from128.json``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import get_args
 
 from absl import flags
 
@@ -26,6 +34,7 @@ from tfx_jax import files
 from tfx_jax import scoring
 from tfx_jax.cli import new_flags, run_main
 from tfx_jax.errors import ConfigError
+from tfx_jax.model_config import RopeScaling
 
 FLAGS = new_flags()
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.", flag_values=FLAGS)
@@ -35,6 +44,16 @@ _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).",
 _LENGTHS = flags.DEFINE_string(
     "lengths", None, "Length extrapolation, e.g. 1x,2x,4x,8x (decoder_only).",
     flag_values=FLAGS)
+_ROPE_SCALING = flags.DEFINE_enum(
+    "rope_scaling", None, list(get_args(RopeScaling)),
+    "--lengths of a RoPE run: scale its rotary positions (model.rope_scaling).",
+    flag_values=FLAGS)
+_ROPE_FACTOR = flags.DEFINE_float(
+    "rope_scaling_factor", None, "With --rope_scaling: the context extension factor.",
+    flag_values=FLAGS)
+_ROPE_ORIGINAL = flags.DEFINE_integer(
+    "rope_original_max_len", None, "With --rope_scaling=yarn: the pre-training context "
+    "(default: the run's train.seq_len).", flag_values=FLAGS)
 _MAX_BATCHES = flags.DEFINE_integer(
     "max_batches", 0, "Evaluate at most this many batches / windows (0: the whole "
     "split).", flag_values=FLAGS)
@@ -60,6 +79,26 @@ def _check_processes(run, multiples) -> None:
                       "--distributed.")
 
 
+def _rope_scaled(workdir, multiples):
+  """The run's model config with ``--rope_scaling`` applied, or None without the
+  flag; checked on the saved config, before a checkpoint is read."""
+  from tfx_jax import run_config  # pylint: disable=import-outside-toplevel
+  from tfx_jax.trained_run import load_config  # pylint: disable=import-outside-toplevel
+  if _ROPE_SCALING.value is None:
+    for flag in (_ROPE_FACTOR, _ROPE_ORIGINAL):
+      if flag.value is not None:
+        raise ConfigError(f"--{flag.name} applies with --rope_scaling (linear, ntk, "
+                          "yarn).")
+    return None
+  if not multiples:
+    raise ConfigError("--rope_scaling applies to length extrapolation: give --lengths "
+                      "too (e.g. --lengths 1x,2x,4x).")
+  config = load_config(workdir)
+  return scoring.with_rope_scaling(
+      run_config.validate_run_config(config), int(config.train.seq_len),
+      _ROPE_SCALING.value, _ROPE_FACTOR.value, _ROPE_ORIGINAL.value)
+
+
 def main(argv):
   del argv
   # Deferred: jax, orbax and the model load only when the command runs, so
@@ -69,7 +108,10 @@ def main(argv):
   # `is not None`: an empty --lengths= is a bad spec, not "no extrapolation".
   multiples = (scoring.parse_lengths(_LENGTHS.value)
                if _LENGTHS.value is not None else None)
+  scaled = _rope_scaled(_WORKDIR.value, multiples)
   run = load_run(_WORKDIR.value, _STEP.value)
+  if scaled is not None:  # the same parameters under the scaled positions
+    run = dataclasses.replace(run, model_cfg=scaled)
   _check_processes(run, multiples)
   out_dir = run.workdir / "eval"
   out_dir.mkdir(exist_ok=True)
@@ -78,8 +120,17 @@ def main(argv):
     rows = scoring.extrapolation(run, _SPLIT.value, multiples, _MAX_BATCHES.value)
     if not distributed.is_chief():
       return
-    print(scoring.format_extrapolation(rows, run.model_cfg.position))
-    path = out_dir / f"{_SPLIT.value}-{run.step}.lengths.json"
+    tag = None
+    if scaled is not None:
+      tag = scoring.rope_scaling_tag(scaled)
+      for row in rows:
+        row.update(rope_scaling=scaled.rope_scaling,
+                   rope_scaling_factor=scaled.rope_scaling_factor,
+                   rope_original_max_len=scaled.rope_original_max_len)
+    print(scoring.format_extrapolation(rows, run.model_cfg.position, tag))
+    # Scaled results have their own file: they never replace the run's own.
+    suffix = f".lengths.rope-{tag}.json" if tag else ".lengths.json"
+    path = out_dir / f"{_SPLIT.value}-{run.step}{suffix}"
     files.write_json(path, rows)
     print(f"written: {path}")
     return

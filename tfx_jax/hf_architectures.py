@@ -10,7 +10,8 @@ Each :class:`Architecture` says, in both directions,
 
 Which canonical variant each architecture is, in ``model.*`` terms:
 
-  LLaMA    decoder_only, pre, rmsnorm, swiglu, rope (half-split), no biases, GQA
+  LLaMA    decoder_only, pre, rmsnorm, swiglu, rope (half-split), no biases, GQA;
+           RoPE scaling linear or yarn (rope_scaling)
   GPT-2    decoder_only, pre, layernorm, gelu_tanh, learned positions, tied
   BERT     encoder_only, post, layernorm, gelu, learned positions, token types,
            embedding norm, MLM head
@@ -34,6 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tfx_jax.errors import ConfigError
+from tfx_jax.layers.positions import YARN_BETA_FAST, YARN_BETA_SLOW, yarn_attention_factor
 from tfx_jax.model_config import GATED_ACTIVATIONS, ModelConfig
 
 Array = np.ndarray
@@ -123,10 +125,55 @@ def _dense(rules, hf, tfx, bias=True):
 
 
 # --------------------------------------------------------------- LLaMA
+# transformers' rope_type -> model.rope_scaling. Not represented: "dynamic"
+# (frequencies that change with the input length), "llama3", "longrope".
+_ROPE_TYPES = {"default": "none", "linear": "linear", "yarn": "yarn"}
+
+
+def _llama_rope(c) -> dict:
+  """The model.rope_* fields of a LLaMA config's RoPE: transformers 5's
+  ``rope_parameters``, or the older ``rope_theta`` and ``rope_scaling``."""
+  rope = {**(c.get("rope_scaling") or {}), **(c.get("rope_parameters") or {})}
+  kind = rope.get("rope_type", rope.get("type", "default"))
+  if kind not in _ROPE_TYPES:
+    raise ConfigError(f"llama: RoPE rope_type={kind!r} has no model.rope_scaling; "
+                      f"supported: {', '.join(_ROPE_TYPES)}.")
+  partial = rope.get("partial_rotary_factor", c.get("partial_rotary_factor")) or 1.0
+  if partial != 1.0:
+    raise ConfigError(f"llama: partial_rotary_factor={partial}; LLaMA rotates whole heads.")
+  fields = dict(rope_base=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))),
+                rope_scaling=_ROPE_TYPES[kind])
+  if kind == "linear":
+    if rope.get("factor") is None:
+      raise ConfigError("llama: RoPE rope_type='linear' without a factor.")
+    fields.update(rope_scaling_factor=float(rope["factor"]))
+  elif kind == "yarn":
+    # As transformers reads them: a top-level original_max_position_embeddings
+    # first, then the RoPE's own, then max_position_embeddings; a missing factor
+    # is the ratio of the two lengths.
+    longest = c.get("max_position_embeddings", 2048)
+    original = (c.get("original_max_position_embeddings")
+                or rope.get("original_max_position_embeddings") or longest)
+    factor = rope.get("factor") or longest / original
+    unsupported = [
+        f"{key}={rope[key]!r}" for key, default in (
+            ("beta_fast", YARN_BETA_FAST), ("beta_slow", YARN_BETA_SLOW),
+            ("attention_factor", yarn_attention_factor(factor)), ("truncate", True))
+        if rope.get(key) is not None and rope[key] != default]
+    if rope.get("mscale") and rope.get("mscale_all_dim"):
+      unsupported.append(f"mscale={rope['mscale']!r} with "
+                         f"mscale_all_dim={rope['mscale_all_dim']!r}")
+    if unsupported:
+      raise ConfigError(
+          f"llama: YaRN with {', '.join(unsupported)} has no model.* equivalent; "
+          f"model.rope_scaling='yarn' is the paper's (beta_fast {YARN_BETA_FAST:g}, "
+          f"beta_slow {YARN_BETA_SLOW:g}, attention factor 0.1 ln(factor) + 1, "
+          "truncated ramp).")
+    fields.update(rope_scaling_factor=float(factor), rope_original_max_len=int(original))
+  return fields
+
+
 def _llama_fields(c, names=None):
-  rope = c.get("rope_parameters") or {}
-  if rope.get("rope_type", "default") != "default" or c.get("rope_scaling"):
-    raise ConfigError("llama: only the default RoPE (no scaling) has a model.position.")
   h, d = c["num_attention_heads"], c["hidden_size"]
   if c.get("head_dim") not in (None, d // h):
     raise ConfigError(f"llama: head_dim={c['head_dim']} != hidden_size/heads={d // h}.")
@@ -141,10 +188,17 @@ def _llama_fields(c, names=None):
       max_len=c.get("max_position_embeddings", 2048),
       tie_embeddings=bool(c.get("tie_word_embeddings", False)),
       use_bias=bool(c.get("attention_bias", False)), norm_eps=c["rms_norm_eps"],
-      rope_base=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))))
+      **_llama_rope(c))
 
 
 def _llama_config(m: ModelConfig):
+  # Scalings LLaMA has no rope_type for (ntk) are written as the default, and
+  # show as differences (convert.export_architecture).
+  rope = {"rope_type": "default", "rope_theta": m.rope_base}
+  if m.rope_scaling in ("linear", "yarn"):
+    rope.update(rope_type=m.rope_scaling, factor=m.rope_scaling_factor)
+  if m.rope_scaling == "yarn":
+    rope.update(original_max_position_embeddings=m.rope_original_max_len)
   return dict(
       model_type="llama", architectures=["LlamaForCausalLM"], hidden_act="silu",
       num_hidden_layers=m.num_layers, hidden_size=m.d_model,
@@ -152,7 +206,7 @@ def _llama_config(m: ModelConfig):
       head_dim=m.head_dim, intermediate_size=m.ffn_dim, vocab_size=m.vocab_size,
       max_position_embeddings=m.max_len, tie_word_embeddings=m.tie_embeddings,
       attention_bias=m.use_bias, mlp_bias=m.use_bias, rms_norm_eps=m.norm_eps,
-      rope_parameters={"rope_type": "default", "rope_theta": m.rope_base})
+      rope_parameters=rope)
 
 
 def _llama_rules(m: ModelConfig):

@@ -34,6 +34,9 @@ DType = Literal["float32", "bfloat16"]
 # "auto": encoder_only with post-norm only (BERT), the behaviour before the field.
 EmbeddingNorm = Literal["auto", "on", "off"]
 SinusoidalLayout = Literal["interleaved", "halves"]
+# RoPE context extension: positions interpolated (Chen et al. 2023), the base
+# raised ("NTK-aware"), or YaRN (Peng et al. 2023); see layers/positions.py.
+RopeScaling = Literal["none", "linear", "ntk", "yarn"]
 
 
 
@@ -92,6 +95,12 @@ class ModelConfig:
   sinusoidal_layout: SinusoidalLayout = "interleaved"  # paper; "halves": [sin | cos]
   norm_eps: float = 1e-6
   rope_base: float = 10000.0
+  # Fraction of each head's dimensions that RoPE rotates: the first
+  # int(head_dim * fraction) (see rope_dims); the rest pass through unrotated.
+  rope_fraction: float = 1.0
+  rope_scaling: RopeScaling = "none"
+  rope_scaling_factor: float = 1.0  # s: the context is extended s times
+  rope_original_max_len: int = 0  # yarn: the context length the model was trained at
   t5_num_buckets: int = 32
   t5_max_distance: int = 128
   num_classes: int = 0  # > 0 adds a classification head
@@ -111,6 +120,12 @@ class ModelConfig:
   @property
   def head_dim(self) -> int:
     return self.d_model // self.num_heads
+
+  @property
+  def rope_dims(self) -> int:
+    """Dimensions of each head that RoPE rotates, int(head_dim * rope_fraction):
+    GPT-NeoX's ``rotary_ndims = int(head_size * rotary_pct)``."""
+    return int(self.head_dim * self.rope_fraction)
 
   @property
   def kv_heads(self) -> int:
@@ -200,6 +215,7 @@ def _choices(field: str) -> tuple[str, ...] | None:
       "dtype": get_args(DType), "embedding_norm": get_args(EmbeddingNorm),
       "sinusoidal_layout": get_args(SinusoidalLayout), "qk_norm": get_args(QKNorm),
       "block": get_args(Block), "attention_gate": get_args(AttentionGate),
+      "rope_scaling": get_args(RopeScaling),
   }.get(field)
 
 
@@ -263,6 +279,44 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
     raise ConfigError(
         f"model.position='rope' needs an even head dimension, but d_model/num_heads"
         f" = {cfg.d_model}/{cfg.num_heads} = {cfg.head_dim}.")
+  if cfg.position != "rope":
+    for name in ("rope_fraction", "rope_scaling", "rope_scaling_factor",
+                 "rope_original_max_len"):
+      if getattr(cfg, name) != _FIELDS[name].default:
+        raise ConfigError(
+            f"model.{name}={getattr(cfg, name)!r} needs model.position='rope' (position "
+            f"is {cfg.position!r}); leave it at {_FIELDS[name].default!r} or use rope.")
+  if not 0.0 < cfg.rope_fraction <= 1.0:
+    raise ConfigError(f"model.rope_fraction must be in (0, 1], got {cfg.rope_fraction}.")
+  if cfg.position == "rope" and (cfg.rope_dims == 0 or cfg.rope_dims % 2):
+    raise ConfigError(
+        f"model.rope_fraction={cfg.rope_fraction} rotates int({cfg.head_dim} x "
+        f"{cfg.rope_fraction}) = {cfg.rope_dims} dimensions of each head; RoPE rotates "
+        "pairs, so choose a fraction that gives an even number > 0.")
+  if cfg.rope_scaling_factor < 1.0:
+    raise ConfigError(
+        f"model.rope_scaling_factor must be >= 1, got {cfg.rope_scaling_factor}.")
+  if cfg.rope_scaling == "none" and cfg.rope_scaling_factor != 1.0:
+    raise ConfigError(
+        f"model.rope_scaling_factor={cfg.rope_scaling_factor} has no effect with "
+        "model.rope_scaling='none'; choose one of: "
+        f"{', '.join(get_args(RopeScaling)[1:])}.")
+  positive("rope_original_max_len", allow_zero=True)
+  if cfg.rope_scaling == "yarn" and not cfg.rope_original_max_len:
+    raise ConfigError(
+        "model.rope_scaling='yarn' needs model.rope_original_max_len > 0, the context "
+        "length the model was trained at (YaRN scales each frequency by how many "
+        "turns it makes over that length).")
+  if cfg.rope_scaling != "yarn" and cfg.rope_original_max_len:
+    raise ConfigError(
+        f"model.rope_original_max_len={cfg.rope_original_max_len} is read by "
+        f"model.rope_scaling='yarn' only (rope_scaling is {cfg.rope_scaling!r}); "
+        "leave it at 0.")
+  if cfg.rope_scaling == "ntk" and cfg.rope_dims <= 2:
+    raise ConfigError(
+        "model.rope_scaling='ntk' raises the base to the power r/(r-2) of the rotated "
+        f"width r, which needs r > 2; this model rotates {cfg.rope_dims} dimensions "
+        "per head.")
   if cfg.position == "t5_bias" and cfg.t5_num_buckets < 4:
     raise ConfigError(
         f"model.t5_num_buckets must be >= 4, got {cfg.t5_num_buckets}.")

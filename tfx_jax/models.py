@@ -25,8 +25,8 @@ from tfx_jax.blocks import LayerSpec, Stack, parallel_branch_for, residual_for
 from tfx_jax.layers.attention import softcap, xavier
 from tfx_jax.layers.ffn import activation_fn
 from tfx_jax.layers.norms import norm_factory
-from tfx_jax.layers.positions import (LearnedPositions, T5RelativeBias, alibi_bias,
-                                      sinusoidal)
+from tfx_jax.layers.positions import (LearnedPositions, RotarySpec, T5RelativeBias,
+                                      alibi_bias, rotary_spec, sinusoidal)
 from tfx_jax.model_config import ModelConfig, deepnorm_constants
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -40,16 +40,21 @@ CLASSIFIER_INIT = nn.initializers.normal(0.02)
 class PositionScheme:
   """``model.position`` resolved once: what goes where."""
   absolute: str | None  # "sinusoidal" | "learned" | None: added to embeddings
-  rope_base: float | None  # rotate q/k inside attention
+  rotary: RotarySpec | None  # rotate q/k inside attention
   bias: str | None  # "t5" | "alibi" | None: added to attention logits
 
 
 def position_scheme(cfg: ModelConfig) -> PositionScheme:
-  """The one dispatch point of ``model.position``."""
+  """The one dispatch point of ``model.position``; RoPE's fields (base, rotated
+  fraction, scaling) are resolved here into the constants attention uses."""
+  rotary = None
+  if cfg.position == "rope":
+    rotary = rotary_spec(cfg.rope_dims, cfg.rope_base, cfg.rope_scaling,
+                         cfg.rope_scaling_factor, cfg.rope_original_max_len)
   return {
       "sinusoidal": PositionScheme("sinusoidal", None, None),
       "learned": PositionScheme("learned", None, None),
-      "rope": PositionScheme(None, cfg.rope_base, None),
+      "rope": PositionScheme(None, rotary, None),
       "t5_bias": PositionScheme(None, None, "t5"),
       "alibi": PositionScheme(None, None, "alibi"),
       "none": PositionScheme(None, None, None),
@@ -79,7 +84,7 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerS
       residual=residual, final_norm=final_norm, alpha=alpha, qk_init=qk_init,
       vo_gain=beta, vo_distribution=dist, use_bias=cfg.use_bias,
       scale_logits=cfg.scale_attention_logits, dropout=cfg.dropout,
-      attention_dropout=cfg.attention_dropout, rope_base=position_scheme(cfg).rope_base,
+      attention_dropout=cfg.attention_dropout, rotary=position_scheme(cfg).rotary,
       cross_attention=cross_attention, dtype=_DTYPES[cfg.dtype],
       causal=stack == "decoder",
       parallel_branch=parallel_branch_for(cfg.block, cfg.norm_position),

@@ -4,11 +4,13 @@
 (``run_setup.make_eval_step``, the one the training loop uses) over a split,
 or, for a task that is scored by decoding (translation: BLEU and chrF), the
 task's ``score_by_generation``. ``extrapolation`` is the ALiBi paper's length
-extrapolation experiment.
+extrapolation experiment; ``with_rope_scaling`` runs it on a RoPE model with its
+positions scaled (position interpolation, NTK-aware, YaRN) without retraining.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -19,7 +21,7 @@ from tfx_jax import tasks
 from tfx_jax import texts
 from tfx_jax.errors import ConfigError
 from tfx_jax.models import build_model
-from tfx_jax.model_config import position_capacity
+from tfx_jax.model_config import ModelConfig, position_capacity, validate
 
 
 def score_split(run, split="validation", *, max_batches=0, beam_size=4, alpha=0.6):
@@ -68,6 +70,45 @@ def parse_lengths(spec: str) -> list[int]:
   return out
 
 
+def with_rope_scaling(model_cfg: ModelConfig, seq_len: int, scaling: str,
+                      factor: float | None = None,
+                      original_max_len: int | None = None) -> ModelConfig:
+  """``model_cfg`` with its rotary positions scaled, for evaluation at lengths
+  beyond the training length ``seq_len`` (the parameters are unchanged).
+
+  ``scaling`` is a ``model.rope_scaling`` value; ``factor`` is required unless
+  it is "none"; YaRN's pre-training context ``original_max_len`` defaults to
+  ``seq_len``. ConfigError for a run without RoPE or an invalid combination,
+  before anything is traced.
+  """
+  flag = f"--rope_scaling={scaling}"
+  if model_cfg.position != "rope":
+    raise ConfigError(f"{flag} scales rotary positions: it needs a run with "
+                      f"model.position='rope'; this one has {model_cfg.position!r}.")
+  if factor is None and scaling != "none":
+    raise ConfigError(f"{flag} needs --rope_scaling_factor, the context extension "
+                      "(e.g. 4 to evaluate at 4x the training length).")
+  if original_max_len is None and scaling == "yarn":
+    original_max_len = seq_len
+  cfg = dataclasses.replace(model_cfg, rope_scaling=scaling,
+                            rope_scaling_factor=1.0 if factor is None else float(factor),
+                            rope_original_max_len=original_max_len or 0)
+  try:
+    return validate(cfg)
+  except ConfigError as e:
+    raise ConfigError(f"{flag}: {e}") from None
+
+
+def rope_scaling_tag(cfg: ModelConfig) -> str:
+  """The RoPE scaling of ``cfg`` in a file name: none, linear-x2, yarn-x4-from512."""
+  tag = cfg.rope_scaling
+  if cfg.rope_scaling != "none":
+    tag += f"-x{cfg.rope_scaling_factor:g}"
+  if cfg.rope_scaling == "yarn":
+    tag += f"-from{cfg.rope_original_max_len}"
+  return tag
+
+
 def extrapolation(run, split: str, multiples: list[int], max_windows: int = 0):
   """Perplexity on non-overlapping windows of k * L tokens for each k.
 
@@ -112,9 +153,11 @@ def extrapolation(run, split: str, multiples: list[int], max_windows: int = 0):
   return rows
 
 
-def format_extrapolation(rows, position: str) -> str:
-  """The extrapolation rows as a console table."""
-  lines = [f"length extrapolation (model.position={position})",
+def format_extrapolation(rows, position: str, rope_scaling: str | None = None) -> str:
+  """The extrapolation rows as a console table (``rope_scaling``: a scaling
+  applied at evaluation, as ``rope_scaling_tag`` names it)."""
+  scaled = f", rope_scaling={rope_scaling}" if rope_scaling else ""
+  lines = [f"length extrapolation (model.position={position}{scaled})",
            f"{'window':>8} {'tokens':>10} {'perplexity':>12}"]
   for r in rows:
     ppl = f"{r['perplexity']:.2f}" if r["perplexity"] is not None else "n/a"

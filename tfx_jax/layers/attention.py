@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tfx_jax.layers.positions import rope
+from tfx_jax.layers.positions import RotarySpec, rope
 
 Initializer = Callable[..., jax.Array]
 
@@ -271,7 +271,7 @@ class Attention(nn.Module):
   head_dim: int
   use_bias: bool = True
   dropout: float = 0.0
-  rope_base: float | None = None  # None: no RoPE
+  rotary: RotarySpec | None = None  # None: no RoPE
   qk_init: Initializer = xavier()
   vo_gain: float = 1.0
   vo_distribution: str = "uniform"
@@ -323,9 +323,9 @@ class Attention(nn.Module):
           and self.is_mutable_collection("cache")):
         self.put_variable("cache", "cross_key", k)
         self.put_variable("cache", "cross_value", v)
-    if self.rope_base is not None:
-      q = rope(q, positions_BL, self.rope_base)
-      k = rope(k, positions_BL, self.rope_base)
+    if self.rotary is not None:
+      q = rope(q, positions_BL, self.rotary)
+      k = rope(k, positions_BL, self.rotary)
 
     if self.use_cache and is_self:
       k, v = self._update_cache(k, v, cache_index)

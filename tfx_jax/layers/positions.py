@@ -10,6 +10,7 @@ cache index against every cache slot).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import flax.linen as nn
@@ -62,27 +63,132 @@ class LearnedPositions(nn.Module):
 
 
 # ---------------------------------------------------------------------- RoPE
-def rope(x_BLHK: jax.Array, positions_BL: jax.Array, base: float) -> jax.Array:
+@dataclasses.dataclass(frozen=True)
+class RotarySpec:
+  """RoPE resolved into constants: what ``Attention`` rotates, and by how much.
+
+  The first ``dims`` dimensions of each head are rotated, pair i being
+  (x_i, x_{i + dims/2}), by the angle t * inv_freq[i] at position t; the
+  other dimensions pass through. cos and sin are multiplied by
+  ``attention_factor`` (YaRN's attention temperature; 1 otherwise). Built
+  by :func:`rotary_spec`.
+  """
+  dims: int
+  inv_freq: tuple[float, ...]  # dims / 2 frequencies, float64 values
+  attention_factor: float = 1.0
+
+
+def _frequencies(dims: int, base: float) -> np.ndarray:
+  """theta_i = base^(-2i/r), i < r/2, over the rotated width r (Su et al. 2021,
+  section 3.2.2; GPT-NeoX computes them over its rotary_ndims the same way)."""
+  return base ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
+
+
+def _unscaled(dims, base, factor, original_max_len):
+  del factor, original_max_len
+  return _frequencies(dims, base), 1.0
+
+
+def _linear(dims, base, factor, original_max_len):
+  """Position interpolation (Chen et al. 2023, section 2.2): f'(x, m) = f(x, m / s).
+
+  Positions divided by the extension factor s = L'/L; since every angle is
+  m * theta_i, dividing the frequencies by s is the same map.
+  """
+  del original_max_len
+  return _frequencies(dims, base) / factor, 1.0
+
+
+def _ntk(dims, base, factor, original_max_len):
+  """Static "NTK-aware" scaling (Peng et al. 2023, section 3.1):
+  b' = b * s^(r / (r - 2)) over the rotated width r, so that the lowest
+  frequency is interpolated by s and the highest is left as it is."""
+  del original_max_len
+  return _frequencies(dims, base * factor ** (dims / (dims - 2))), 1.0
+
+
+# YaRN's ramp bounds (Peng et al. 2023, section 3.2): frequencies that turn more
+# than beta times over the training context are kept, fewer than alpha times
+# interpolated; the paper's values for LLaMA, and transformers' defaults.
+YARN_BETA_FAST = 32.0
+YARN_BETA_SLOW = 1.0
+
+
+def yarn_attention_factor(factor: float) -> float:
+  """sqrt(1/t) = 0.1 ln(s) + 1 (Peng et al. 2023, section 3.4); 1 for s <= 1."""
+  return 0.1 * math.log(factor) + 1.0 if factor > 1.0 else 1.0
+
+
+def _yarn(dims, base, factor, original_max_len):
+  """YaRN (Peng et al. 2023), as transformers' ``_compute_yarn_parameters``.
+
+  Pair i makes n_i = L / lambda_i = L theta_i / (2 pi) turns over the training
+  context L (the paper's r(d)). The paper ("NTK-by-parts", section 3.2) blends
+      h(theta_i) = (1 - gamma_i) theta_i / s + gamma_i theta_i,
+  gamma = 0 below alpha = 1 turn, 1 above beta = 32 turns, linear in n between.
+  The released YaRN code and transformers make gamma linear in the pair index
+  instead, between the indices where n = beta and n = alpha,
+      i(n) = r ln(L / (2 pi n)) / (2 ln b)   (r the rotated width),
+  rounded outwards (floor, ceil) and clamped to [0, r - 1]; we do the same, so
+  that converted checkpoints compute what they were trained with. cos and sin
+  are multiplied by sqrt(1/t) (section 3.4, ``yarn_attention_factor``).
+  """
+  theta = _frequencies(dims, base)
+
+  def pair_index(turns):
+    return dims * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+  low = max(math.floor(pair_index(YARN_BETA_FAST)), 0)
+  high = min(math.ceil(pair_index(YARN_BETA_SLOW)), dims - 1)
+  if low == high:
+    high += 0.001  # a step rather than a ramp (transformers' guard against 0/0)
+  ramp = np.clip((np.arange(dims // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+  gamma = 1.0 - ramp  # 1: the frequency is kept (extrapolated); 0: divided by s
+  return (1.0 - gamma) * theta / factor + gamma * theta, yarn_attention_factor(factor)
+
+
+# The one dispatch point of ``model.rope_scaling``:
+# (rotated width, base, factor s, original context L) -> (theta, attention factor).
+_ROPE_SCALINGS = {"none": _unscaled, "linear": _linear, "ntk": _ntk, "yarn": _yarn}
+
+
+def rotary_spec(dims: int, base: float = 10000.0, scaling: str = "none",
+                factor: float = 1.0, original_max_len: int = 0) -> RotarySpec:
+  """The :class:`RotarySpec` of ``dims`` rotated dimensions per head with a scaling
+  (``model.rope_scaling``: none, linear, ntk, yarn) by ``factor``."""
+  inv_freq, attention_factor = _ROPE_SCALINGS[scaling](dims, base, factor,
+                                                       original_max_len)
+  return RotarySpec(dims, tuple(float(f) for f in inv_freq), float(attention_factor))
+
+
+def rope(x_BLHK: jax.Array, positions_BL: jax.Array, spec: RotarySpec) -> jax.Array:
   """Rotary embedding (Su et al. 2021) on queries or keys, per head.
 
-  Pair i of the head dimension is rotated by angle t * theta_i with
-  theta_i = base^(-2i/d). We use the half-split layout, pairing (x_i, x_{i+d/2})
+  Pair i of the rotated dimensions is rotated by angle t * theta_i
+  (``spec.inv_freq``). We use the half-split layout, pairing (x_i, x_{i+r/2})
   ("rotate_half"), as the HF LLaMA code of textbook chapter 003 does; the interleaved layout
   of the paper is the same map up to a fixed permutation of the head dimension,
-  so q.k scores are identical.
+  so q.k scores are identical. With ``spec.dims`` < head_dim only the first
+  ``dims`` dimensions are rotated (GPT-NeoX's partial rotary); the rest pass
+  through unchanged.
   """
-  d = x_BLHK.shape[-1]
-  inv_freq = base ** (-jnp.arange(0, d // 2, dtype=jnp.float32) * 2.0 / d)
-  angle_BLK = positions_BL[..., None].astype(jnp.float32) * inv_freq
-  cos = jnp.cos(angle_BLK)[:, :, None, :]
-  sin = jnp.sin(angle_BLK)[:, :, None, :]
-  return _rotate(x_BLHK, cos, sin)
+  inv_freq = jnp.asarray(spec.inv_freq, jnp.float32)
+  angle_BLR = positions_BL[..., None].astype(jnp.float32) * inv_freq
+  cos, sin = jnp.cos(angle_BLR), jnp.sin(angle_BLR)
+  if spec.attention_factor != 1.0:
+    cos, sin = cos * spec.attention_factor, sin * spec.attention_factor
+  return _rotate(x_BLHK, cos[:, :, None, :], sin[:, :, None, :])
 
 
 def _rotate_by(x, cos, sin):
+  """Pairs (x_i, x_{i+h}), i < h = cos.shape[-1], rotated; dimensions >= 2h as they are."""
+  h = cos.shape[-1]
   x32 = x.astype(jnp.float32)
-  x1, x2 = jnp.split(x32, 2, axis=-1)
-  return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+  x1, x2, rest = x32[..., :h], x32[..., h:2 * h], x32[..., 2 * h:]
+  parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+  if rest.shape[-1]:
+    parts.append(rest)
+  return jnp.concatenate(parts, axis=-1).astype(x.dtype)
 
 
 @jax.custom_vjp
@@ -95,9 +201,11 @@ def _rotate_fwd(x, cos, sin):
 
 
 def _rotate_bwd(residuals, d_out):
-  # A rotation's transpose is the rotation by the opposite angle: the same
-  # split-and-concatenate as the forward, where autodiff would pad and add
-  # the halves' gradients. The angles come from integer positions: no gradient.
+  # A rotation's transpose is the rotation by the opposite angle (scaled by the
+  # same attention factor m: (m R)^T = m R^-1), and the identity on the
+  # dimensions passed through: the same slices and concatenation as the
+  # forward, where autodiff would pad and add the pieces' gradients. The angles
+  # come from integer positions: no gradient.
   cos, sin = residuals
   return _rotate_by(d_out, cos, -sin), None, None
 
