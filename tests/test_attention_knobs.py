@@ -247,3 +247,23 @@ def test_parameter_counts(fields, per_layer, once):
               vocab_size=23, position="rope", norm_type="rmsnorm")
   cfg = model_config_from_dict({**base, **fields})
   assert _count(cfg) - _count(model_config_from_dict(base)) == 3 * per_layer + once
+
+
+@pytest.mark.parametrize("scan_layers", [False, True], ids=["loop", "scan"])
+def test_new_parameters_carry_logical_axis_names(scan_layers):
+  """Every parameter has a logical name per dimension (how sharding finds its
+  mesh axes): the gates, the query-key norms and DyT's alpha included."""
+  cfg = model_config_from_dict(dict(
+      family="decoder_only", num_layers=2, d_model=D, num_heads=H, num_kv_heads=N,
+      vocab_size=23, position="rope", qk_norm="layernorm", attention_gate="elementwise",
+      norm_type="dyt", block="parallel", scan_layers=scan_layers))
+  boxed = jax.eval_shape(lambda r: build_model(cfg).init(r, jnp.ones((1, 4), jnp.int32)),
+                         jax.random.PRNGKey(0))["params"]
+  leaves = jax.tree_util.tree_leaves_with_path(
+      boxed, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  names = {jax.tree_util.keystr(p): x for p, x in leaves}
+  assert any("gate" in k for k in names) and any("query_norm" in k for k in names)
+  assert any("alpha" in k for k in names)
+  for path, leaf in names.items():
+    assert isinstance(leaf, nn.LogicallyPartitioned), path
+    assert len(leaf.names) == len(leaf.value.shape), (path, leaf.names)
