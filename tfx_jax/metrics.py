@@ -1,8 +1,9 @@
 """TensorBoard logging without TensorFlow.
 
-`MetricWriter` writes event files with tensorboardX; `read_scalars` /
-`read_tags` read them back with tensorboard's event accumulator (which runs
-without TensorFlow) for tests and reports.
+`MetricWriter` writes event files with tensorboard's own event-file writer
+and summary protos; `read_scalars` / `read_tags` read them back with
+tensorboard's event accumulator (which runs without TensorFlow) for tests and
+reports. Nothing here imports TensorFlow or PyTorch.
 
 Only the chief process (process 0) writes: on other processes every method is
 a no-op, so the training loop can call the writer unconditionally.
@@ -20,6 +21,9 @@ import numpy as np
 # Number of records of each kind loaded by the readers; 0 means all (the
 # event accumulator's default keeps a random sample of 10,000 scalars).
 _LOAD_EVERYTHING = {"scalars": 0, "tensors": 0}
+# The HParams dashboard's summary tags (tensorboard/plugins/hparams/metadata.py).
+_EXPERIMENT_TAG = "_hparams_/experiment"
+_SESSION_START_TAG = "_hparams_/session_start_info"
 
 
 def _hparam_value(value: Any) -> bool | int | float | str:
@@ -46,13 +50,22 @@ class MetricWriter:
     self.had_events = os.path.isdir(self.logdir) and any(
         name.startswith("events.out.tfevents") for name in os.listdir(self.logdir))
     if is_chief:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      from tensorboard.summary.writer import event_file_writer  # pylint: disable=g-import-not-at-top
       # flush_secs: keep event files fresh for a live TensorBoard. The file
       # name carries the second it was opened in; the nanosecond suffix keeps a
       # writer opened in the same second (a quick restart) from overwriting the
       # previous file, and keeps files in time order when sorted by name.
-      self._writer = SummaryWriter(logdir=self.logdir, flush_secs=30,
-                                   filename_suffix=f".{time.time_ns()}")
+      self._writer = event_file_writer.EventFileWriter(
+          self.logdir, flush_secs=30, filename_suffix=f".{time.time_ns()}")
+
+  def _add(self, step: int, **event_fields) -> None:
+    from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
+    self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(step),
+                                           **event_fields))
+
+  def _add_values(self, step: int, values: list) -> None:
+    from tensorboard.compat.proto import summary_pb2  # pylint: disable=g-import-not-at-top
+    self._add(step, summary=summary_pb2.Summary(value=values))
 
   def mark_restart(self, step: int) -> None:
     """Drops, in TensorBoard, what an interrupted run logged from ``step`` on.
@@ -64,23 +77,33 @@ class MetricWriter:
     """
     if self._writer is None:
       return
-    from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
-    start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
-    self._writer.file_writer.add_event(event_pb2.Event(session_log=start), step=step)
+    from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
+    self._add(step, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
     """Writes one value per tag at `step`; values may be 0-d arrays."""
     if self._writer is None:
       return
-    for tag, value in scalars.items():
-      self._writer.add_scalar(tag, float(np.asarray(value)), global_step=step)
+    from tensorboard.compat.proto import summary_pb2  # pylint: disable=g-import-not-at-top
+    self._add_values(step, [summary_pb2.Summary.Value(tag=tag,
+                                                      simple_value=float(np.asarray(v)))
+                            for tag, v in scalars.items()])
 
   def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
     """Writes text (rendered as markdown by TensorBoard) at `step`."""
     if self._writer is None:
       return
+    from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2  # pylint: disable=g-import-not-at-top
+    text_plugin = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text"))
+    values = []
     for tag, text in texts.items():
-      self._writer.add_text(tag, str(text), global_step=step)
+      tensor = tensor_pb2.TensorProto(
+          dtype=types_pb2.DT_STRING, string_val=[str(text).encode("utf-8")],
+          tensor_shape=tensor_shape_pb2.TensorShapeProto(
+              dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=1)]))
+      values.append(summary_pb2.Summary.Value(tag=tag, metadata=text_plugin, tensor=tensor))
+    self._add_values(step, values)
 
   def write_config_text(self, config: Any, tag: str = "config") -> None:
     """Writes the full run config as a text summary at step 0.
@@ -106,38 +129,48 @@ class MetricWriter:
       metric_names: scalar tags (written with `write_scalars` to this same
         logdir) shown as metric columns, e.g. ["eval/loss", "eval/bleu"].
 
-    Unlike tensorboardX's `add_hparams`, which writes a separate sub-run with
-    its own copy of the metrics, the experiment and session-start summaries
-    go into this run's own event file, so the dashboard reads the real
-    metric curves of the run.
+    The experiment and session-start summaries go into this run's own event
+    file (not a separate sub-run with its own copy of the metrics), so the
+    dashboard reads the real metric curves of the run.
     """
     if self._writer is None:
       return
-    from tensorboardX.summary import hparams as hparams_summaries  # pylint: disable=g-import-not-at-top
-    values = {k: _hparam_value(v) for k, v in hparams.items()}
-    experiment, session_start, _ = hparams_summaries(
-        values, {name: 0.0 for name in metric_names})
-    self._writer.file_writer.add_summary(experiment)
-    self._writer.file_writer.add_summary(session_start)
+    # pylint: disable=g-import-not-at-top
+    from tensorboard.compat.proto import summary_pb2
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+    # pylint: enable=g-import-not-at-top
+    start = plugin_data_pb2.SessionStartInfo()
+    infos = []
+    for name, value in hparams.items():
+      value = _hparam_value(value)
+      if isinstance(value, bool):
+        start.hparams[name].bool_value, kind = value, api_pb2.DATA_TYPE_BOOL
+      elif isinstance(value, (int, float)):
+        start.hparams[name].number_value, kind = float(value), api_pb2.DATA_TYPE_FLOAT64
+      else:
+        start.hparams[name].string_value, kind = value, api_pb2.DATA_TYPE_STRING
+      infos.append(api_pb2.HParamInfo(name=name, type=kind))
+    experiment = api_pb2.Experiment(
+        hparam_infos=infos,
+        metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m))
+                      for m in metric_names])
+
+    def value(tag, data):
+      metadata = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(
+          plugin_name="hparams", content=data.SerializeToString()))
+      return summary_pb2.Summary.Value(tag=tag, metadata=metadata)
+
+    self._add_values(0, [
+        value(_EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)),
+        value(_SESSION_START_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=start)),
+    ])
 
   def flush(self) -> None:
-    """Writes every event added so far to disk before returning.
-
-    tensorboardX hands events to a background thread through a queue, and its
-    own flush() does not wait for that queue: a ``kill -9`` right after it
-    could lose the last points before a checkpoint. The thread is stopped
-    (it writes the queue up to its stop marker first) and started again.
-    """
-    if self._writer is None:
-      return
-    events = getattr(self._writer.file_writer, "event_writer", None)
-    worker = getattr(events, "_worker", None)
-    if worker is not None and hasattr(worker, "stop"):
-      worker.stop()
-      events._worker = type(worker)(events._event_queue, events._ev_writer,  # pylint: disable=protected-access
-                                    events._flush_secs)  # pylint: disable=protected-access
-      events._worker.start()  # pylint: disable=protected-access
-    self._writer.flush()
+    """Writes every event added so far to disk before returning (the writer's
+    queue is drained, then the file flushed): nothing logged before a
+    checkpoint is lost to a ``kill -9`` after it."""
+    if self._writer is not None:
+      self._writer.flush()
 
   def close(self) -> None:
     if self._writer is not None:
@@ -180,7 +213,8 @@ def _plugin_tags(accumulator, plugin: str) -> dict[str, bytes]:
     return {}
 
 
-# tensorboardX stores text under "<tag>/text_summary"; the readers strip it.
+# Event files written before this writer (with tensorboardX) store text under
+# "<tag>/text_summary"; the readers strip it.
 _TEXT_SUFFIX = "/text_summary"
 
 
