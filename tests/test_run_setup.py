@@ -69,6 +69,26 @@ def test_training_logs_nll_and_per_layer_statistics(tmp_path):
     assert 0 < layer_sq < total ** 2 * (1 + 1e-5)
 
 
+def test_layer_stats_of_a_scanned_stack_with_every_attention_knob(tmp_path):
+  """The largest attention logit per layer comes out of a scanned stack whose
+  windowed and fully attending layers alternate, with the other knobs on."""
+  config = tiny_config("lm.py:tiny", {
+      "train.num_steps": 2, "train.log_every_steps": 1, "eval.every_steps": 2,
+      "eval.num_samples": 0, "train.log_layer_stats": True, "train.z_loss": 1e-4,
+      "model.num_layers": 2, "model.scan_layers": True, "model.position": "rope",
+      "model.qk_norm": "rmsnorm", "model.attention_gate": "headwise",
+      "model.norm_type": "dyt", "model.block": "parallel",
+      "model.attention_window": 4, "model.global_every": 2,
+      "model.attention_logit_softcap": 50.0, "model.final_logit_softcap": 30.0})
+  result = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+  assert result.status == "finished"
+  scalars = metrics.read_scalars(tmp_path / "run" / "tensorboard")
+  for i in range(2):
+    values = [v for _, v in scalars[f"layer_stats/max_attention_logit/decoder_{i:02d}"]]
+    assert len(values) == 2 and all(math.isfinite(v) for v in values)
+  assert all(v > 0 for _, v in scalars["train/z_loss"])
+
+
 def test_nll_equals_the_objective_without_smoothing(tmp_path):
   config = tiny_config("lm.py:tiny", {"train.num_steps": 2, "train.log_every_steps": 1,
                                       "eval.every_steps": 2, "eval.num_samples": 0})
