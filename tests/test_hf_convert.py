@@ -1,9 +1,10 @@
 """Hugging Face interop: logits and greedy-decoding parity with transformers'
 own implementations, export -> import bit-identity, unrepresentable exports.
 
-Each architecture is a tiny random HF model (2 layers, d_model 32, vocab 100)
-with every parameter perturbed away from its initial value (norm gains, biases,
-the output bias buffer), so that a wrong or missing mapping shows in the logits.
+Each architecture is a tiny random HF model (2 layers, 4 for Gemma 2; d_model
+32; vocab 100) with every parameter perturbed away from its initial value (norm
+gains, biases, the output bias buffer), so that a wrong or missing mapping shows
+in the logits.
 Needs the optional 'hf' extra (torch CPU, transformers); skipped without it.
 """
 
@@ -36,6 +37,9 @@ def _hf_models():
   llama = dict(common, hidden_size=D, intermediate_size=48, num_hidden_layers=LAYERS,
                num_attention_heads=HEADS, num_key_value_heads=2, rms_norm_eps=1e-6,
                tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+  neox = dict(common, hidden_size=D, intermediate_size=64, num_hidden_layers=LAYERS,
+              num_attention_heads=HEADS, max_position_embeddings=64, bos_token_id=1,
+              eos_token_id=2)
   seq2seq = dict(common, d_model=D, encoder_layers=LAYERS, decoder_layers=LAYERS,
                  encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
                  encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
@@ -78,11 +82,32 @@ def _hf_models():
           **llama, max_position_embeddings=32,
           rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
                            "original_max_position_embeddings": 8})),
+      # GPT-NeoX (Pythia's layout): parallel block, half of each head rotated.
+      "gpt_neox": (t.GPTNeoXForCausalLM, t.GPTNeoXConfig(
+          **neox, rotary_pct=0.5, use_parallel_residual=True, tie_word_embeddings=False)),
+      # use_parallel_residual=False: the sequential block; HF's default rotary_pct
+      # (a quarter of each head: one pair), tied.
+      "gpt_neox_sequential": (t.GPTNeoXForCausalLM, t.GPTNeoXConfig(
+          **neox, use_parallel_residual=False, tie_word_embeddings=True)),
+      # Qwen3: heads of 16 (> 32 / 4, as Qwen3-0.6B's 128 > 1024 / 16), tied.
+      "qwen3": (t.Qwen3ForCausalLM, t.Qwen3Config(
+          **common, hidden_size=D, intermediate_size=48, num_hidden_layers=LAYERS,
+          num_attention_heads=HEADS, num_key_value_heads=2, head_dim=16,
+          rms_norm_eps=1e-6, max_position_embeddings=64, tie_word_embeddings=True,
+          bos_token_id=1, eos_token_id=2)),
+      # Gemma 2: heads of 6 (< 32 / 4, as Gemma 2 2B's 256 < 2304 / 8); 4 layers
+      # alternating a window of 4 (shorter than the inputs) and full attention;
+      # soft-caps small enough to bind.
+      "gemma2": (t.Gemma2ForCausalLM, t.Gemma2Config(
+          **common, hidden_size=D, intermediate_size=48, num_hidden_layers=4,
+          num_attention_heads=HEADS, num_key_value_heads=2, head_dim=6,
+          query_pre_attn_scalar=6, sliding_window=4, attn_logit_softcapping=5.0,
+          final_logit_softcapping=3.0, max_position_embeddings=64)),
   }
 
 
 ARCHS = ("llama", "llama_linear", "llama_yarn", "gpt2", "bert", "t5", "t5_v1_0", "bart",
-         "marian")
+         "marian", "gpt_neox", "gpt_neox_sequential", "qwen3", "gemma2")
 
 
 def _perturb(model, seed):
@@ -248,12 +273,166 @@ def test_t5_feed_forward_without_a_model_activation_is_refused(hf_dirs, tmp_path
     ("bart", dict(activation="swiglu"), "model.activation='swiglu'"),
     ("bart", dict(scale_output=True), "model.scale_output=True"),
     ("t5_v1_0", dict(activation="gelu"), "model.activation='gelu'"),
+    ("llama", dict(attention_logit_softcap=5.0), "model.attention_logit_softcap=5.0"),
+    ("gpt2", dict(head_dim=16), "model.head_dim=16"),
+    ("gpt_neox", dict(use_bias=False), "model.use_bias=False"),
+    ("gpt_neox", dict(norm_position="sandwich"), "model.norm_position='sandwich'"),
+    ("gpt_neox", dict(attention_window=4), "model.attention_window=4"),
+    ("qwen3", dict(qk_norm="layernorm"), "model.qk_norm='layernorm'"),
+    ("qwen3", dict(attention_gate="headwise"), "model.attention_gate='headwise'"),
+    ("gemma2", dict(norm_position="pre"), "model.norm_position='pre'"),
+    ("gemma2", dict(block="parallel"), "model.block='parallel'"),
+    ("gemma2", dict(scale_embeddings=False), "model.scale_embeddings=False"),
+    ("gemma2", dict(qk_norm="rmsnorm"), "model.qk_norm='rmsnorm'"),
 ])
 def test_unrepresentable_export_names_the_setting(arch, change, named, imported, tmp_path):
   cfg, params = imported[arch]
   with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
     convert.to_hf(dataclasses.replace(cfg, **change), params, tmp_path)
   assert not (tmp_path / "config.json").exists()
+
+
+def test_new_architectures_are_imported_as_their_fields(imported):
+  neox, sequential = imported["gpt_neox"][0], imported["gpt_neox_sequential"][0]
+  assert (neox.block, neox.rope_fraction, neox.rope_dims, neox.tie_embeddings) == (
+      "parallel", 0.5, 4, False)
+  assert (sequential.block, sequential.rope_fraction, sequential.rope_dims,
+          sequential.tie_embeddings) == ("sequential", 0.25, 2, True)
+  qwen3 = imported["qwen3"][0]
+  assert (qwen3.qk_norm, qwen3.head_dim, qwen3.kv_heads, qwen3.tie_embeddings) == (
+      "rmsnorm", 16, 2, True)
+  gemma2 = imported["gemma2"][0]
+  assert (gemma2.norm_position, gemma2.activation, gemma2.head_dim,
+          gemma2.scale_embeddings) == ("sandwich", "geglu_tanh", 6, True)
+  assert (gemma2.attention_window, gemma2.global_every, gemma2.attention_logit_softcap,
+          gemma2.final_logit_softcap) == (4, 2, 5.0, 3.0)
+
+
+@pytest.mark.parametrize("change", [
+    dict(attention_window=0, global_every=0),  # every layer attends fully
+    dict(global_every=0),  # every layer windowed
+    dict(attention_logit_softcap=0.0),
+    dict(final_logit_softcap=0.0),
+], ids=lambda change: ",".join(change))
+def test_gemma2_windows_and_soft_caps_matter(change, hf_dirs, imported):
+  """On these inputs (10 tokens, a window of 4) each of Gemma 2's windows and
+  soft-caps changes the logits far beyond the tolerance: the parity above
+  checks them. HF computes soft-capped attention with the eager implementation
+  only (sdpa has no soft-cap)."""
+  hf = hf_dirs["gemma2"][0]
+  assert hf.config._attn_implementation == "eager"
+  cfg, params = imported["gemma2"]
+  got, want = _logits("gemma2", hf, dataclasses.replace(cfg, **change), params)
+  assert float(np.abs(got - want).max()) > 100 * TOL
+
+
+def _copy_with_config(src, dst, **changes):
+  config = json.loads((src / "config.json").read_text())
+  config.update(changes)
+  (dst / "config.json").write_text(json.dumps(config))
+  (dst / "model.safetensors").write_bytes((src / "model.safetensors").read_bytes())
+
+
+@pytest.mark.parametrize("window,fields", [
+    # use_sliding_window with max_window_layers=0: every layer windowed.
+    (dict(use_sliding_window=True, sliding_window=4, max_window_layers=0,
+          layer_types=None), (4, 0)),
+    # layer_types naming the layers: layer 0 windowed, layer 1 full.
+    (dict(use_sliding_window=True, sliding_window=3,
+          layer_types=["sliding_attention", "full_attention"]), (3, 2)),
+], ids=["all", "alternating"])
+def test_qwen3_sliding_windows_match_transformers(window, fields, hf_dirs, imported,
+                                                  tmp_path):
+  """Qwen3's sliding windows (a Qwen3 with the qwen3 model's weights), where
+  layer_types fit attention_window and global_every, convert both ways."""
+  _copy_with_config(hf_dirs["qwen3"][1], tmp_path, **window)
+  hf = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path).eval()
+  cfg, params = convert.from_hf(tmp_path)
+  assert (cfg.attention_window, cfg.global_every) == fields
+  got, want = _logits("qwen3", hf, cfg, params)
+  assert float(np.abs(got - want).max()) <= TOL
+  unwindowed, _ = _logits("qwen3", hf, imported["qwen3"][0], params)
+  assert float(np.abs(unwindowed - want).max()) > 100 * TOL
+  convert.to_hf(cfg, params, tmp_path / "export")
+  assert convert.from_hf(tmp_path / "export")[0] == cfg
+  reloaded = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path / "export").eval()
+  got, want = _logits("qwen3", reloaded, cfg, params)
+  assert float(np.abs(got - want).max()) <= TOL
+
+
+@pytest.mark.parametrize("arch,changes,named", [
+    ("gpt_neox", dict(attention_bias=False), "attention_bias=False"),
+    ("gpt_neox", dict(hidden_act="gelu_fast"), "activation 'gelu_fast'"),
+    ("qwen3", dict(attention_bias=True), "attention_bias=True"),
+    # max_window_layers=1 of 2: layer 0 full, layer 1 windowed.
+    ("qwen3", dict(use_sliding_window=True, sliding_window=4, max_window_layers=1,
+                   layer_types=None), "layer_types FS"),
+    ("qwen3", dict(use_sliding_window=False, sliding_window=None,
+                   layer_types=["sliding_attention", "full_attention"]),
+     "sliding_window is None"),
+    ("qwen3", dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                    "partial_rotary_factor": 0.5}),
+     "partial_rotary_factor=0.5"),
+    ("gemma2", dict(query_pre_attn_scalar=16), "query_pre_attn_scalar=16"),
+    ("gemma2", dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
+    # Full layers 2 and 3 (1-based): not every k-th.
+    ("gemma2", dict(layer_types=["sliding_attention", "full_attention",
+                                 "full_attention", "sliding_attention"]),
+     "layer_types SFFS"),
+    ("gemma2", dict(layer_types=["full_attention", "chunked_attention"] * 2),
+     "chunked_attention"),
+    ("gemma2", dict(hidden_activation="quick_gelu"), "activation 'quick_gelu'"),
+])
+def test_unrepresented_hf_settings_are_refused(arch, changes, named, hf_dirs, tmp_path):
+  _copy_with_config(hf_dirs[arch][1], tmp_path, **changes)
+  with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
+    convert.from_hf(tmp_path)
+
+
+def test_gemma_norm_gain_is_one_plus_the_stored_weight():
+  """Gemma's RMSNorm multiplies by (1 + w): imported as s = 1 + w, the float32 sum
+  HF computes; exported as w = s - 1, which gives every gain s >= 0.5 back."""
+  from tfx_jax.hf_architectures import gemma_norm
+  rule = gemma_norm("w", "s")
+  rng = np.random.default_rng(0)
+  w = np.concatenate([rng.normal(0, 0.5, 1000), rng.normal(0, 1e-8, 100),
+                      [0.0, -0.5, 1e-30]]).astype(np.float32)
+  (s,) = rule.to_tfx(w)
+  np.testing.assert_array_equal(s, (1.0 + torch.from_numpy(w)).numpy())
+  gains = np.concatenate([rng.uniform(0.5, 4.0, 1000), [0.5, 1.0, 2.0, 1 + 2**-23]])
+  gains = gains.astype(np.float32)
+  np.testing.assert_array_equal(rule.to_tfx(rule.to_hf(gains))[0], gains)
+
+
+@pytest.mark.parametrize("arch", ["llama", "t5"])
+def test_heads_of_their_own_width(arch, tmp_path):
+  """LLaMA's head_dim and T5's d_kv other than d_model / num_heads (Mistral
+  NeMo's heads, T5 3B's and 11B's) import as model.head_dim and convert back."""
+  t = transformers
+  if arch == "llama":
+    hf = t.LlamaForCausalLM(t.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=D, intermediate_size=48, num_hidden_layers=1,
+        num_attention_heads=HEADS, num_key_value_heads=2, head_dim=12,
+        max_position_embeddings=64))
+  else:
+    hf = t.T5ForConditionalGeneration(t.T5Config(
+        vocab_size=VOCAB, d_model=D, d_kv=12, d_ff=48, num_layers=1, num_heads=HEADS,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+        relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0,
+        eos_token_id=1))
+  hf = hf.eval()
+  _perturb(hf, 0)
+  hf.save_pretrained(tmp_path / "hf")
+  cfg, params = convert.from_hf(tmp_path / "hf")
+  assert (cfg.head_dim, cfg.attention_head_dim) == (12, 12)
+  got, want = _logits(arch, hf, cfg, params)
+  assert float(np.abs(got - want).max()) <= TOL
+  convert.to_hf(cfg, params, tmp_path / "export")
+  cfg2, params2 = convert.from_hf(tmp_path / "export")
+  assert cfg2 == cfg
+  flat2 = dict(jax.tree_util.tree_leaves_with_path(params2))
+  for key, value in jax.tree_util.tree_leaves_with_path(params):
+    np.testing.assert_array_equal(flat2[key], value, err_msg=str(key))
 
 
 @pytest.mark.parametrize("arch,fields", [

@@ -52,7 +52,8 @@ def test_every_axis_value_is_accepted(field):
 
 @pytest.mark.parametrize("overrides,seq_len,needles", [
     # d_model not divisible by num_heads
-    (dict(d_model=10, num_heads=4), None, ["model.d_model=10", "model.num_heads=4"]),
+    (dict(d_model=10, num_heads=4), None,
+     ["model.d_model=10", "model.num_heads=4", "model.head_dim"]),
     # RoPE rotates pairs: the head dimension must be even (12 / 4 = 3)
     (dict(position="rope", d_model=12, num_heads=4), None,
      ["model.position='rope'", "even head dimension", "= 3"]),
@@ -66,6 +67,10 @@ def test_every_axis_value_is_accepted(field):
     (dict(d_model=-8), None, ["model.d_model", "got -8"]),
     (dict(vocab_size=0), None, ["model.vocab_size", "got 0"]),
     (dict(num_kv_heads=-1), None, ["model.num_kv_heads", "got -1"]),
+    (dict(head_dim=-4), None, ["model.head_dim", "got -4"]),
+    # an explicit head width: RoPE needs it even (d_model / num_heads is not read)
+    (dict(position="rope", d_model=16, num_heads=4, head_dim=5), None,
+     ["model.position='rope'", "even head dimension", "model.head_dim = 5"]),
     # dropout rates in [0, 1)
     (dict(dropout=-0.1), None, ["model.dropout", "-0.1"]),
     (dict(attention_dropout=1.0), None, ["model.attention_dropout", "1.0"]),
@@ -123,8 +128,14 @@ def test_defaults_and_locked_config_dict():
 
 def test_derived_sizes():
   cfg = model_config_from_dict(dict(d_model=64, num_heads=8, num_kv_heads=2))
-  assert (cfg.head_dim, cfg.kv_heads) == (8, 2)
+  assert (cfg.attention_head_dim, cfg.kv_heads) == (8, 2)
   assert model_config_from_dict(dict(num_heads=4)).kv_heads == 4  # 0 = multi-head
+  # head_dim > 0: heads of that width, whatever d_model / num_heads is (or whether
+  # num_heads divides d_model at all).
+  for d, heads, width in ((64, 8, 16), (64, 8, 4), (30, 4, 8)):
+    cfg = model_config_from_dict(dict(d_model=d, num_heads=heads, head_dim=width,
+                                      position="rope", rope_fraction=0.5))
+    assert (cfg.attention_head_dim, cfg.rope_dims) == (width, width // 2)
   assert model_config_from_dict(dict(d_model=64, activation="gelu")).ffn_dim == 256
   # Gated: 2/3 of 4d = 170.67 -> 170, rounded up to a multiple of 8 -> 176.
   assert model_config_from_dict(dict(d_model=64, activation="swiglu")).ffn_dim == 176

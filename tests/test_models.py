@@ -326,6 +326,28 @@ def test_cached_decoding_alternating_windows_scanned():
                            schedules=(PREFILL_THEN_ONE_AT_A_TIME,), **overrides)
 
 
+@pytest.mark.parametrize("width", [6, 2])
+@pytest.mark.parametrize("family", DECODER_FAMILIES)
+def test_heads_of_their_own_width(family, width):
+  """model.head_dim wider (6) or narrower (2) than d_model / num_heads (16 / 4):
+  q, k, v [D, H, K] and out [H, K, D], the cross-attention's too, and cached
+  decoding unchanged."""
+  _, _, params = _model(family, "rope", head_dim=width)
+  kv_heads = {"query": 4, "key": 2, "value": 2}
+  checked = 0
+  for path, leaf in jax.tree_util.tree_leaves_with_path(nn.unbox(params)):
+    names = [k.key for k in path]
+    if len(names) > 2 and names[-3].endswith("attention") and names[-1] == "kernel":
+      want = ((4, width, 16) if names[-2] == "out" else (16, kv_heads[names[-2]], width))
+      assert leaf.shape == want, names
+      checked += 1
+  # 4 kernels per attention: 2 layers, and 2 encoder layers + 2 decoder layers
+  # with cross-attention.
+  assert checked == (8 if family == "decoder_only" else 24)
+  _check_cached_decoding(family, "rope", scan_layers=False,
+                         schedules=(PREFILL_THEN_ONE_AT_A_TIME,), head_dim=width)
+
+
 def test_cached_decoding_multi_query():
   _check_cached_decoding("decoder_only", "rope", scan_layers=False,
                          schedules=(PREFILL_THEN_ONE_AT_A_TIME,), num_kv_heads=1)

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from tfx_jax.layers.attention import Attention
 from tfx_jax.layers.ffn import FeedForward
 from tfx_jax.layers.positions import RotarySpec
+from tfx_jax.model_config import is_windowed
 
 
 # ------------------------------------------------------------- norm placement
@@ -108,9 +109,7 @@ class LayerSpec:
 
   def windowed(self, layer: int) -> bool:
     """Whether self-attention of layer ``layer`` (0-based) is windowed."""
-    if not self.attention_window:
-      return False
-    return not (self.global_every and (layer + 1) % self.global_every == 0)
+    return is_windowed(layer, self.attention_window, self.global_every)
 
 
 def residual_for(norm_position: str):

@@ -1,4 +1,5 @@
-"""Hugging Face checkpoints in and out: LLaMA, GPT-2, BERT, T5 (1.0, v1.1), BART, Marian.
+"""Hugging Face checkpoints in and out: LLaMA, GPT-2, GPT-NeoX, Qwen3, Gemma 2, BERT,
+T5 (1.0, v1.1), BART, Marian.
 
   python -m tfx_jax.convert from-hf --hf-dir DIR --workdir W
   python -m tfx_jax.convert to-hf --workdir W --out DIR
@@ -36,7 +37,7 @@ from tfx_jax.cli import exit_code
 from tfx_jax.config_base import base_config
 from tfx_jax.errors import ConfigError
 from tfx_jax.hf_architectures import ARCHITECTURES, Architecture, architecture_for
-from tfx_jax.model_config import ModelConfig, model_config_from_dict
+from tfx_jax.model_config import ModelConfig, is_windowed, model_config_from_dict
 
 # HF tokenizer files, in order of preference: SentencePiece models, then tokenizer.json.
 _TOKENIZER_FILES = ("tokenizer.model", "spiece.model", "source.spm",
@@ -133,7 +134,14 @@ def _effective(cfg: ModelConfig) -> dict:
     d.pop(k)
   d.update(ffn_dim=cfg.ffn_dim, kv_heads=cfg.kv_heads, embedding_norm=cfg.has_embedding_norm,
            encoder_layers=cfg.encoder_layers if cfg.family != "decoder_only" else 0,
-           decoder_layers=cfg.decoder_layers if cfg.family != "encoder_only" else 0)
+           decoder_layers=cfg.decoder_layers if cfg.family != "encoder_only" else 0,
+           head_dim=cfg.attention_head_dim)
+  # Windows by the layers they restrict: a window no layer uses is none, and a
+  # global_every that makes every layer (1) or none (> the layers) global is 0.
+  n = max(cfg.encoder_layers, cfg.decoder_layers)
+  windowed = [is_windowed(i, cfg.attention_window, cfg.global_every) for i in range(n)]
+  d.update(attention_window=cfg.attention_window if any(windowed) else 0,
+           global_every=cfg.global_every if any(windowed) and not all(windowed) else 0)
   # Settings that a scheme does not read.
   if cfg.position != "rope":
     d.pop("rope_base")

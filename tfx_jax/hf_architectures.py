@@ -13,6 +13,16 @@ Which canonical variant each architecture is, in ``model.*`` terms:
   LLaMA    decoder_only, pre, rmsnorm, swiglu, rope (half-split), no biases, GQA;
            RoPE scaling linear or yarn (rope_scaling)
   GPT-2    decoder_only, pre, layernorm, gelu_tanh, learned positions, tied
+  GPT-NeoX decoder_only, parallel block (use_parallel_residual; sequential
+           without), pre, layernorm with biases, gelu, rope over rotary_pct of
+           each head (rope_fraction), fused query_key_value, untied embed_out
+  Qwen3    as LLaMA plus per-head RMSNorm of queries and keys (qk_norm),
+           head_dim of its own; sliding windows where layer_types fit
+           attention_window and global_every
+  Gemma 2  decoder_only, sandwich, rmsnorm (HF's gain w is 1 + w here),
+           geglu_tanh, rope, no biases, GQA, head_dim of its own, embeddings
+           x sqrt(d_model), attention and final logit soft-caps, sliding and
+           global layers alternating (attention_window, global_every=2), tied
   BERT     encoder_only, post, layernorm, gelu, learned positions, token types,
            embedding norm, MLM head
   T5 1.0   encoder_decoder, pre, rmsnorm, relu, t5_bias, no biases,
@@ -36,7 +46,7 @@ import numpy as np
 
 from tfx_jax.errors import ConfigError
 from tfx_jax.layers.positions import YARN_BETA_FAST, YARN_BETA_SLOW, yarn_attention_factor
-from tfx_jax.model_config import GATED_ACTIVATIONS, ModelConfig
+from tfx_jax.model_config import GATED_ACTIVATIONS, ModelConfig, is_windowed
 
 Array = np.ndarray
 
@@ -124,34 +134,41 @@ def _dense(rules, hf, tfx, bias=True):
     rules.append(same(f"{hf}.bias", f"{tfx}/bias"))
 
 
-# --------------------------------------------------------------- LLaMA
+# ---------------------------------------------------------------- RoPE
 # transformers' rope_type -> model.rope_scaling. Not represented: "dynamic"
 # (frequencies that change with the input length), "llama3", "longrope".
 _ROPE_TYPES = {"default": "none", "linear": "linear", "yarn": "yarn"}
 
 
-def _llama_rope(c) -> dict:
-  """The model.rope_* fields of a LLaMA config's RoPE: transformers 5's
-  ``rope_parameters``, or the older ``rope_theta`` and ``rope_scaling``."""
+def _rope_fields(c, arch: str, *, longest: int, partial: bool = False,
+                 base_key: str = "rope_theta", fraction_key: str = "partial_rotary_factor",
+                 fraction_default: float = 1.0) -> dict:
+  """The model.rope_* fields of an HF config's RoPE: transformers 5's
+  ``rope_parameters``, or the older top-level keys (``rope_theta`` and
+  ``rope_scaling``; GPT-NeoX's ``rotary_emb_base`` and ``rotary_pct``, read
+  through ``base_key`` and ``fraction_key``). ``longest`` is the model's
+  max_position_embeddings. Architectures that rotate whole heads (``partial``
+  False) refuse a partial_rotary_factor other than 1."""
   rope = {**(c.get("rope_scaling") or {}), **(c.get("rope_parameters") or {})}
   kind = rope.get("rope_type", rope.get("type", "default"))
   if kind not in _ROPE_TYPES:
-    raise ConfigError(f"llama: RoPE rope_type={kind!r} has no model.rope_scaling; "
+    raise ConfigError(f"{arch}: RoPE rope_type={kind!r} has no model.rope_scaling; "
                       f"supported: {', '.join(_ROPE_TYPES)}.")
-  partial = rope.get("partial_rotary_factor", c.get("partial_rotary_factor")) or 1.0
-  if partial != 1.0:
-    raise ConfigError(f"llama: partial_rotary_factor={partial}; LLaMA rotates whole heads.")
-  fields = dict(rope_base=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))),
-                rope_scaling=_ROPE_TYPES[kind])
+  fraction = rope.get("partial_rotary_factor", c.get(fraction_key))
+  fraction = fraction_default if fraction is None else float(fraction)
+  if not partial and fraction != 1.0:
+    raise ConfigError(f"{arch}: partial_rotary_factor={fraction}; {arch} rotates whole "
+                      "heads.")
+  fields = dict(rope_base=float(rope.get("rope_theta", c.get(base_key, 10000.0))),
+                rope_fraction=fraction, rope_scaling=_ROPE_TYPES[kind])
   if kind == "linear":
     if rope.get("factor") is None:
-      raise ConfigError("llama: RoPE rope_type='linear' without a factor.")
+      raise ConfigError(f"{arch}: RoPE rope_type='linear' without a factor.")
     fields.update(rope_scaling_factor=float(rope["factor"]))
   elif kind == "yarn":
     # As transformers reads them: a top-level original_max_position_embeddings
     # first, then the RoPE's own, then max_position_embeddings; a missing factor
     # is the ratio of the two lengths.
-    longest = c.get("max_position_embeddings", 2048)
     original = (c.get("original_max_position_embeddings")
                 or rope.get("original_max_position_embeddings") or longest)
     factor = rope.get("factor") or longest / original
@@ -165,7 +182,7 @@ def _llama_rope(c) -> dict:
                          f"mscale_all_dim={rope['mscale_all_dim']!r}")
     if unsupported:
       raise ConfigError(
-          f"llama: YaRN with {', '.join(unsupported)} has no model.* equivalent; "
+          f"{arch}: YaRN with {', '.join(unsupported)} has no model.* equivalent; "
           f"model.rope_scaling='yarn' is the paper's (beta_fast {YARN_BETA_FAST:g}, "
           f"beta_slow {YARN_BETA_SLOW:g}, attention factor 0.1 ln(factor) + 1, "
           "truncated ramp).")
@@ -173,48 +190,119 @@ def _llama_rope(c) -> dict:
   return fields
 
 
+def _rope_config(m: ModelConfig, *, partial: bool = False) -> dict:
+  """``rope_parameters`` of model.rope_*. Scalings without an HF rope_type (ntk)
+  are written as the default, and a fraction where the architecture rotates
+  whole heads is left out: both show as differences
+  (convert.export_architecture)."""
+  rope = {"rope_type": "default", "rope_theta": m.rope_base}
+  if partial:
+    rope.update(partial_rotary_factor=m.rope_fraction)
+  if m.rope_scaling in ("linear", "yarn"):
+    rope.update(rope_type=m.rope_scaling, factor=m.rope_scaling_factor)
+  if m.rope_scaling == "yarn":
+    rope.update(original_max_position_embeddings=m.rope_original_max_len)
+  return rope
+
+
+def _head_dim(width, d: int, h: int) -> int:
+  """model.head_dim of an HF head width: 0 (derived) where it is d_model / num_heads."""
+  if width is None or (d % h == 0 and width == d // h):
+    return 0
+  return int(width)
+
+
+# Sliding-window attention: HF names each layer's kind in layer_types.
+_SLIDING, _FULL = "sliding_attention", "full_attention"
+
+
+def _window_fields(arch: str, layer_types, window, num_layers: int) -> dict:
+  """model.attention_window and model.global_every of HF's per-layer attention
+  kinds: none sliding (0, 0), all sliding (window, 0), or layers k, 2k, ...
+  (1-based) full and the others sliding (window, k). HF's sliding window keeps
+  key k for query q iff q - k < sliding_window (masking_utils), as
+  model.attention_window does. Other patterns are refused."""
+  kinds = sorted(set(layer_types) - {_SLIDING, _FULL})
+  if kinds or len(layer_types) != num_layers:
+    raise ConfigError(
+        f"{arch}: layer_types must name each of the {num_layers} layers "
+        f"{_SLIDING!r} or {_FULL!r}; got {list(layer_types)!r}.")
+  sliding = [kind == _SLIDING for kind in layer_types]
+  if not any(sliding):
+    return dict(attention_window=0, global_every=0)
+  if not window:
+    raise ConfigError(f"{arch}: layer_types has {_SLIDING!r} layers but sliding_window "
+                      f"is {window!r}.")
+  every = 0 if all(sliding) else sliding.index(False) + 1
+  if sliding != [is_windowed(i, window, every) for i in range(num_layers)]:
+    pattern = "".join("S" if x else "F" for x in sliding)
+    raise ConfigError(
+        f"{arch}: layer_types {pattern} (S sliding, F full) has no model.* equivalent; "
+        "model.global_every k makes layers k, 2k, ... (1-based) full and the others "
+        "sliding.")
+  return dict(attention_window=int(window), global_every=every)
+
+
+def _layer_types(m: ModelConfig) -> list[str]:
+  return [_SLIDING if is_windowed(i, m.attention_window, m.global_every) else _FULL
+          for i in range(m.num_layers)]
+
+
+# Gated FFNs, act(x W_gate) * (x W_up): HF's hidden_act -> model.activation.
+_GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu",
+               "gelu_new": "geglu_tanh", "gelu_pytorch_tanh": "geglu_tanh",
+               "relu": "reglu", "sigmoid": "glu", "linear": "bilinear"}
+_GATED_ACTS_BACK = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh",
+                    "reglu": "relu", "glu": "sigmoid", "bilinear": "linear"}
+
+
+def _gated_act(name: str, arch: str) -> str:
+  if name not in _GATED_ACTS:
+    raise ConfigError(f"{arch}: activation {name!r} has no gated model.activation; "
+                      f"supported: {', '.join(_GATED_ACTS)}.")
+  return _GATED_ACTS[name]
+
+
+# --------------------------------------------------------------- LLaMA
 def _llama_fields(c, names=None):
   h, d = c["num_attention_heads"], c["hidden_size"]
-  if c.get("head_dim") not in (None, d // h):
-    raise ConfigError(f"llama: head_dim={c['head_dim']} != hidden_size/heads={d // h}.")
   if c.get("attention_bias") != c.get("mlp_bias", False):
     raise ConfigError("llama: attention_bias and mlp_bias differ; model.use_bias is one switch.")
+  longest = c.get("max_position_embeddings", 2048)
   return dict(
       family="decoder_only", norm_position="pre", norm_type="rmsnorm",
       activation={"silu": "swiglu"}.get(c.get("hidden_act", "silu"), "unsupported"),
       position="rope", num_layers=c["num_hidden_layers"], d_model=d, num_heads=h,
       num_kv_heads=c.get("num_key_value_heads") or h,
-      gated_d_ff=c["intermediate_size"], vocab_size=c["vocab_size"],
-      max_len=c.get("max_position_embeddings", 2048),
+      head_dim=_head_dim(c.get("head_dim"), d, h),
+      gated_d_ff=c["intermediate_size"], vocab_size=c["vocab_size"], max_len=longest,
       tie_embeddings=bool(c.get("tie_word_embeddings", False)),
       use_bias=bool(c.get("attention_bias", False)), norm_eps=c["rms_norm_eps"],
-      **_llama_rope(c))
+      **_rope_fields(c, "llama", longest=longest))
 
 
 def _llama_config(m: ModelConfig):
-  # Scalings LLaMA has no rope_type for (ntk) are written as the default, and
-  # show as differences (convert.export_architecture).
-  rope = {"rope_type": "default", "rope_theta": m.rope_base}
-  if m.rope_scaling in ("linear", "yarn"):
-    rope.update(rope_type=m.rope_scaling, factor=m.rope_scaling_factor)
-  if m.rope_scaling == "yarn":
-    rope.update(original_max_position_embeddings=m.rope_original_max_len)
   return dict(
       model_type="llama", architectures=["LlamaForCausalLM"], hidden_act="silu",
       num_hidden_layers=m.num_layers, hidden_size=m.d_model,
       num_attention_heads=m.num_heads, num_key_value_heads=m.kv_heads,
-      head_dim=m.head_dim, intermediate_size=m.ffn_dim, vocab_size=m.vocab_size,
+      head_dim=m.attention_head_dim, intermediate_size=m.ffn_dim, vocab_size=m.vocab_size,
       max_position_embeddings=m.max_len, tie_word_embeddings=m.tie_embeddings,
       attention_bias=m.use_bias, mlp_bias=m.use_bias, rms_norm_eps=m.norm_eps,
-      rope_parameters=rope)
+      rope_parameters=_rope_config(m))
 
 
-def _llama_rules(m: ModelConfig):
+def _llama_rules(m: ModelConfig, *, qk_norm: bool = False):
+  """LLaMA's weights; with ``qk_norm`` Qwen3's too (q_norm, k_norm: one gain per
+  head dimension, shared by the heads, as query_norm and key_norm)."""
   r = [same("model.embed_tokens.weight", "embedding/embedding")]
   for i in range(m.num_layers):
     hf, t = f"model.layers.{i}", f"decoder/layer_{i}"
     _attention(r, f"{hf}.self_attn", f"{t}/self_attention", m.num_heads, m.kv_heads,
                ("q_proj", "k_proj", "v_proj", "o_proj"), m.use_bias)
+    if qk_norm:
+      _norm(r, f"{hf}.self_attn.q_norm", f"{t}/self_attention/query_norm", bias=False)
+      _norm(r, f"{hf}.self_attn.k_norm", f"{t}/self_attention/key_norm", bias=False)
     for name, ours in (("gate_proj", "wi"), ("up_proj", "wv"), ("down_proj", "wo")):
       _dense(r, f"{hf}.mlp.{name}", f"{t}/ffn/{ours}", m.use_bias)
     _norm(r, f"{hf}.input_layernorm", f"{t}/self_attention_norm", bias=False)
@@ -360,8 +448,6 @@ def _t5_fields(c, names=None):
   tied = ("lm_head.weight" not in names if names is not None
           else c.get("tie_word_embeddings", True) is not False)
   d, h = c["d_model"], c["num_heads"]
-  if c.get("d_kv", d // h) * h != d:
-    raise ConfigError(f"t5: d_kv x num_heads = {c['d_kv'] * h} != d_model = {d}.")
   width = (dict(gated_d_ff=c["d_ff"]) if act in GATED_ACTIVATIONS
            else dict(d_ff=c["d_ff"]))
   return dict(
@@ -369,8 +455,9 @@ def _t5_fields(c, names=None):
       activation=act, position="t5_bias",
       num_layers=c["num_layers"], num_encoder_layers=c["num_layers"],
       num_decoder_layers=c.get("num_decoder_layers") or c["num_layers"],
-      d_model=d, num_heads=h, **width, vocab_size=c["vocab_size"],
-      tie_embeddings=tied, scale_output=bool(scaled), use_bias=False,
+      d_model=d, num_heads=h, head_dim=_head_dim(c.get("d_kv", 64), d, h), **width,
+      vocab_size=c["vocab_size"], tie_embeddings=tied, scale_output=bool(scaled),
+      use_bias=False,
       scale_attention_logits=False, norm_eps=c.get("layer_norm_epsilon", 1e-6),
       t5_num_buckets=c.get("relative_attention_num_buckets", 32),
       t5_max_distance=c.get("relative_attention_max_distance", 128))
@@ -384,7 +471,7 @@ def _t5_config(m: ModelConfig):
       model_type="t5", architectures=["T5ForConditionalGeneration"],
       feed_forward_proj=_T5_FFN_BACK.get(m.activation, "gated-gelu"),
       num_layers=m.encoder_layers, num_decoder_layers=m.decoder_layers,
-      d_model=m.d_model, num_heads=m.num_heads, d_kv=m.head_dim, d_ff=m.ffn_dim,
+      d_model=m.d_model, num_heads=m.num_heads, d_kv=m.attention_head_dim, d_ff=m.ffn_dim,
       vocab_size=m.vocab_size, tie_word_embeddings=m.tie_embeddings,
       scale_decoder_outputs=m.scale_output, layer_norm_epsilon=m.norm_eps,
       relative_attention_num_buckets=m.t5_num_buckets,
@@ -501,6 +588,208 @@ def _seq2seq_rules(m: ModelConfig, *, learned: bool, embed_norm: bool):
   return r
 
 
+# ------------------------------------------------------------ GPT-NeoX
+def _gpt_neox_fields(c, names=None):
+  # HF's MLP always has biases; attention_bias switches those of attention only.
+  if not c.get("attention_bias", True):
+    raise ConfigError("gpt_neox: attention_bias=False drops the attention biases but "
+                      "keeps the MLP's; model.use_bias is one switch.")
+  longest = c.get("max_position_embeddings", 2048)
+  return dict(
+      family="decoder_only", norm_position="pre", norm_type="layernorm",
+      activation=_act(c.get("hidden_act", "gelu"), "gpt_neox"), position="rope",
+      # use_parallel_residual: x + Attn(N1(x)) + MLP(N2(x)); else sequential.
+      block="parallel" if c.get("use_parallel_residual", True) else "sequential",
+      num_layers=c["num_hidden_layers"], d_model=c["hidden_size"],
+      num_heads=c["num_attention_heads"], d_ff=c["intermediate_size"],
+      vocab_size=c["vocab_size"], max_len=longest,
+      tie_embeddings=bool(c.get("tie_word_embeddings", False)), use_bias=True,
+      norm_eps=c.get("layer_norm_eps", 1e-5),
+      # rotary_pct (HF's default 0.25) of each head rotated, rotary_emb_base.
+      **_rope_fields(c, "gpt_neox", longest=longest, partial=True,
+                     base_key="rotary_emb_base", fraction_key="rotary_pct",
+                     fraction_default=0.25))
+
+
+def _gpt_neox_config(m: ModelConfig):
+  return dict(
+      model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"],
+      hidden_act=_ACTS_BACK.get(m.activation, "gelu"),
+      use_parallel_residual=m.block == "parallel", num_hidden_layers=m.num_layers,
+      hidden_size=m.d_model, num_attention_heads=m.num_heads,
+      intermediate_size=m.ffn_dim, vocab_size=m.vocab_size,
+      max_position_embeddings=m.max_len, tie_word_embeddings=m.tie_embeddings,
+      attention_bias=True, layer_norm_eps=m.norm_eps,
+      rope_parameters=_rope_config(m, partial=True))
+
+
+def _gpt_neox_qkv(hf, t, heads):
+  """query_key_value, a torch Linear [3 H K, D] whose output HF views as
+  [H, 3 K] and splits per head into q | k | v: rows laid out [H, 3, K] (not
+  GPT-2's [3, H, K]) <-> query, key, value kernels [D, H, K], biases [H, K]."""
+  kernels = tuple(f"{t}/self_attention/{n}/kernel" for n in ("query", "key", "value"))
+  biases = tuple(f"{t}/self_attention/{n}/bias" for n in ("query", "key", "value"))
+  w = Rule(f"{hf}.query_key_value.weight", kernels,
+           lambda w: tuple(w.reshape(heads, 3, -1, w.shape[1])[:, j].transpose(2, 0, 1)
+                           for j in range(3)),
+           lambda *xs: np.stack([x.transpose(1, 2, 0) for x in xs], axis=1).reshape(
+               -1, xs[0].shape[0]))
+  b = Rule(f"{hf}.query_key_value.bias", biases,
+           lambda b: tuple(b.reshape(heads, 3, -1)[:, j] for j in range(3)),
+           lambda *xs: np.stack(xs, axis=1).reshape(-1))
+  return [w, b]
+
+
+def _gpt_neox_rules(m: ModelConfig):
+  r = [same("gpt_neox.embed_in.weight", "embedding/embedding")]
+  for i in range(m.num_layers):
+    hf, t = f"gpt_neox.layers.{i}", f"decoder/layer_{i}"
+    r += _gpt_neox_qkv(f"{hf}.attention", t, m.num_heads)
+    r.append(heads_out(f"{hf}.attention.dense.weight", f"{t}/self_attention/out/kernel",
+                       m.num_heads))
+    r.append(same(f"{hf}.attention.dense.bias", f"{t}/self_attention/out/bias"))
+    _dense(r, f"{hf}.mlp.dense_h_to_4h", f"{t}/ffn/wi")
+    _dense(r, f"{hf}.mlp.dense_4h_to_h", f"{t}/ffn/wo")
+    # The same two norms in both blocks: N1 before attention, N2 before the MLP.
+    _norm(r, f"{hf}.input_layernorm", f"{t}/self_attention_norm")
+    _norm(r, f"{hf}.post_attention_layernorm", f"{t}/ffn_norm")
+  _norm(r, "gpt_neox.final_layer_norm", "decoder/final_norm")
+  if not m.tie_embeddings:
+    # transformers 5 names it lm_head in the model and embed_out in the file.
+    r.append(linear("embed_out.weight", "output/kernel"))
+  return r
+
+
+# --------------------------------------------------------------- Qwen3
+def _qwen3_fields(c, names=None):
+  if c.get("attention_bias", False):
+    raise ConfigError("qwen3: attention_bias=True puts biases on q, k, v and o but not "
+                      "on the MLP; model.use_bias is one switch.")
+  h, d, n = c["num_attention_heads"], c["hidden_size"], c["num_hidden_layers"]
+  # As Qwen3Config: sliding_window counts only with use_sliding_window, and
+  # without layer_types the layers from max_window_layers on are the sliding ones.
+  window = c.get("sliding_window", 4096) if c.get("use_sliding_window", False) else None
+  layer_types = c.get("layer_types") or [
+      _SLIDING if window is not None and i >= c.get("max_window_layers", 28) else _FULL
+      for i in range(n)]
+  longest = c.get("max_position_embeddings", 32768)
+  return dict(
+      family="decoder_only", norm_position="pre", norm_type="rmsnorm", qk_norm="rmsnorm",
+      activation=_gated_act(c.get("hidden_act", "silu"), "qwen3"), position="rope",
+      num_layers=n, d_model=d, num_heads=h,
+      num_kv_heads=c.get("num_key_value_heads") or h,
+      head_dim=_head_dim(c.get("head_dim", 128), d, h),
+      gated_d_ff=c["intermediate_size"], vocab_size=c["vocab_size"], max_len=longest,
+      tie_embeddings=bool(c.get("tie_word_embeddings", False)), use_bias=False,
+      norm_eps=c.get("rms_norm_eps", 1e-6),
+      **_window_fields("qwen3", layer_types, window, n),
+      **_rope_fields(c, "qwen3", longest=longest))
+
+
+def _qwen3_config(m: ModelConfig):
+  layer_types = _layer_types(m)
+  windowed = _SLIDING in layer_types
+  return dict(
+      model_type="qwen3", architectures=["Qwen3ForCausalLM"],
+      hidden_act=_GATED_ACTS_BACK.get(m.activation, "silu"),
+      num_hidden_layers=m.num_layers, hidden_size=m.d_model,
+      num_attention_heads=m.num_heads, num_key_value_heads=m.kv_heads,
+      head_dim=m.attention_head_dim, intermediate_size=m.ffn_dim, vocab_size=m.vocab_size,
+      max_position_embeddings=m.max_len, tie_word_embeddings=m.tie_embeddings,
+      attention_bias=False, rms_norm_eps=m.norm_eps, rope_parameters=_rope_config(m),
+      use_sliding_window=windowed,
+      sliding_window=m.attention_window if windowed else None,
+      max_window_layers=0 if windowed else m.num_layers, layer_types=layer_types)
+
+
+# -------------------------------------------------------------- Gemma 2
+def _gemma2_fields(c, names=None):
+  h, d, n = c["num_attention_heads"], c["hidden_size"], c["num_hidden_layers"]
+  for key in ("attention_bias", "use_bidirectional_attention"):
+    if c.get(key):
+      raise ConfigError(f"gemma2: {key}={c[key]!r} has no model.* equivalent.")
+  width = c.get("head_dim", 256)
+  # Queries are scaled by query_pre_attn_scalar^-0.5; model.* scales attention
+  # logits by the head width's (scale_attention_logits).
+  scalar = c.get("query_pre_attn_scalar", 256)
+  if scalar != width:
+    raise ConfigError(
+        f"gemma2: query_pre_attn_scalar={scalar} scales attention logits by "
+        f"{scalar}^-0.5, not by head_dim^-0.5 = {width}^-0.5 (the only scaling "
+        "model.scale_attention_logits has).")
+  cap = lambda key, default: float(c.get(key, default) or 0.0)  # None: off
+  # Without layer_types, Gemma2Config alternates: layer 0 sliding, layer 1 full, ...
+  layer_types = c.get("layer_types") or [
+      _SLIDING if (i + 1) % 2 else _FULL for i in range(n)]
+  longest = c.get("max_position_embeddings", 8192)
+  return dict(
+      family="decoder_only", norm_position="sandwich", norm_type="rmsnorm",
+      activation=_gated_act(c.get("hidden_activation", "gelu_pytorch_tanh"), "gemma2"),
+      position="rope", num_layers=n, d_model=d, num_heads=h,
+      num_kv_heads=c.get("num_key_value_heads") or h, head_dim=_head_dim(width, d, h),
+      gated_d_ff=c["intermediate_size"], vocab_size=c["vocab_size"], max_len=longest,
+      tie_embeddings=bool(c.get("tie_word_embeddings", True)),
+      # Gemma2TextScaledWordEmbedding: x hidden_size^0.5, as model.embed_scale.
+      scale_embeddings=True, use_bias=False, norm_eps=c.get("rms_norm_eps", 1e-6),
+      attention_logit_softcap=cap("attn_logit_softcapping", 50.0),
+      final_logit_softcap=cap("final_logit_softcapping", 30.0),
+      **_window_fields("gemma2", layer_types, c.get("sliding_window", 4096), n),
+      **_rope_fields(c, "gemma2", longest=longest))
+
+
+def _gemma2_config(m: ModelConfig):
+  return dict(
+      model_type="gemma2", architectures=["Gemma2ForCausalLM"],
+      hidden_activation=_GATED_ACTS_BACK.get(m.activation, "gelu_pytorch_tanh"),
+      num_hidden_layers=m.num_layers, hidden_size=m.d_model,
+      num_attention_heads=m.num_heads, num_key_value_heads=m.kv_heads,
+      head_dim=m.attention_head_dim, query_pre_attn_scalar=m.attention_head_dim,
+      intermediate_size=m.ffn_dim, vocab_size=m.vocab_size,
+      max_position_embeddings=m.max_len, tie_word_embeddings=m.tie_embeddings,
+      attention_bias=False, rms_norm_eps=m.norm_eps, rope_parameters=_rope_config(m),
+      attn_logit_softcapping=m.attention_logit_softcap or None,
+      final_logit_softcapping=m.final_logit_softcap or None,
+      # HF builds the sliding mask whether or not a layer reads it, so a window
+      # is always named (HF's default where no layer is windowed).
+      sliding_window=m.attention_window or 4096, layer_types=_layer_types(m))
+
+
+def gemma_norm(hf, tfx):
+  """Gemma's RMSNorm gain w, applied as x_normed * (1 + w) <-> our gain s = 1 + w.
+
+  Imported as s = float32(1 + w) computed in float64, which is HF's float32
+  1 + w (one rounding either way); exported as w = s - 1 in float32, exact for
+  every s >= 0.5 (Sterbenz's lemma below 2, a multiple of s's ulp above), so
+  that export -> import gives s back bit for bit and HF's 1 + w is s again. A
+  gain below 0.5 comes back rounded to float32 near 1 (within 2^-24 for |s| < 1).
+  """
+  return Rule(hf, (tfx,), lambda w: ((w.astype(np.float64) + 1.0).astype(np.float32),),
+              lambda s: (s - np.float32(1.0)).astype(np.float32))
+
+
+# (HF's norm, ours) of a Gemma 2 layer: sandwich norms around each sublayer.
+_GEMMA2_NORMS = (("input_layernorm", "self_attention_norm"),
+                 ("post_attention_layernorm", "self_attention_post_norm"),
+                 ("pre_feedforward_layernorm", "ffn_norm"),
+                 ("post_feedforward_layernorm", "ffn_post_norm"))
+
+
+def _gemma2_rules(m: ModelConfig):
+  r = [same("model.embed_tokens.weight", "embedding/embedding")]
+  for i in range(m.num_layers):
+    hf, t = f"model.layers.{i}", f"decoder/layer_{i}"
+    _attention(r, f"{hf}.self_attn", f"{t}/self_attention", m.num_heads, m.kv_heads,
+               ("q_proj", "k_proj", "v_proj", "o_proj"), False)
+    for name, ours in (("gate_proj", "wi"), ("up_proj", "wv"), ("down_proj", "wo")):
+      _dense(r, f"{hf}.mlp.{name}", f"{t}/ffn/{ours}", bias=False)
+    for name, ours in _GEMMA2_NORMS:
+      r.append(gemma_norm(f"{hf}.{name}.weight", f"{t}/{ours}/scale"))
+  r.append(gemma_norm("model.norm.weight", "decoder/final_norm/scale"))
+  if not m.tie_embeddings:
+    r.append(linear("lm_head.weight", "output/kernel"))
+  return r
+
+
 # --------------------------------------------------------------- registry
 @dataclasses.dataclass(frozen=True)
 class Architecture:
@@ -519,6 +808,12 @@ ARCHITECTURES = {
                           _llama_config, _llama_rules),
     "gpt2": Architecture("gpt2", "gpt2", "decoder_only", "lm", _gpt2_fields,
                          _gpt2_config, _gpt2_rules),
+    "gpt_neox": Architecture("gpt_neox", "gpt_neox", "decoder_only", "lm",
+                             _gpt_neox_fields, _gpt_neox_config, _gpt_neox_rules),
+    "qwen3": Architecture("qwen3", "qwen3", "decoder_only", "lm", _qwen3_fields,
+                          _qwen3_config, lambda m: _llama_rules(m, qk_norm=True)),
+    "gemma2": Architecture("gemma2", "gemma2", "decoder_only", "lm", _gemma2_fields,
+                           _gemma2_config, _gemma2_rules),
     "bert": Architecture("bert", "bert", "encoder_only", "mlm", _bert_fields,
                          _bert_config, _bert_rules),
     "t5": Architecture("t5", "t5", "encoder_decoder", "translate", _t5_fields,

@@ -73,6 +73,10 @@ class ModelConfig:
   d_model: int = 64
   num_heads: int = 4
   num_kv_heads: int = 0  # 0 = num_heads (multi-head); 1 = MQA; else GQA
+  # Width of each attention head; 0 = d_model // num_heads. > 0: heads of that
+  # width whatever d_model is (q, k, v [D, H, head_dim], out [H, head_dim, D]),
+  # as Qwen3 (1024 = 16 x 64, heads of 128) and Gemma 2 (2304, 8 heads of 256).
+  head_dim: int = 0
   d_ff: int = 0  # ungated FFN width; 0 = 4 * d_model. Gated: see ffn_dim
   gated_d_ff: int = 0  # gated FFN width as given (unmatched); 0 = derived from d_ff
   ff_multiple_of: int = 8  # the derived gated width is rounded up to this (LLaMA: 256)
@@ -83,8 +87,8 @@ class ModelConfig:
   tie_embeddings: bool = True
   scale_embeddings: bool = False  # token embeddings x sqrt(d_model) (Vaswani et al.)
   use_bias: bool = True
-  # Divide attention logits by sqrt(head_dim) (Vaswani et al.); T5 does not (folded
-  # into its initialisation).
+  # Divide attention logits by sqrt(d_k), d_k the head width (Vaswani et al.); T5
+  # does not (folded into its initialisation).
   scale_attention_logits: bool = True
   output_bias: bool = False  # a learned bias on the vocabulary logits (BART, Marian)
   # The final hidden state x d_model^-0.5 before the vocabulary projection (T5 1.0:
@@ -95,8 +99,8 @@ class ModelConfig:
   sinusoidal_layout: SinusoidalLayout = "interleaved"  # paper; "halves": [sin | cos]
   norm_eps: float = 1e-6
   rope_base: float = 10000.0
-  # Fraction of each head's dimensions that RoPE rotates: the first
-  # int(head_dim * fraction) (see rope_dims); the rest pass through unrotated.
+  # Fraction of each head's dimensions that RoPE rotates: the first int(d_k *
+  # fraction) of the head width d_k (see rope_dims); the rest pass through unrotated.
   rope_fraction: float = 1.0
   rope_scaling: RopeScaling = "none"
   rope_scaling_factor: float = 1.0  # s: the context is extended s times
@@ -118,14 +122,15 @@ class ModelConfig:
 
   # ---- derived quantities -------------------------------------------------
   @property
-  def head_dim(self) -> int:
-    return self.d_model // self.num_heads
+  def attention_head_dim(self) -> int:
+    """Width of each attention head: ``head_dim``, or d_model / num_heads when 0."""
+    return self.head_dim or self.d_model // self.num_heads
 
   @property
   def rope_dims(self) -> int:
-    """Dimensions of each head that RoPE rotates, int(head_dim * rope_fraction):
+    """Dimensions of each head that RoPE rotates, int(head width * rope_fraction):
     GPT-NeoX's ``rotary_ndims = int(head_size * rotary_pct)``."""
-    return int(self.head_dim * self.rope_fraction)
+    return int(self.attention_head_dim * self.rope_fraction)
 
   @property
   def kv_heads(self) -> int:
@@ -180,6 +185,13 @@ class ModelConfig:
     if self.embedding_norm == "auto":
       return self.family == "encoder_only" and self.norm_position == "post"
     return self.embedding_norm == "on"
+
+
+def is_windowed(layer: int, attention_window: int, global_every: int) -> bool:
+  """Whether layer ``layer`` (0-based) attends within ``model.attention_window``:
+  every layer when ``global_every`` is 0, else all but layers k, 2k, ... (1-based),
+  which attend fully (Gemma 2: k = 2, layer 0 windowed). False without a window."""
+  return bool(attention_window) and not (global_every and (layer + 1) % global_every == 0)
 
 
 def deepnorm_constants(family: str, num_encoder_layers: int,
@@ -255,8 +267,8 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
   for name in ("num_layers", "d_model", "num_heads", "vocab_size", "max_len",
                "ff_multiple_of", "t5_num_buckets", "t5_max_distance"):
     positive(name)
-  for name in ("num_encoder_layers", "num_decoder_layers", "num_kv_heads", "d_ff",
-               "gated_d_ff", "num_classes", "num_token_types"):
+  for name in ("num_encoder_layers", "num_decoder_layers", "num_kv_heads", "head_dim",
+               "d_ff", "gated_d_ff", "num_classes", "num_token_types"):
     positive(name, allow_zero=True)
   for name in ("dropout", "attention_dropout"):
     v = getattr(cfg, name)
@@ -266,19 +278,21 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
     raise ConfigError(f"model.norm_eps must be > 0, got {cfg.norm_eps}.")
   if cfg.rope_base <= 1:
     raise ConfigError(f"model.rope_base must be > 1, got {cfg.rope_base}.")
-  if cfg.d_model % cfg.num_heads:
+  if not cfg.head_dim and cfg.d_model % cfg.num_heads:
     raise ConfigError(
         f"model.d_model={cfg.d_model} is not divisible by model.num_heads="
-        f"{cfg.num_heads}; choose num_heads among the divisors of d_model.")
+        f"{cfg.num_heads}; choose num_heads among the divisors of d_model, or set "
+        "model.head_dim (the width of each head).")
   if cfg.num_heads % cfg.kv_heads:
     raise ConfigError(
         f"model.num_kv_heads={cfg.num_kv_heads} does not divide model.num_heads="
         f"{cfg.num_heads}; use a divisor of num_heads (1 = multi-query, "
         f"{cfg.num_heads} or 0 = multi-head).")
-  if cfg.position == "rope" and cfg.head_dim % 2:
-    raise ConfigError(
-        f"model.position='rope' needs an even head dimension, but d_model/num_heads"
-        f" = {cfg.d_model}/{cfg.num_heads} = {cfg.head_dim}.")
+  if cfg.position == "rope" and cfg.attention_head_dim % 2:
+    width = (f"model.head_dim = {cfg.head_dim}" if cfg.head_dim else
+             f"d_model/num_heads = {cfg.d_model}/{cfg.num_heads} = "
+             f"{cfg.attention_head_dim}")
+    raise ConfigError(f"model.position='rope' needs an even head dimension, but {width}.")
   if cfg.position != "rope":
     for name in ("rope_fraction", "rope_scaling", "rope_scaling_factor",
                  "rope_original_max_len"):
@@ -290,7 +304,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
     raise ConfigError(f"model.rope_fraction must be in (0, 1], got {cfg.rope_fraction}.")
   if cfg.position == "rope" and (cfg.rope_dims == 0 or cfg.rope_dims % 2):
     raise ConfigError(
-        f"model.rope_fraction={cfg.rope_fraction} rotates int({cfg.head_dim} x "
+        f"model.rope_fraction={cfg.rope_fraction} rotates int({cfg.attention_head_dim} x "
         f"{cfg.rope_fraction}) = {cfg.rope_dims} dimensions of each head; RoPE rotates "
         "pairs, so choose a fraction that gives an even number > 0.")
   if cfg.rope_scaling_factor < 1.0:

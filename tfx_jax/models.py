@@ -78,7 +78,7 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerS
     dist = "normal"
     qk_init = xavier(1.0, "normal")
   return LayerSpec(
-      num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+      num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads, head_dim=cfg.attention_head_dim,
       d_ff=cfg.ffn_dim, act=act, gated=gated,
       norm=norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype]),
       residual=residual, final_norm=final_norm, alpha=alpha, qk_init=qk_init,
@@ -91,7 +91,7 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerS
       qk_norm=(None if cfg.qk_norm == "none" else
                norm_factory(cfg.qk_norm, cfg.norm_eps, _DTYPES[cfg.dtype], axis="kv")),
       attention_logit_softcap=cfg.attention_logit_softcap,
-      gate_width=_GATE_WIDTHS[cfg.attention_gate](cfg.head_dim),
+      gate_width=_GATE_WIDTHS[cfg.attention_gate](cfg.attention_head_dim),
       attention_window=cfg.attention_window, global_every=cfg.global_every)
 
 
