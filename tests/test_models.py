@@ -432,7 +432,8 @@ def test_norm_placement_structure(norm_position, layer_norms, final_norm, norm_t
 def test_norm_axes_change_only_the_norms_parameters(family):
   """Across every norm placement and norm type, the parameters outside the
   norms are the same (names and shapes); a norm owns a [d_model] scale, plus a
-  [d_model] bias for LayerNorm, and nothing else."""
+  [d_model] bias for LayerNorm, plus a bias and a scalar alpha for DyT, and
+  nothing else."""
   from flax import traverse_util
   outside = {}
   for norm_position, norm_type in itertools.product(
@@ -443,12 +444,14 @@ def test_norm_axes_change_only_the_norms_parameters(family):
     in_norm = lambda path: any(name.endswith("norm") for name in path[:-1])
     outside[(norm_position, norm_type)] = {
         "/".join(k): v.shape for k, v in flat.items() if not in_norm(k)}
-    leaves = {"scale", "bias"} if norm_type == "layernorm" else {"scale"}
+    leaves = {"layernorm": {"scale": (cfg.d_model,), "bias": (cfg.d_model,)},
+              "rmsnorm": {"scale": (cfg.d_model,)},
+              "dyt": {"scale": (cfg.d_model,), "bias": (cfg.d_model,), "alpha": ()}}
     norms = {k[:-1] for k in flat if in_norm(k)}
     assert norms, (norm_position, norm_type)
     for norm in norms:
       own = {k[-1]: v.shape for k, v in flat.items() if k[:-1] == norm}
-      assert own == {leaf: (cfg.d_model,) for leaf in leaves}, norm
+      assert own == leaves[norm_type], norm
   reference = outside[("pre", "layernorm")]
   for key, shapes in outside.items():
     assert shapes == reference, key
