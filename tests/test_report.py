@@ -5,6 +5,13 @@ one post/alibi seed diverged) is laid out as the runner leaves it: sweep.json,
 status.json, TensorBoard event files, an extrapolation result. The report's
 aggregates, paired and Welch intervals are checked against hand-computed
 values (Student t quantiles from printed tables).
+
+The plots: every figure report.md references exists, and the report renders
+with warnings as errors, for sweeps with one seed, with a failed run, with a
+size axis and with a single point; the drawn figures have titles, labelled
+axes, plain tick labels and one colour per axis value; the headline forest
+plot's rows, intervals and verdict markers are checked on what it draws
+(``forest.forest_panels``), not on pixels.
 """
 
 from __future__ import annotations
@@ -12,12 +19,17 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
+import typing
+import warnings
 
+import matplotlib.colors
+import matplotlib.pyplot
 import pytest
 
 from tfx_jax import metrics
 from tfx_jax import status as status_lib
-from tfx_jax.report import build, stats
+from tfx_jax.report import build, forest, stats, style
 
 # eval/loss per (norm_position, position) and seed; None: the run diverged.
 LOSSES = {
@@ -32,9 +44,50 @@ T_975_DF4 = 2.776445  # Student t, 0.975 quantile, 4 degrees of freedom (tables)
 T_975_DF2 = 4.302653
 
 
-def _axis(field, values):
+def _axis(field, values, reference=0):
   return {"label": field, "fields": [field], "values": [{field: v} for v in values],
-          "reference": 0}
+          "reference": reference}
+
+
+def write_run(root, name, seed, loss, *, state=None, layer_grad=(1.0, 1.0), lengths=None,
+              num_params=None):
+  """One run's workdir as the trainer leaves it: training-loss and
+  layer-gradient event files, eval/loss at step 30 (``loss`` None: the run
+  stopped at step 12, ``state`` "diverged" unless given), status.json, an
+  extrapolation result ``lengths`` ({multiple: perplexity})."""
+  workdir = root / name
+  workdir.mkdir(parents=True)
+  with metrics.MetricWriter(workdir / "tensorboard") as w:
+    for step, tps in ((10, 100.0), (20, 1000.0), (30, 3000.0)):
+      if loss is None and step > 12:
+        break
+      w.write_scalars(step, {"train/loss": 3.0 - step / 100 + seed / 10,
+                             "train/tokens_per_sec": tps})
+    for step, scale in ((1, 1.0), (10, 10.0)):
+      w.write_scalars(step, {f"layer_stats/grad_norm/decoder_{i:02d}": g * scale
+                             for i, g in enumerate(layer_grad)})
+    if loss is not None:
+      w.write_scalars(15, {"eval/loss": 9.0})  # an earlier evaluation
+      w.write_scalars(30, {"eval/loss": loss, "eval/perplexity": math.exp(loss)})
+  extra = {} if num_params is None else {"num_params": num_params}
+  if loss is None:
+    status_lib.write_status(workdir, state or "diverged", 12, reason="non-finite loss",
+                            **extra)
+  else:
+    status_lib.write_status(workdir, state or "finished", 30, **extra)
+  if lengths and loss is not None:
+    (workdir / "eval").mkdir()
+    (workdir / "eval" / "validation-30.lengths.json").write_text(json.dumps(
+        [{"multiple": k, "length": 64 * k, "perplexity": ppl}
+         for k, ppl in sorted(lengths.items())]))
+
+
+def sweep_record(name, axes, runs, seeds, **fields):
+  """sweep.json's record of a synthetic sweep."""
+  return {"name": name, "description": "", "config": "configs/lm.py:tiny",
+          "overrides": {"train.num_steps": 30}, "seeds": list(seeds), "evaluations": [],
+          "axes": axes, "command": f"python -m tfx_jax.sweep experiments/{name}.py",
+          "runs": runs, **fields}
 
 
 @pytest.fixture(scope="module")
@@ -44,34 +97,14 @@ def sweep_dir(tmp_path_factory):
   for (norm, pos), losses in LOSSES.items():
     for seed, loss in enumerate(losses):
       name = f"norm_position-{norm}_position-{pos}_s{seed}"
-      workdir = root / name
-      workdir.mkdir(parents=True)
-      with metrics.MetricWriter(workdir / "tensorboard") as w:
-        for step, tps in ((10, 100.0), (20, 1000.0), (30, 3000.0)):
-          w.write_scalars(step, {"train/loss": 3.0 - step / 100 + seed / 10,
-                                 "train/tokens_per_sec": tps})
-        for step, scale in ((1, 1.0), (10, 10.0)):
-          w.write_scalars(step, {f"layer_stats/grad_norm/decoder_{i:02d}": g * scale
-                                 for i, g in enumerate(LAYER_GRAD[norm])})
-        if loss is not None:
-          w.write_scalars(15, {"eval/loss": 9.0})  # an earlier evaluation
-          w.write_scalars(30, {"eval/loss": loss, "eval/perplexity": math.exp(loss)})
-      if loss is None:
-        status_lib.write_status(workdir, "diverged", 12, reason="non-finite loss")
-      else:
-        status_lib.write_status(workdir, "finished", 30)
-        (workdir / "eval").mkdir()
-        (workdir / "eval" / "validation-30.lengths.json").write_text(json.dumps(
-            [{"multiple": 1, "length": 64, "perplexity": 10.0 + seed},
-             {"multiple": 2, "length": 128, "perplexity": 20.0 if pos == "rope" else 10.0}]))
+      write_run(root, name, seed, loss, layer_grad=LAYER_GRAD[norm],
+                lengths={1: 10.0 + seed, 2: 20.0 if pos == "rope" else 10.0})
       runs.append({"name": name, "seed": seed,
                    "values": [{"model.norm_position": norm}, {"model.position": pos}],
                    "overrides": {}, "state": "finished", "wall_seconds": 60.0 + seed})
-  record = {"name": "synthetic", "description": "", "config": "configs/lm.py:tiny",
-            "overrides": {"train.num_steps": 30}, "seeds": [0, 1, 2], "evaluations": [],
-            "axes": [_axis("model.norm_position", ["pre", "post"]),
-                     _axis("model.position", ["rope", "alibi"])],
-            "command": "python -m tfx_jax.sweep experiments/synthetic.py", "runs": runs}
+  record = sweep_record("synthetic", [_axis("model.norm_position", ["pre", "post"]),
+                                      _axis("model.position", ["rope", "alibi"])],
+                        runs, seeds=[0, 1, 2])
   (root / "sweep.json").write_text(json.dumps(record))
   build.write_report(root)
   return root
@@ -172,3 +205,226 @@ def test_report_command(sweep_dir, capsys):
   assert main([str(sweep_dir)]) == 0
   assert "# Sweep `synthetic`" in capsys.readouterr().out
   assert main([str(sweep_dir / "missing")]) == 2
+
+
+# ------------------------------------------------------------ plots and figure
+def _one_seed_sweep(root):
+  """post vs pre (base), learning rate tuned over two values, one seed."""
+  runs = []
+  for norm, losses in (("post", (2.6, 2.4)), ("pre", (2.5, 2.3))):
+    for lr, loss in zip((1e-3, 1e-2), losses):
+      name = f"norm_position-{norm}_learning_rate-{lr!r}_s0"
+      write_run(root, name, 0, loss)
+      runs.append({"name": name, "seed": 0, "values": [{"model.norm_position": norm}],
+                   "tuned": {"optim.learning_rate": lr}, "overrides": {},
+                   "state": "finished"})
+  return sweep_record("one_seed", [_axis("model.norm_position", ["post", "pre"], 1)], runs,
+                      seeds=[0], tune={"optim.learning_rate": [1e-3, 1e-2]},
+                      select_by="eval/loss", report_split="validation")
+
+
+def _failed_run_sweep(root):
+  """relu vs swiglu, two seeds; one swiglu run failed (a crash, not a
+  divergence) after 12 steps, one relu run diverged."""
+  runs = []
+  for act, losses in (("relu", (2.0, None)), ("swiglu", (1.9, None))):
+    for seed, loss in enumerate(losses):
+      name = f"activation-{act}_s{seed}"
+      write_run(root, name, seed, loss, state="failed" if act == "swiglu" and loss is None
+                else None)
+      runs.append({"name": name, "seed": seed, "values": [{"model.activation": act}],
+                   "overrides": {}, "state": "finished"})
+  runs.append({"name": "activation-relu_s2", "seed": 2,
+               "values": [{"model.activation": "relu"}], "overrides": {}, "state": "pending"})
+  return sweep_record("failed_run", [_axis("model.activation", ["relu", "swiglu"])], runs,
+                      seeds=[0, 1, 2])
+
+
+def _size_axis_sweep(root):
+  """A zipped d_model/num_heads axis (two sizes) times gelu vs swiglu, three
+  seeds, extrapolation results: the effects against the parameter count."""
+  sizes = [{"model.d_model": 32, "model.num_heads": 2},
+           {"model.d_model": 64, "model.num_heads": 4}]
+  runs = []
+  for si, size in enumerate(sizes):
+    for act in ("gelu", "swiglu"):
+      for seed in range(3):
+        name = f"d_model-{size['model.d_model']}_activation-{act}_s{seed}"
+        loss = 3.0 - 0.5 * si - (0.05 + 0.05 * si) * (act == "swiglu") + 0.01 * seed
+        write_run(root, name, seed, loss, num_params=200_000 * 4 ** si,
+                  lengths={1: 20.0 - si, 2: 30.0 + seed, 4: 300.0}, layer_grad=[1.0] * (2 + si))
+        runs.append({"name": name, "seed": seed,
+                     "values": [size, {"model.activation": act}], "overrides": {},
+                     "state": "finished"})
+  size_axis = {"label": "model.d_model+model.num_heads",
+               "fields": ["model.d_model", "model.num_heads"], "values": sizes,
+               "reference": 0}
+  return sweep_record("size_axis", [size_axis, _axis("model.activation", ["gelu", "swiglu"])],
+                      runs, seeds=[0, 1, 2])
+
+
+def _single_point_sweep(root):
+  """No axis: the base config, two seeds. Nothing to compare."""
+  runs = []
+  for seed, loss in enumerate((2.0, 2.1)):
+    write_run(root, f"base_s{seed}", seed, loss)
+    runs.append({"name": f"base_s{seed}", "seed": seed, "values": [], "overrides": {},
+                 "state": "finished"})
+  return sweep_record("single_point", [], runs, seeds=[0, 1])
+
+
+SWEEPS = {"one_seed": _one_seed_sweep, "failed_run": _failed_run_sweep,
+          "size_axis": _size_axis_sweep, "single_point": _single_point_sweep}
+
+
+def _write(root, make):
+  record = make(root)
+  (root / "sweep.json").write_text(json.dumps(record))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # matplotlib's, numpy's, anyone's
+    build.write_report(root)
+  return (root / "report.md").read_text()
+
+
+@pytest.mark.parametrize("kind", sorted(SWEEPS))
+def test_every_plot_the_report_references_exists_and_renders_without_warnings(
+    tmp_path, kind):
+  root = tmp_path / kind
+  report = _write(root, SWEEPS[kind])
+  images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
+  for name in images:
+    assert (root / name).stat().st_size > 5000, name
+  data = json.loads((root / "report.json").read_text())
+  verdicts = report.index("## Verdicts")
+  if data["comparisons"]:
+    # The headline figure comes first, before the verdicts in words.
+    assert images[0] == "forest.png"
+    assert report.index("](forest.png)") < report.index("\n- ", verdicts)
+  else:
+    assert "forest.png" not in images and not (root / "forest.png").exists()
+    assert "the sweep has a single point" in report[verdicts:report.index("Reproduce")]
+  expected = {"one_seed": {"forest.png", "curves_model.norm_position.png",
+                           "sensitivity_optim.learning_rate_model.norm_position.png"},
+              "failed_run": {"forest.png", "curves_model.activation.png"},
+              "size_axis": {"forest.png", "scale.png", "lengths.png", "layers.png",
+                            "curves_model.d_model+model.num_heads.png",
+                            "curves_model.activation.png"},
+              "single_point": {"layers.png"}}[kind]
+  assert expected <= set(images), set(images)
+
+
+def _drawn_figures(monkeypatch, root, make):
+  """Every figure the report draws, rendered (tick labels are set at draw time)."""
+  figures = []
+  def keep(plt, fig, path, drawn):
+    if drawn:
+      fig.canvas.draw()
+      figures.append((path.name, fig))
+    else:
+      plt.close(fig)
+    return drawn
+  monkeypatch.setattr(style, "save", keep)
+  _write(root, make)
+  return figures
+
+
+def test_plots_read_without_decoding(tmp_path, monkeypatch):
+  """Titles name the plot (never "-"), every axis is labelled, tick labels
+  are plain numbers (no offsets, no powers of ten), and an axis value has
+  one colour in every plot of a report (its base near-black)."""
+  colours: dict[str, set] = {}
+  plots: dict[str, set] = {}
+  for kind, make in SWEEPS.items():
+    for name, fig in _drawn_figures(monkeypatch, tmp_path / kind, make):
+      for ax in fig.axes:
+        if not ax.get_visible() or not ax.get_yticklabels():
+          continue
+        title = ax.get_title() or ax.get_title(loc="left")
+        if ax.get_xlabel():  # a twin axis (the forest's numbers) has neither
+          assert title and title.strip() != "-", name
+          assert ax.get_ylabel() or name == "forest.png", name
+        for axis in (ax.xaxis, ax.yaxis):
+          assert axis.get_offset_text().get_text() == "", name
+          for label in axis.get_ticklabels():
+            text = label.get_text()
+            assert "$" not in text and "e+" not in text and "e-" not in text, (name, text)
+        legend = ax.get_legend()
+        for handle, text in zip(legend.legend_handles if legend else [],
+                                [t.get_text() for t in legend.get_texts()] if legend else []):
+          value = text.split(" ")[0].rstrip(",")
+          if value in ("post", "pre", "relu", "swiglu", "gelu") and hasattr(handle,
+                                                                           "get_color"):
+            colours.setdefault(f"{kind}:{value}", set()).add(
+                matplotlib.colors.to_hex(handle.get_color()))
+            plots.setdefault(f"{kind}:{value}", set()).add(name)
+      matplotlib.pyplot.close(fig)
+  assert colours, "no legend names an axis value"
+  for value, seen in colours.items():
+    assert len(seen) == 1, (value, seen)
+  assert plots["one_seed:post"] == {"curves_model.norm_position.png", "layers.png",
+                                    "sensitivity_optim.learning_rate_model.norm_position.png"}
+  assert colours["one_seed:pre"] == {style.BASE_COLOUR}  # the base
+  assert colours["one_seed:post"] != colours["one_seed:pre"]
+
+
+def test_plain_tick_labels():
+  assert [style.plain(x) for x in (0.0003, 3e-5, 290.0, 4.25, 0.1 + 0.2, -0.276)] == [
+      "0.0003", "0.00003", "290", "4.25", "0.3", "-0.276"]
+  assert [style.plain(x) for x in (525_568, 1.5e6, 12_000, 2.5e9)] == [
+      "526k", "1.5M", "12k", "2.5B"]
+
+
+def test_forest_panels_hold_every_comparison_with_its_interval_and_verdict(sweep_dir):
+  record = json.loads((sweep_dir / "sweep.json").read_text())
+  report = json.loads((sweep_dir / "report.json").read_text())
+  panels = forest.forest_panels(record, report)
+  # One panel per compared metric, the selection metric first.
+  assert [p.metric for p in panels] == ["eval/loss", "ppl@1x", "ppl@2x"]
+  assert sum(len(p.rows) for p in panels) == len(report["comparisons"])
+  loss = panels[0]
+  assert loss.margin == 0.01 and loss.lower_is_better
+  assert (loss.level, loss.tost_level) == pytest.approx((0.95, 0.90))
+  assert "(nats)" in loss.xlabel and "test" not in loss.title  # untuned: validation
+  rows = {r.label: r for r in loss.rows}
+  assert list(rows) == [
+      "model.norm_position: post vs pre, position=rope (3 paired seeds)",
+      "model.norm_position: post vs pre, position=alibi (2 vs 3 seeds, unpaired)",
+      "model.position: alibi vs rope, norm_position=pre (3 paired seeds)",
+      "model.position: alibi vs rope, norm_position=post (2 vs 3 seeds, unpaired)"]
+  # post - pre at rope: per-seed differences 0.5, 0.4, 0.6; the 95% interval
+  # of the comparison, inside it the 90% interval of the equivalence test.
+  paired = rows["model.norm_position: post vs pre, position=rope (3 paired seeds)"]
+  half_90 = stats.t_quantile(0.95, 2) * 0.1 / math.sqrt(3)
+  half_95 = T_975_DF2 * 0.1 / math.sqrt(3)
+  assert paired.seed_diffs == pytest.approx((0.5, 0.4, 0.6))
+  assert (paired.low, paired.diff, paired.high) == pytest.approx(
+      (0.5 - half_95, 0.5, 0.5 + half_95))
+  assert (paired.tost_low, paired.tost_high) == pytest.approx((0.5 - half_90, 0.5 + half_90))
+  assert paired.verdict == "unresolved" and (paired.marker, paired.filled) == ("o", False)
+  welch = rows["model.norm_position: post vs pre, position=alibi (2 vs 3 seeds, unpaired)"]
+  assert welch.seed_diffs == () and welch.low < welch.diff < welch.high
+  # ppl@2x: alibi 10 against rope 20 in every seed: better, a filled green dot;
+  # ppl@1x: the same on both sides: equivalent, a blue diamond.
+  better = next(r for r in panels[2].rows if r.label.startswith("model.position: alibi"))
+  assert better.verdict == "better" and better.diff == pytest.approx(-10.0)
+  assert (better.marker, better.colour, better.filled) == ("o", "#1a9850", True)
+  same = next(r for r in panels[1].rows if r.label.startswith("model.position: alibi"))
+  assert same.verdict == "equivalent" and same.marker == "D"
+  # Every verdict has its own marker and colour.
+  verdicts = typing.get_args(stats.Verdict)
+  assert set(forest.VERDICT_STYLE) == set(verdicts)
+  assert len({(m, f) for m, _, f in forest.VERDICT_STYLE.values()}) == len(verdicts)
+  assert len({c for _, c, _ in forest.VERDICT_STYLE.values()}) == len(verdicts)
+
+
+def test_forest_rows_name_the_tuning_and_single_seeds(tmp_path):
+  root = tmp_path / "one_seed"
+  _write(root, _one_seed_sweep)
+  record = json.loads((root / "sweep.json").read_text())
+  report = json.loads((root / "report.json").read_text())
+  (panel,) = forest.forest_panels(record, report)
+  (row,) = panel.rows
+  assert row.label == ("model.norm_position: post vs pre "
+                       "(learning rate tuned, 1 seed a side, no interval)")
+  assert row.diff == pytest.approx(0.1, abs=1e-6) and row.low is None and row.tost_low is None
+  assert row.verdict == "unresolved"

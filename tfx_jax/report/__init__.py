@@ -7,4 +7,6 @@
   points.py     runs grouped into points; labels
   build.py      report.md (verdicts first), report.csv
   plots.py      PNG plots (matplotlib)
+  forest.py     the headline figure: every comparison, its interval and verdict
+  style.py      the plots' colours per axis value, plain tick labels, units
 """

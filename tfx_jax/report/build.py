@@ -4,7 +4,9 @@
 ``report.json`` is ``analysis.analyze`` (the numbers: points, chosen tuned
 values, outcomes, comparisons with verdicts); ``report.md`` renders it:
 
-- the verdicts in words first;
+- the headline figure (``forest.png``: every comparison, its interval and
+  verdict against the equivalence band), or why the sweep has no comparison;
+- the verdicts in words;
 - one row per point: its chosen tuned values, learned / stalled / diverged
   counts, metrics on the compared split (mean +- std over seeds), tokens/s;
 - per tuned value of each point: the selection metric and outcomes;
@@ -200,6 +202,29 @@ def noise_table(report) -> list[list[str]]:
   return rows
 
 
+def no_comparison(record) -> str:
+  """Why a report has no comparison."""
+  if not any(len(a["values"]) > 1 for a in record["axes"]):
+    return ("no comparison: the sweep has a single point (no axis with two values), so "
+            "there is no base to set it against; its numbers are below.")
+  return "no comparison has learned runs on both sides yet."
+
+
+def headline(record, report: dict[str, Any], plots: dict[str, str]) -> list[str]:
+  """The forest plot of every comparison and how to read it, or why there is none."""
+  if not plots.get("forest"):
+    return [f"**{no_comparison(record).capitalize()}**", ""]
+  margins = sorted({(r["metric"], r["margin"]) for r in report["comparisons"]},
+                   key=lambda m: m[0] != report["select_by"])
+  band = ", ".join(f"±{m:g} for {metric}" for metric, m in margins)
+  tost = 1.0 - 2.0 * report["options"]["alpha"]
+  return [f"![every comparison against its base]({plots['forest']})", "",
+          f"Each row: a value minus its axis's base on the {report['report_split']} split; "
+          "the marker is the verdict, thin whiskers the 95% interval, the thick bar the "
+          f"{tost:.0%} interval of the equivalence test, shaded the equivalence band "
+          f"({band}), faint dots each seed's own difference (paired rows).", ""]
+
+
 def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> str:
   """The report's markdown."""
   points = group_points(record, summaries)
@@ -214,6 +239,7 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
   if record.get("description"):
     out += [record["description"], ""]
   out += ["## Verdicts", ""]
+  out += headline(record, report, plots)
   if record.get("tune"):
     tuned = ", ".join(f"`{k}` in {v}" for k, v in record["tune"].items())
     how = (f"Each point is compared at its own best tuned value ({tuned}), chosen by "
@@ -224,15 +250,18 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
     else:
       how += "; the comparisons read the test split, which the choice never saw."
   else:
-    how = f"Compared on the {split} split."
+    how = (f"Compared on the {split} split." if report["comparisons"]
+           else f"Metrics on the {split} split.")
   n = len(family)
-  out += [how + f" {n} comparison{'s form' if n != 1 else ' forms'} one family "
-          "(Holm-Bonferroni); verdicts at α = 0.05, equivalence by two one-sided tests "
-          "within the margin.", ""]
+  if n:
+    how += (f" {n} comparison{'s form' if n != 1 else ' forms'} one family "
+            "(Holm-Bonferroni); verdicts at α = 0.05, equivalence by two one-sided tests "
+            "within the margin.")
+  out += [how, ""]
   main = [r for r in report["comparisons"] if r["metric"] == select_by]
-  out += [f"- {r['text']}" for r in main] or ["- no comparison has learned runs on "
-                                              "both sides yet."]
-  out += ["", "Reproduce:", "", "```bash", record["command"], "```", "",
+  if main:
+    out += [f"- {r['text']}" for r in main] + [""]
+  out += ["Reproduce:", "", "```bash", record["command"], "```", "",
           f"Base: `{record['config']}`" + (f" `{base}`" if base else ""), "",
           f"{len(record['runs'])} runs: " + ", ".join(f"{n} {k}" for k, n in states.items())
           + f"; of the finished, {counts['learned']} learned, {counts['stalled']} "

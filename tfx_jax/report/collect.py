@@ -71,7 +71,8 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
   curves ({tag: [(step, value)]} for train/loss and eval/loss),
   tokens_per_sec (median of train/tokens_per_sec, first interval excluded:
   it includes compilation), wall_seconds, compile_seconds, lengths
-  ({multiple: perplexity}), layer_stats ({kind: {(stack, layer): value}} at
+  ({multiple: perplexity}), window_tokens ({multiple: the window in tokens}),
+  layer_stats ({kind: {(stack, layer): value}} at
   the first step they were logged), test (``split_metrics(workdir, "test")``),
   num_params (the model's parameter count, from status.json).
   """
@@ -82,9 +83,11 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
   tps = [v for _, v, _ in scalars.get("train/tokens_per_sec", [])[1:]]
   walls = [w for points in scalars.values() for _, _, w in points]
   wall = entry.get("wall_seconds") or ((max(walls) - min(walls)) if walls else None)
-  lengths = {}
+  lengths, window_tokens = {}, {}
   for row in latest_lengths(workdir) or []:
     lengths[int(row["multiple"])] = row.get("perplexity")
+    if row.get("length"):
+      window_tokens[int(row["multiple"])] = int(row["length"])
   layer: dict[str, dict[tuple[str, int], float]] = {}
   for tag, points in scalars.items():
     m = LAYER_TAG.match(tag)
@@ -101,6 +104,7 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
       "wall_seconds": wall,
       "compile_seconds": status.get("compile_seconds", entry.get("compile_seconds")),
       "lengths": lengths,
+      "window_tokens": window_tokens,
       "layer_stats": layer,
       "test": split_metrics(workdir, "test"),
       "num_params": status.get("num_params"),

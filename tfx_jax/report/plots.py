@@ -1,229 +1,404 @@
 """The report's PNG plots (matplotlib, Agg backend: no display needed).
 
-- ``curves_<axis>.png``: train/loss against step, one line per value of the
-  axis (mean over seeds, band = min..max over seeds), one panel per
+Every plot colours an axis value the same way (``style.Palette``, built once
+per report: the base value near-black), shows each seed faintly behind the
+mean, labels its axes with units and its ticks with plain numbers.
+
+- ``forest.png`` (``forest.py``): the headline, every comparison's
+  difference from the base with its intervals and verdict;
+- ``curves_<axis>.png``: training and validation loss against the step, one
+  line per value of the axis (the mean over seeds, each seed a faint line; a
+  tuned sweep shows each point at its chosen tuned value), one column per
   combination of the other axes (at most ``MAX_PANELS``);
-- ``lengths.png``: perplexity against window length, one line per point;
-- ``layers.png``: gradient norm per layer at the first logged step;
 - ``sensitivity_<field>_<axis>.png`` (tuned sweeps): per axis, the final
-  validation metric against each tuned value (log x), one curve per axis
-  value (the mean of its learned runs), one panel per combination of the
-  other axes, every seed a faint point, failed runs marked at l0;
+  validation metric against each tuned value (log x, ticks at the tuned
+  values), one curve per axis value (the mean of its learned runs, the chosen
+  value ringed), one panel per combination of the other axes, every seed a
+  faint point, failed runs an x at l0;
 - ``scale.png``: each axis's difference from its base value against the
-  parameter count, with its interval (where an axis changes the model size).
+  parameter count, with its interval (where an axis changes the model size);
+- ``lengths.png``: perplexity against the evaluation window, one line per point;
+- ``layers.png``: gradient norm per layer at the first logged step.
 """
 
 from __future__ import annotations
 
 import pathlib
 import re
+from typing import Any
 
 import numpy as np
 
+from tfx_jax.report import forest
 from tfx_jax.report import points as points_lib
+from tfx_jax.report import style
+from tfx_jax.report.points import fmt_value
 
 MAX_PANELS = 8
+CURVE_TAGS = (("train/loss", "training loss"), ("eval/loss", "validation loss"))
+STOPPED = ("diverged", "failed")  # runs whose curves end early
 
 
-def _pyplot():
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  return plt
-
-def _save(plt, fig, path: pathlib.Path, drawn: bool) -> bool:
-  """Writes the figure when something was drawn; closes it either way."""
-  fig.tight_layout()
-  if drawn:
-    fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return drawn
+def _file_name(*parts: str) -> str:
+  return "_".join(re.sub(r"[^A-Za-z0-9_.+-]", "_", p) for p in parts) + ".png"
 
 
-
-def _mean_band(curves: list[list[tuple[int, float]]]):
-  """Steps, mean, min, max over the curves present at each step."""
+def _mean_curve(curves: list[list[tuple[int, float]]]):
+  """Steps and the mean over the curves present at each step."""
   by_step: dict[int, list[float]] = {}
   for curve in curves:
     for step, value in curve:
       if np.isfinite(value):
         by_step.setdefault(step, []).append(value)
   steps = sorted(by_step)
-  vals = [by_step[s] for s in steps]
-  return (np.array(steps), np.array([np.mean(v) for v in vals]),
-          np.array([np.min(v) for v in vals]), np.array([np.max(v) for v in vals]))
+  return np.array(steps), np.array([np.mean(by_step[s]) for s in steps])
 
 
-def _point_label(record, key) -> str:
-  return ", ".join(points_lib.value_label(a["values"][i]) for a, i in zip(record["axes"], key))
+def _finite(curve):
+  return [(s, v) for s, v in curve if np.isfinite(v)]
 
 
-def curves_plot(path: pathlib.Path, record, points, axis_index: int,
-                tag: str = "train/loss") -> bool:
-  plt = _pyplot()
+def _tuned_text(tuned: dict[str, Any] | None) -> str:
+  """``learning rate 0.003`` ("" untuned)."""
+  return ", ".join(f"{style.tuned_name(k)} {fmt_value(v)}" for k, v in (tuned or {}).items())
+
+
+def _axis_title(record, axis_index: int, ctx) -> str:
+  """``model.norm_position`` plus the other axes' values where there are any."""
+  label = record["axes"][axis_index]["label"]
+  context = points_lib.context_label(record, ctx, axis_index)
+  return label if context == "-" else f"{label}, {context}"
+
+
+def _shown_runs(record, points, report, key):
+  """The runs a curve shows: a tuned sweep's at the point's chosen tuned
+  value (none when nothing learned), every run otherwise."""
+  runs = points.get(key, [])
+  if not record.get("tune") or report is None:
+    return runs, None
+  chosen = next((p["chosen"] for p in report["points"] if tuple(p["key"]) == key), None)
+  if chosen is None:
+    return [], None
+  return [(e, s) for e, s in runs if e.get("tuned", {}) == chosen], chosen
+
+
+# ------------------------------------------------------------------- curves
+def curves_plot(path: pathlib.Path, record, points, axis_index: int, palette: style.Palette,
+                report=None) -> bool:
+  """Training (and validation) loss against the step per value of one axis."""
+  plt = style.pyplot()
   axis = record["axes"][axis_index]
   ctxs = points_lib.contexts(record, axis_index)[:MAX_PANELS]
-  fig, axes = plt.subplots(1, len(ctxs), figsize=(5 * len(ctxs), 3.6), squeeze=False)
+  tags = [(t, name) for t, name in CURVE_TAGS
+          if any(len(s["curves"].get(t, [])) > 1 for runs in points.values() for _, s in runs)]
+  if not tags:
+    return False
+  fig, panels = plt.subplots(len(tags), len(ctxs), figsize=(5.2 * len(ctxs), 3.6 * len(tags)),
+                             squeeze=False)
   drawn = False
-  for panel, ctx in zip(axes[0], ctxs):
-    for vi, value in enumerate(axis["values"]):
-      key = tuple(vi if j == axis_index else c for j, c in enumerate(ctx))
-      curves = [s["curves"][tag] for _, s in points.get(key, []) if tag in s["curves"]]
-      if not curves:
-        continue
-      steps, mean, lo, hi = _mean_band(curves)
-      if not len(steps):
-        continue
-      line, = panel.plot(steps, mean, label=points_lib.value_label(value))
-      panel.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
-      drawn = True
-    panel.set_title(points_lib.context_label(record, ctx, axis_index), fontsize=9)
-    panel.set_xlabel("step")
-    panel.set_ylabel(tag)
-    panel.legend(fontsize=8, title=axis["label"].split(".")[-1], title_fontsize=8)
-  return _save(plt, fig, path, drawn)
+  for row, (tag, name) in enumerate(tags):
+    for col, ctx in enumerate(ctxs):
+      ax = panels[row][col]
+      tops: list[float] = []  # the finished runs' highest loss and every run's first
+      for vi in range(len(axis["values"])):
+        key = tuple(vi if j == axis_index else c for j, c in enumerate(ctx))
+        runs, chosen = _shown_runs(record, points, report, key)
+        shown = [(s["state"], _finite(s["curves"].get(tag, []))) for _, s in runs]
+        shown = [(state, c) for state, c in shown if c]
+        if not shown:
+          continue
+        colour = palette.colour(axis_index, vi)
+        for state, curve in shown:
+          ax.plot(*zip(*curve), color=colour, alpha=style.SEED_ALPHA, linewidth=0.8)
+          if state in STOPPED:
+            ax.scatter(*curve[-1], marker="x", color=colour, s=30, zorder=3)
+        # The mean of the finished runs (of every run while none has finished):
+        # one that stopped early would make the mean jump where it ends.
+        finished = [c for state, c in shown if state == "finished"]
+        averaged = finished or [c for _, c in shown]
+        steps, mean = _mean_curve(averaged)
+        tops += [v for c in averaged for _, v in c] + [c[0][1] for _, c in shown]
+        label = palette.label(axis_index, vi)
+        if chosen:
+          label += f" at {_tuned_text(chosen)}"
+        stopped = sum(state in STOPPED for state, _ in shown)
+        counted = len(finished) or len(shown) - stopped  # runs still going count
+        seeds = "; ".join(
+            ([f"{counted} seed{'s' if counted != 1 else ''}"] if counted else [])
+            + ([f"× {stopped} stopped early"] if stopped else []))
+        ax.plot(steps, mean, color=colour, linewidth=2.0, label=f"{label} ({seeds})",
+                marker="o" if len(steps) < 6 else None, markersize=4)
+        drawn = True
+      if tops and ax.get_ylim()[1] > max(tops):
+        # A run that blew up before it diverged would flatten every other curve.
+        low = ax.get_ylim()[0]
+        ax.set_ylim(low, max(tops) + 0.05 * (max(tops) - low))
+      ax.set_title(f"{name.capitalize()} by {_axis_title(record, axis_index, ctx)}",
+                   fontsize=9)
+      ax.set_xlabel("training step")
+      ax.set_ylabel(style.with_unit(name, tag))
+      style.plain_axis(ax.xaxis, integer=True)
+      style.plain_axis(ax.yaxis)
+      ax.grid(color="#eeeeee")
+      if ax.lines:
+        ax.legend(fontsize=7, title="mean of the finished seeds (faint: each seed)",
+                  title_fontsize=7)
+  fig.tight_layout()
+  return style.save(plt, fig, path, drawn)
 
 
-def lengths_plot(path: pathlib.Path, record, points) -> bool:
-  plt = _pyplot()
-  fig, ax = plt.subplots(figsize=(5.5, 3.8))
-  drawn = False
-  for key, runs in points.items():
-    mults = sorted({k for _, s in runs for k in s["lengths"]})
-    xs, ys = [], []
-    for k in mults:
-      vals = [s["lengths"][k] for _, s in runs if s["lengths"].get(k) is not None]
-      if vals:
-        xs.append(k)
-        ys.append(float(np.mean(vals)))
-    if xs:
-      ax.plot(xs, ys, marker="o", label=_point_label(record, key))
-      drawn = True
-  ax.set_xscale("log", base=2)
-  ax.set_yscale("log")
-  ax.set_xlabel("window / training length")
-  ax.set_ylabel("validation perplexity")
-  if drawn:
-    ax.legend(fontsize=8)
-  return _save(plt, fig, path, drawn)
-
-
-def layers_plot(path: pathlib.Path, record, points, kind: str = "grad_norm") -> bool:
-  plt = _pyplot()
-  fig, ax = plt.subplots(figsize=(5.5, 3.8))
-  drawn = False
-  for key, runs in points.items():
-    layers = sorted({k for _, s in runs for k in s["layer_stats"].get(kind, {})})
-    if not layers:
-      continue
-    ys = [float(np.mean([s["layer_stats"][kind][l] for _, s in runs
-                         if l in s["layer_stats"].get(kind, {})])) for l in layers]
-    ax.plot(range(len(layers)), ys, marker="o", label=_point_label(record, key))
-    ax.set_xticks(range(len(layers)), [f"{st[:3]} {i}" for st, i in layers],
-                  rotation=45, fontsize=7)
-    drawn = True
-  ax.set_yscale("log")
-  ax.set_ylabel(f"{kind.replace('_', ' ')} at the first logged step")
-  if drawn:
-    ax.legend(fontsize=7)
-  return _save(plt, fig, path, drawn)
-
-
+# -------------------------------------------------------------- sensitivity
 def sensitivity_plot(path: pathlib.Path, record, report, field: str,
-                     axis_index: int | None) -> bool:
+                     axis_index: int | None, palette: style.Palette) -> bool:
   """The selection metric against the tuned ``field`` (other tuned fields at
   the point's chosen values): one panel per combination of the other axes,
-  one curve per value of the axis (the mean of its learned runs), each seed
-  a faint point, each failed run an x at l0. ``axis_index`` None: a sweep
-  without axes, its one point."""
-  plt = _pyplot()
+  one curve per value of the axis (the mean of its learned runs, the chosen
+  value ringed), each seed a faint point, each failed run an x at l0.
+  ``axis_index`` None: a sweep without axes, its one point."""
+  plt = style.pyplot()
   if axis_index is None:
-    axis, ctxs = {"label": "base config", "values": [{}]}, [()]
+    axis, ctxs = {"label": "base config", "values": [{}], "reference": 0}, [()]
   else:
     axis = record["axes"][axis_index]
     ctxs = points_lib.contexts(record, axis_index)[:MAX_PANELS]
-  fig, panels = plt.subplots(1, len(ctxs), figsize=(5.5 * len(ctxs), 4), squeeze=False)
+  fig, panels = plt.subplots(1, len(ctxs), figsize=(5.5 * len(ctxs), 4.2), squeeze=False)
   by_key = {tuple(s["key"]): s for s in report["sensitivity"]}
   points = {tuple(p["key"]): p for p in report["points"]}
   select_by = report["select_by"]
+  name = style.tuned_name(field)
+  metric = style.metric_name(select_by)
   drawn = False
   for panel, ctx in zip(panels[0], ctxs):
-    for vi, value in enumerate(axis["values"]):
+    xs_all, failed_any, l0 = [], False, None
+    for vi in range(len(axis["values"])):
       key = tuple(vi if j == axis_index else c for j, c in enumerate(ctx))
       s = by_key.get(key)
       if s is None:
         continue
-      others = {k: v for k, v in (points[key]["chosen"] or {}).items() if k != field}
+      chosen = points[key]["chosen"] or {}
+      others = {k: v for k, v in chosen.items() if k != field}
       curve = sorted((c for c in s["curve"]
                       if all(c["tuned"].get(k) == v for k, v in others.items())),
                      key=lambda c: c["tuned"][field])
+      colour = palette.colour(axis_index, vi)
+      label = "base config" if axis_index is None else palette.label(axis_index, vi)
       xs = [c["tuned"][field] for c in curve if c["mean"] is not None]
       ys = [c["mean"] for c in curve if c["mean"] is not None]
-      line, = panel.plot(xs, ys, marker="o", label=points_lib.value_label(value))
+      panel.plot(xs, ys, marker="o", color=colour, linewidth=2.0, label=label, zorder=3)
       for c in curve:
         seeds = [v for v in c["seeds"].values() if v is not None]
-        panel.scatter([c["tuned"][field]] * len(seeds), seeds, color=line.get_color(),
-                      alpha=0.3, s=12)
-        if c["failed"] and s["initial_loss"] is not None:
-          panel.scatter([c["tuned"][field]], [s["initial_loss"]], color=line.get_color(),
-                        marker="x", s=40)
+        panel.scatter([c["tuned"][field]] * len(seeds), seeds, color=colour,
+                      alpha=style.SEED_ALPHA + 0.1, s=14, linewidths=0, zorder=2)
+        if c["failed"]:
+          # At l0; where it is not known, at the top edge of the panel.
+          known = s["initial_loss"] is not None
+          panel.scatter([c["tuned"][field]], [s["initial_loss"] if known else 0.97],
+                        color=colour, marker="x", s=50, zorder=3, clip_on=False,
+                        transform=(panel.transData if known
+                                   else panel.get_xaxis_transform()))
+          failed_any, l0 = True, s["initial_loss"] if known else l0
+        if chosen and c["tuned"].get(field) == chosen.get(field) and c["mean"] is not None:
+          panel.scatter([c["tuned"][field]], [c["mean"]], s=220, facecolors="none",
+                        edgecolors=colour, linewidths=1.5, zorder=4)
+      xs_all += [c["tuned"][field] for c in curve]
       drawn = drawn or bool(curve)
-    context = ("-" if axis_index is None
-               else points_lib.context_label(record, ctx, axis_index))
-    panel.set_title(f"{axis['label']}" + (f" ({context})" if context != "-" else ""),
-                    fontsize=9)
+    if l0 is not None:
+      panel.axhline(l0, color="#999999", linestyle=":", linewidth=1.0)
+      panel.text(1.0, l0, " l0 = ln|V|", transform=panel.get_yaxis_transform(),
+                 va="center", ha="left", fontsize=7, color="#666666")
+    title = (f"Final validation {metric} against {name}"
+             + ("" if axis_index is None
+                else f"\nby {_axis_title(record, axis_index, ctx)}"))
+    panel.set_title(title, fontsize=9)
     panel.set_xscale("log")
-    panel.set_xlabel(f"{field} (tuned)")
-    panel.set_ylabel(f"final {select_by} (validation)")
-    panel.legend(fontsize=8, title="x: failed run, at l0", title_fontsize=7)
-  return _save(plt, fig, path, drawn)
+    if xs_all:  # every tuned value on the axis, those with no learned run too
+      panel.set_xlim(min(xs_all) / 1.5, max(xs_all) * 1.5)
+    style.plain_axis(panel.xaxis, log=True, ticks=xs_all or None)
+    style.plain_axis(panel.yaxis)
+    panel.set_xlabel(f"{name} (log scale)")
+    panel.set_ylabel(style.with_unit(f"final validation {metric}", select_by))
+    panel.grid(color="#eeeeee")
+    from matplotlib.lines import Line2D  # pylint: disable=import-outside-toplevel
+    handles, _ = panel.get_legend_handles_labels()
+    handles += [Line2D([], [], marker="o", linestyle="", markersize=10,
+                       markerfacecolor="none", markeredgecolor="#555555",
+                       label="chosen value"),
+                Line2D([], [], marker="o", linestyle="", markersize=4, color="#555555",
+                       alpha=0.35, label="one seed")]
+    if failed_any:
+      handles.append(Line2D([], [], marker="x", linestyle="", color="#555555",
+                            label="failed run (at l0)" if l0 is not None
+                            else "failed run (l0 unknown)"))
+    panel.legend(handles=handles, fontsize=7)
+  fig.tight_layout()
+  return style.save(plt, fig, path, drawn)
 
 
-def scale_plot(path: pathlib.Path, report) -> bool:
-  plt = _pyplot()
-  fig, ax = plt.subplots(figsize=(6, 4))
-  groups: dict[str, list] = {}
+# -------------------------------------------------------------------- scale
+def _value_index(record, axis_label: str, value: str) -> tuple[int, int] | None:
+  for ai, axis in enumerate(record["axes"]):
+    if axis["label"] == axis_label:
+      for vi, v in enumerate(axis["values"]):
+        if points_lib.value_label(v) == value:
+          return ai, vi
+  return None
+
+
+def scale_plot(path: pathlib.Path, record, report, palette: style.Palette) -> bool:
+  """Each axis value's difference from its base against the parameter count."""
+  plt = style.pyplot()
+  fig, ax = plt.subplots(figsize=(6.5, 4.2))
+  groups: dict[tuple, list] = {}
   for row in report["scale"]:
-    groups.setdefault(f"{row['value']} vs {row['base_value']}", []).append(row)
-  for label, rows in groups.items():
+    groups.setdefault((row["axis"], row["value"], row["base_value"]), []).append(row)
+  sizes = []
+  for (axis_label, value, base_value), rows in groups.items():
     rows.sort(key=lambda r: r["num_params"])
+    index = _value_index(record, axis_label, value)
+    colour = palette.colour(*index) if index else style.BASE_COLOUR
     xs = [r["num_params"] for r in rows]
     ys = [r["diff"] for r in rows]
     err = [[r["diff"] - r["low"] if r["low"] is not None else 0 for r in rows],
            [r["high"] - r["diff"] if r["high"] is not None else 0 for r in rows]]
-    ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
-  ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=colour,
+                label=f"{axis_label}: {value} vs {base_value}")
+    sizes += xs
+  ax.axhline(0.0, color="#444444", linewidth=1.0)
   ax.set_xscale("log")
-  ax.set_xlabel("parameters")
-  ax.set_ylabel(f"Δ {report['select_by']} vs base (95% CI)")
+  style.plain_axis(ax.xaxis, log=True, ticks=sizes or None)
+  style.plain_axis(ax.yaxis)
+  metric = style.metric_name(report["select_by"])
+  ax.set_xlabel("parameters (log scale)")
+  ax.set_ylabel(style.with_unit(f"difference in {metric}, value − base", report["select_by"]))
+  ax.set_title(f"Effects against model size ({report['report_split']} split, "
+               "95% interval)", fontsize=9)
+  ax.grid(color="#eeeeee")
   if groups:
     ax.legend(fontsize=8)
-  return _save(plt, fig, path, bool(groups))
+  fig.tight_layout()
+  return style.save(plt, fig, path, bool(groups))
 
 
+# ------------------------------------------------------------------ lengths
+def lengths_plot(path: pathlib.Path, record, points, palette: style.Palette) -> bool:
+  """Validation perplexity against the evaluation window, one line per point."""
+  plt = style.pyplot()
+  fig, ax = plt.subplots(figsize=(6.5, 4.2))
+  drawn = False
+  tokens: dict[int, int] = {}
+  for key, runs in points.items():
+    mults = sorted({k for _, s in runs for k in s["lengths"]})
+    xs, ys = [], []
+    st = palette.point_style(key)
+    for k in mults:
+      vals = [s["lengths"][k] for _, s in runs if s["lengths"].get(k) is not None]
+      for _, s in runs:
+        if k in s.get("window_tokens", {}):
+          tokens[k] = s["window_tokens"][k]
+      if vals:
+        xs.append(k)
+        ys.append(float(np.mean(vals)))
+        ax.scatter([k] * len(vals), vals, color=st["color"], alpha=style.SEED_ALPHA + 0.1,
+                   s=14, linewidths=0)
+    if xs:
+      ax.plot(xs, ys, marker="o", label=palette.point_label(key), **st)
+      drawn = True
+  multiples = sorted({k for runs in points.values() for _, s in runs for k in s["lengths"]})
+  ax.set_xscale("log", base=2)
+  ax.set_yscale("log")
+  if multiples:
+    from matplotlib import ticker  # pylint: disable=import-outside-toplevel
+    ax.xaxis.set_major_locator(ticker.FixedLocator(multiples))
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    ax.xaxis.set_major_formatter(ticker.FixedFormatter(
+        [f"{k}×" + (f"\n{tokens[k]:,} tokens" if k in tokens else "") for k in multiples]))
+  style.plain_axis(ax.yaxis, log=True)
+  ax.set_xlabel("evaluation window (multiple of the training length)")
+  ax.set_ylabel("validation perplexity (log scale)")
+  ax.set_title("Length extrapolation: mean over seeds (faint: each seed)", fontsize=9)
+  ax.grid(color="#eeeeee")
+  if drawn:
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  return style.save(plt, fig, path, drawn)
+
+
+# ------------------------------------------------------------------- layers
+STACK_ORDER = {"encoder": 0, "decoder": 1}
+LAYER_STATS = {"grad_norm": "gradient norm", "param_norm": "parameter norm",
+               "update_norm": "update norm"}
+
+
+def layers_plot(path: pathlib.Path, record, points, palette: style.Palette,
+                kind: str = "grad_norm") -> bool:
+  """A per-layer statistic at the first logged step, one line per point."""
+  plt = style.pyplot()
+  layers = sorted({k for runs in points.values() for _, s in runs
+                   for k in s["layer_stats"].get(kind, {})},
+                  key=lambda sl: (STACK_ORDER.get(sl[0], 2), sl[0], sl[1]))
+  fig, ax = plt.subplots(figsize=(max(6.5, 0.3 * len(layers) + 3), 4.2))
+  position = {layer: i for i, layer in enumerate(layers)}
+  drawn = False
+  for key, runs in points.items():
+    mine = [l for l in layers if any(l in s["layer_stats"].get(kind, {}) for _, s in runs)]
+    if not mine:
+      continue
+    st = palette.point_style(key)
+    xs, ys = [], []
+    for layer in mine:
+      vals = [s["layer_stats"][kind][layer] for _, s in runs
+              if layer in s["layer_stats"].get(kind, {})]
+      ax.scatter([position[layer]] * len(vals), vals, color=st["color"],
+                 alpha=style.SEED_ALPHA + 0.1, s=14, linewidths=0)
+      xs.append(position[layer])
+      ys.append(float(np.mean(vals)))
+    ax.plot(xs, ys, marker="o", label=palette.point_label(key), **st)
+    drawn = True
+  step = max(1, len(layers) // 16)
+  ax.set_xticks(range(0, len(layers), step),
+                [f"{layers[i][0]} {layers[i][1]}" for i in range(0, len(layers), step)],
+                rotation=45 if len(layers) > 6 else 0, fontsize=7, ha="right"
+                if len(layers) > 6 else "center")
+  ax.set_yscale("log")
+  style.plain_axis(ax.yaxis, log=True)
+  name = LAYER_STATS.get(kind, kind.replace("_", " "))
+  ax.set_xlabel("layer")
+  ax.set_ylabel(f"{name} at the first logged step (log scale)")
+  ax.set_title(f"{name.capitalize()} per layer near initialisation: mean over seeds "
+               "(faint: each seed)", fontsize=9)
+  ax.grid(color="#eeeeee")
+  if drawn:
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  return style.save(plt, fig, path, drawn)
+
+
+# -------------------------------------------------------------------- all
 def write_plots(sweep_dir: pathlib.Path, record, points, report=None) -> dict[str, str]:
   """Writes every plot that has data; returns {plot key: file name}."""
+  palette = style.Palette(record)
   out: dict[str, str] = {}
   if report is not None:
+    if forest.forest_plot(sweep_dir / "forest.png", forest.forest_panels(record, report)):
+      out["forest"] = "forest.png"
     for field, values in record.get("tune", {}).items():
       if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                  for v in values):
         continue  # a non-numeric tuned field has no log axis; its table stays
       for ai in range(len(record["axes"])) or [None]:
         label = "base" if ai is None else record["axes"][ai]["label"]
-        name = ("sensitivity_" + re.sub(r"[^A-Za-z0-9_.+-]", "_", field) + "_"
-                + re.sub(r"[^A-Za-z0-9_.+-]", "_", label) + ".png")
+        name = _file_name("sensitivity", field, label)
         if report["sensitivity"] and sensitivity_plot(sweep_dir / name, record, report,
-                                                      field, ai):
+                                                      field, ai, palette):
           out[f"sensitivity:{field}:{ai}"] = name
-    if report["scale"] and scale_plot(sweep_dir / "scale.png", report):
+    if report["scale"] and scale_plot(sweep_dir / "scale.png", record, report, palette):
       out["scale:"] = "scale.png"
   for ai, axis in enumerate(record["axes"]):
-    name = "curves_" + re.sub(r"[^A-Za-z0-9_.+-]", "_", axis["label"]) + ".png"
-    if curves_plot(sweep_dir / name, record, points, ai):
+    name = _file_name("curves", axis["label"])
+    if curves_plot(sweep_dir / name, record, points, ai, palette, report):
       out[f"curves:{ai}"] = name
-  if lengths_plot(sweep_dir / "lengths.png", record, points):
+  if lengths_plot(sweep_dir / "lengths.png", record, points, palette):
     out["lengths"] = "lengths.png"
-  if layers_plot(sweep_dir / "layers.png", record, points):
+  if layers_plot(sweep_dir / "layers.png", record, points, palette):
     out["layers"] = "layers.png"
   return out

@@ -44,6 +44,9 @@ def contexts(record, axis_index: int) -> list[tuple[int, ...]]:
 
 
 def context_label(record, ctx, axis_index) -> str:
-  parts = [f"{a['label'].split('.')[-1]}={value_label(a['values'][i])}"
+  """The other axes' values: ``position=rope, d_model=64,num_heads=4`` ("-": none).
+  A zipped axis's value names its fields already."""
+  parts = [value_label(a["values"][i]) if len(a["values"][i]) > 1
+           else f"{a['label'].split('.')[-1]}={value_label(a['values'][i])}"
            for j, (a, i) in enumerate(zip(record["axes"], ctx)) if j != axis_index]
   return ", ".join(parts) or "-"
