@@ -95,17 +95,19 @@ def test_every_task_loss_and_row_builder_takes_only_its_own_settings():
     params = inspect.signature(task.rows.build).parameters
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values()), task.name
   assert set(inspect.signature(tasks.token_loss).parameters) == {
-      "outputs", "batch", "label_smoothing"}
+      "outputs", "batch", "label_smoothing", "z_loss"}
   assert set(inspect.signature(tasks.classify_loss).parameters) == {
-      "outputs", "batch", "lambda_pt"}
+      "outputs", "batch", "lambda_pt", "z_loss"}
   config = _lm_tiny()
   config.train.label_smoothing = 0.1
+  config.train.z_loss = 1e-4
   assert tasks.get("lm").objective(config, "decoder_only", train=True).keywords == {
-      "label_smoothing": 0.1}
+      "label_smoothing": 0.1, "z_loss": 1e-4}
+  # Evaluation measures the plain loss: neither smoothing nor z-loss.
   assert tasks.get("lm").objective(config, "decoder_only", train=False).keywords == {
-      "label_smoothing": 0.0}
+      "label_smoothing": 0.0, "z_loss": 0.0}
   assert tasks.get("classify").objective(config, "encoder_only", train=True).keywords == {
-      "lambda_pt": 0.0}
+      "lambda_pt": 0.0, "z_loss": 1e-4}
 
 
 def test_a_row_format_is_bound_to_the_settings_its_builder_names():
