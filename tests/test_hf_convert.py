@@ -392,7 +392,7 @@ def test_unrepresented_hf_settings_are_refused(arch, changes, named, hf_dirs, tm
 def test_gemma_norm_gain_is_one_plus_the_stored_weight():
   """Gemma's RMSNorm multiplies by (1 + w): imported as s = 1 + w, the float32 sum
   HF computes; exported as w = s - 1, which gives every gain s >= 0.5 back."""
-  from tfx_jax.hf_architectures import gemma_norm
+  from tfx_jax.hf.llama import gemma_norm
   rule = gemma_norm("w", "s")
   rng = np.random.default_rng(0)
   w = np.concatenate([rng.normal(0, 0.5, 1000), rng.normal(0, 1e-8, 100),

@@ -15,7 +15,7 @@ tokenizer.json) is copied into ``W/tokenizer`` and becomes the run's tokenizer
 norm, ALiBi in a GPT-2, ...) exits with code 2 naming those settings.
 
 Importing needs only ``safetensors`` (numpy); torch is not used. The weight and
-config maps are declared in :mod:`tfx_jax.hf_architectures`.
+config maps are declared in :mod:`tfx_jax.hf`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tfx_jax import run_config, run_setup
 from tfx_jax.cli import exit_code
 from tfx_jax.config_base import base_config
 from tfx_jax.errors import ConfigError
-from tfx_jax.hf_architectures import ARCHITECTURES, Architecture, architecture_for
+from tfx_jax.hf.registry import ARCHITECTURES, Architecture, architecture_for
 from tfx_jax.model_config import ModelConfig, is_windowed, model_config_from_dict
 
 # HF tokenizer files, in order of preference: SentencePiece models, then tokenizer.json.

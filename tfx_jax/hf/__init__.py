@@ -1,0 +1,57 @@
+"""The Hugging Face architectures tfx_jax can import and export, declared once.
+
+Each :class:`~tfx_jax.hf.registry.Architecture` says, in both directions,
+  * how an HF ``config.json`` maps onto ``ModelConfig`` fields (``model_fields``)
+    and back (``hf_config``), and
+  * how each HF weight maps onto the tfx_jax parameter tree (``rules``): a rule
+    names one HF tensor, the tfx_jax parameters it becomes, and a pair of
+    exact array maps (transposes, reshapes, splits, row slices), so that
+    export -> import is bit-identical.
+
+Modules:
+
+  rules.py        Rule and the array maps (same, linear, heads_in, heads_out, ...);
+                  the rules of an attention block, a norm, a dense layer
+  fields.py       config fields several architectures share: activation names,
+                  head widths, RoPE (rope_parameters or the older keys), sliding
+                  windows (layer_types)
+  llama.py        LLaMA, Qwen3, Gemma 2 (gemma_norm: HF's 1 + w gains)
+  gpt.py          GPT-2, GPT-NeoX
+  bert.py         BERT
+  t5.py           T5 1.0 and v1.1
+  bart_marian.py  BART, Marian
+  registry.py     Architecture, ARCHITECTURES, architecture_for
+
+The package imports nothing itself: the registry imports every architecture
+module, so an ``__init__`` that re-exported it would be imported back by each
+of them (their imports of rules.py and fields.py run this file first). Import
+the registry from ``tfx_jax.hf.registry``.
+
+Which canonical variant each architecture is, in ``model.*`` terms:
+
+  LLaMA    decoder_only, pre, rmsnorm, swiglu, rope (half-split), no biases, GQA;
+           RoPE scaling linear or yarn (rope_scaling)
+  GPT-2    decoder_only, pre, layernorm, gelu_tanh, learned positions, tied
+  GPT-NeoX decoder_only, parallel block (use_parallel_residual; sequential
+           without), pre, layernorm with biases, gelu, rope over rotary_pct of
+           each head (rope_fraction), fused query_key_value, untied embed_out
+  Qwen3    as LLaMA plus per-head RMSNorm of queries and keys (qk_norm),
+           head_dim of its own; sliding windows where layer_types fit
+           attention_window and global_every
+  Gemma 2  decoder_only, sandwich, rmsnorm (HF's gain w is 1 + w here),
+           geglu_tanh, rope, no biases, GQA, head_dim of its own, embeddings
+           x sqrt(d_model), attention and final logit soft-caps, sliding and
+           global layers alternating (attention_window, global_every=2), tied
+  BERT     encoder_only, post, layernorm, gelu, learned positions, token types,
+           embedding norm, MLM head
+  T5 1.0   encoder_decoder, pre, rmsnorm, relu, t5_bias, no biases,
+           unscaled attention logits, tied, decoder output x d_model^-0.5
+           (scale_output)
+  T5 v1.1  as T5 1.0 but geglu_tanh (or swiglu), decoder output unscaled,
+           tied or untied output; HF states the FFN, the scaling and the
+           tying separately, so every combination of the three maps
+  BART     encoder_decoder, post, layernorm, gelu, learned positions (HF's
+           offset of 2 rows dropped), embedding norms, output bias, tied
+  Marian   encoder_decoder, post, layernorm, swish, sinusoidal [sin | cos]
+           halves, embeddings x sqrt(d_model), output bias, tied
+"""
