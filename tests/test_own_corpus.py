@@ -441,3 +441,7 @@ def test_a_sweep_on_a_files_corpus_converts_it_once(tmp_path):
     scalars = metrics.read_scalars(tmp_path / "sweeps" / "files" / entry["name"]
                                    / "tensorboard")
     assert [s for s, _ in scalars["eval/loss"]] == [4]
+  # The report judges the runs against the unigram baseline of the corpus.
+  report = json.loads((tmp_path / "sweeps" / "files" / "report.json").read_text())
+  entropies = {b["unigram_entropy"] for b in report["baselines"].values()}
+  assert len(entropies) == 1 and 0 < entropies.pop() < math.log(261)  # byte tokenizer
