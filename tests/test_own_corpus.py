@@ -23,7 +23,9 @@ import tensorflow_datasets as tfds
 
 from tfx_jax import metrics, run_setup, trained_run, trainer
 from tfx_jax.data import baselines
+from tfx_jax.data import file_readers
 from tfx_jax.data import files_corpus
+from tfx_jax.data import repairs
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
@@ -233,6 +235,34 @@ def test_classify_with_labels(tmp_path, data_dir):
   # Fewer classes than labels is refused before anything is compiled.
   with pytest.raises(ConfigError, match=r"model.num_classes=2 .* \(3\)"):
     train("finetune.py:tiny", tmp_path / "run2", {**overrides, "model.num_classes": 2})
+
+
+def test_readers_of_each_format(tmp_path):
+  counts = repairs.Counts("test")
+
+  def read(path, **features):
+    return [doc for _, doc in file_readers.read_documents(
+        [str(path)], features=features or {"text": "text"}, text_layout="paragraphs",
+        counts=counts)]
+
+  text = tmp_path / "a.txt"
+  text.write_bytes(b"\xef\xbb\xbfFirst line\r\nsecond  \r\n \r\n\r\nNext.\n\n\n")
+  assert read(text) == [{"text": "First line\nsecond"}, {"text": "Next."}]
+  array = tmp_path / "b.json"  # to_json(lines=False): one array of records
+  array.write_text(json.dumps([{"t": "x", "y": True}, {"t": " ", "y": 0},
+                               {"t": "z", "y": None}, {"t": "w", "y": -1}]))
+  assert read(array, text="t", label="y") == [{"text": "x", "label": 1}]
+  assert counts.counts == {"skipped (empty text)": 1,
+                           "skipped (no label: null or negative)": 2}
+  nested = write_parquet(tmp_path / "c.parquet", pair_records(3))
+  pairs = read(nested, source="translation.xx", target="translation.yy")
+  assert [p["target"].split() for p in pairs] == [p["source"].split()[::-1] for p in pairs]
+  with pytest.raises(ConfigError, match=r"c.parquet \(row 1\) has no column 'translation.zz'"):
+    read(nested, source="translation.zz", target="translation.yy")
+  lines = tmp_path / "d.jsonl"
+  lines.write_text('{"text": "a"}\n[1, 2]\n')
+  with pytest.raises(ConfigError, match=r"d.jsonl:2 is a JSON list, not an object"):
+    read(lines)
 
 
 # ------------------------------------------------------- the held-out splits
