@@ -57,6 +57,18 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.source_key = config_dict.placeholder(str)
   c.data.target_key = config_dict.placeholder(str)
   c.data.label_key = config_dict.placeholder(str)
+  # data.name=files: your own corpus (tfx_jax/data/files_corpus.py). Comma-
+  # separated glob patterns of .txt/.text, .jsonl/.json or .parquet files; the
+  # *_key fields above name their JSON fields / Parquet columns (text_key
+  # default: "text"). A split without files is held out of train_files by
+  # document: holdout_fraction of its documents each, ranked by a hash of
+  # (holdout_seed, document), so a run's seed does not change the splits.
+  c.data.train_files = config_dict.placeholder(str)
+  c.data.validation_files = config_dict.placeholder(str)
+  c.data.test_files = config_dict.placeholder(str)
+  c.data.text_layout = "file"  # file | paragraphs: a .txt document per file or blank-line block
+  c.data.holdout_fraction = 0.05
+  c.data.holdout_seed = 0
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 1000

@@ -21,6 +21,7 @@ import flax
 from tfx_jax import optim
 from tfx_jax import sharding
 from tfx_jax import tasks
+from tfx_jax.data import files_corpus
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
 from tfx_jax.model_config import DType, ModelConfig, model_config_from_dict
@@ -136,6 +137,8 @@ def validate_run_config(config) -> ModelConfig:
   rows = tasks.get(config.task).rows
   if rows.check_data is not None:
     rows.check_data(d)
+  # data.name=files: the fields, the task's needs and the patterns (no file read).
+  files_corpus.check_config(d, rows)
   data, fsdp, _ = sharding.mesh_sizes(config.mesh)
   for section in ("train", "eval"):
     size = config[section].batch_size

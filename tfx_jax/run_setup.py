@@ -32,6 +32,7 @@ from tfx_jax import sharding as sharding_lib
 from tfx_jax import tasks
 from tfx_jax.data import pipeline
 from tfx_jax.data import shards as shards_lib
+from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
 from tfx_jax.model_config import ModelConfig
@@ -101,6 +102,21 @@ def load_tokenizer(config):
         f"vocabulary ({tok.vocab_size}, data.tokenizer={config.data.tokenizer!r}); set "
         f"--config.model.vocab_size={tok.vocab_size} or larger.")
   return tok
+
+
+def check_data(config) -> None:
+  """The run's data before anything is compiled: a files corpus converted (its
+  content errors reported), and a labelled task's class head with a class for
+  every label of the dataset (a label past it would be skipped, never learned)."""
+  sources.dataset_name(config.data)
+  if not tasks.get(config.task).rows.labelled:
+    return
+  n = pipeline.num_classes(config.data)
+  if n > config.model.num_classes:
+    raise ConfigError(
+        f"model.num_classes={config.model.num_classes} is smaller than the number of "
+        f"labels of data.name={config.data.name!r} ({n}); set "
+        f"--config.model.num_classes={n}.")
 
 
 def make_data(config, tokenizer, split: str, *, train: bool, num_shards: int | None = None,

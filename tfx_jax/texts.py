@@ -28,7 +28,8 @@ def read_texts(data_cfg, split: str, key_fields: tuple[str, ...], limit: int = 0
   most that many examples.
   """
   keys = sources.resolve_keys(data_cfg)
-  src = sources.open_source(data_cfg.name, split, data_cfg.data_dir or None)
+  src = sources.open_source(sources.dataset_name(data_cfg), split,
+                            data_cfg.data_dir or None)
   n = len(src) if not limit else min(limit, len(src))
   for i in range(n):
     example = src[i]

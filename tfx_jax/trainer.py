@@ -100,10 +100,11 @@ class _TrainingLoop:
 
   def __init__(self, config, model_cfg, workdir: pathlib.Path, ckpt):
     self.config, self.model_cfg, self.workdir, self.ckpt = config, model_cfg, workdir, ckpt
-    # The dataset's version is recorded with every checkpoint, so that a
-    # resume never reads another version's splits or tokenizer.
-    self.flat_config = {**run_config.flatten_config(config), "data.version":
-                        sources.dataset_version(config.data.name, config.data.data_dir)}
+    # The dataset's version (a files corpus's key) is recorded with every
+    # checkpoint, so that a resume never reads another version's splits or
+    # tokenizer.
+    self.flat_config = {**run_config.flatten_config(config),
+                        "data.version": sources.data_version(config.data)}
     self.is_chief = jax.process_index() == 0
     self.task = tasks.get(config.task)
     self.num_skipped = 0
@@ -137,12 +138,23 @@ class _TrainingLoop:
               self.workdir, current["data.name"], current["data.version"],
               current["data.name"])
         current.pop("data.version")
+      changed = sources.version_change(self.config.data, saved)
+      if changed:
+        raise ConfigError(f"the checkpoint in {self.workdir} was trained on another "
+                          f"corpus and cannot be resumed: {changed}; or use a new workdir.")
       ckpt_lib.check_compatible(saved, current, run_config.RESUME_FIELDS)
     return latest
 
   def _build(self, latest):
+    name = sources.pinned_name(self.config.data, self.flat_config["data.version"])
+    if name != self.config.data.name:
+      # A files corpus is read as converted when the run started, even if its
+      # files change while it runs (a later run then refuses to resume).
+      self.config = self.config.copy_and_resolve_references()
+      self.config.data.name = name
     config = self.config
     self.tokenizer = run_setup.load_tokenizer(config)
+    run_setup.check_data(config)
     self.sharded = sharded = run_setup.ShardedRun(config, self.model_cfg)
     restored = (self.ckpt.restore(abstract_state=sharded.abstract_state)
                 if latest is not None else None)

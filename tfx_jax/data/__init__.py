@@ -6,8 +6,10 @@
                              seq_len=128, seed=0, tokenizer=tok)
 
 Modules: ``sources`` (TFDS names, embedded builders, feature keys),
-``tokenizer`` (SentencePiece / bytes, special ids), ``rows`` (per-task row
-builders), ``pipeline`` (grain pipelines), ``baselines`` (the unigram
+``files_corpus`` (``data.name=files``: the user's text, JSON Lines or Parquet
+files converted into a TFDS dataset), ``tokenizer`` (SentencePiece / bytes,
+special ids), ``repairs`` (counts of skipped or repaired examples), ``rows``
+(per-task row builders), ``pipeline`` (grain pipelines), ``baselines`` (the unigram
 entropy of a task's training targets: the loss of the best model that ignores
 context), ``prepare`` (the command that builds an embedded dataset ahead of
 time).

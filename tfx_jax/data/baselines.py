@@ -195,7 +195,7 @@ def cache_path(data_cfg: Any, tokenizer) -> str:
     directory = os.path.dirname(os.path.abspath(tokenizer.model_path))
   else:
     directory = tokenizer_lib.tokenizer_dir(
-        data_cfg.name, getattr(data_cfg, "data_dir", None) or None)
+        sources.dataset_name(data_cfg), getattr(data_cfg, "data_dir", None) or None)
   return os.path.join(directory, CACHE_FILE)
 
 
@@ -235,7 +235,7 @@ def unigram_entropy(data_cfg: Any, tokenizer, task: str, *,
     return entropy_nats(counts)
   features = [getattr(keys, field) for field in _targets_of(task).keys]
   data_dir = getattr(data_cfg, "data_dir", None) or None
-  name = sources.canonical_name(data_cfg.name)
+  name = sources.canonical_name(sources.dataset_name(data_cfg))
   key = cache_key(name, sources.dataset_version(name, data_dir), split, task,
                   features, tokenizer_identity(tokenizer))
   path = cache_path(data_cfg, tokenizer)

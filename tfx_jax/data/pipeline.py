@@ -61,8 +61,9 @@ def resolve_keys(data_cfg: Any) -> sources.DatasetSpec:
 
 def num_classes(data_cfg: Any) -> int:
   """Number of labels of a classification dataset (e.g. 4 for tfx_shakespeare_genre)."""
-  return sources.num_classes(data_cfg.name, getattr(data_cfg, "data_dir", None)
-                             or None, resolve_keys(data_cfg).label_key)
+  return sources.num_classes(sources.dataset_name(data_cfg),
+                             getattr(data_cfg, "data_dir", None) or None,
+                             resolve_keys(data_cfg).label_key)
 
 
 def embedded_datasets() -> list[str]:
@@ -159,7 +160,7 @@ def make_dataset(
   data_dir = getattr(data_cfg, "data_dir", None) or None
   n_classes = None  # An in-memory source: labels are only checked to be >= 0.
   if source is None:
-    source = sources.open_source(data_cfg.name, split, data_dir)
+    source = sources.open_source(sources.dataset_name(data_cfg), split, data_dir)
     if rows.labelled:
       n_classes = num_classes(data_cfg)
   if len(source) < shard_count:

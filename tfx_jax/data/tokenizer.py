@@ -79,7 +79,10 @@ class SentencePieceTokenizer(_SpecialIds):
     return self._sp.encode(text)
 
   def decode(self, ids: Iterable[int]) -> str:
-    return self._sp.decode([int(i) for i in ids if int(i) not in _SPECIAL_IDS])
+    # A model whose vocabulary is larger than the tokenizer's (model.vocab_size
+    # > data.vocab_size) may generate ids past it: they decode to nothing.
+    return self._sp.decode([int(i) for i in ids
+                            if int(i) not in _SPECIAL_IDS and int(i) < self.vocab_size])
 
   def id_to_piece(self, i: int) -> str:
     return self._sp.id_to_piece(int(i))
@@ -291,8 +294,9 @@ def tokenizer_from_config(data_cfg) -> Tokenizer:
     return HFTokenizer(path)
   if kind != "sentencepiece":
     return load_tokenizer(kind, vocab_size)
-  name = keys.tokenizer_dataset or data_cfg.name
-  if name != data_cfg.name:
+  own = sources.dataset_name(data_cfg)
+  name = keys.tokenizer_dataset or own
+  if name != own:
     keys = sources.dataset_spec(name)
   text_keys = (keys.text_key,)
   names = set(sources.features(name, data_dir).keys())

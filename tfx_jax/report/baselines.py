@@ -34,7 +34,9 @@ def _run_config(workdir: pathlib.Path):
 def _key(config) -> tuple:
   d = config.data
   return (config.task, d.name, d.data_dir, d.tokenizer, d.vocab_size, d.tokenizer_file,
-          d.text_key, d.source_key, d.target_key, d.label_key,
+          d.text_key, d.source_key, d.target_key, d.label_key, d.train_files,
+          d.validation_files, d.test_files, d.text_layout, d.holdout_fraction,
+          d.holdout_seed,
           config.model.vocab_size, config.model.num_classes)
 
 
