@@ -60,7 +60,9 @@ def test_training_logs_nll_and_per_layer_statistics(tmp_path):
     for stack in ("encoder", "decoder"):
       for i in range(2):
         values = [v for _, v in scalars[f"layer_stats/{kind}/{stack}_{i:02d}"]]
-        assert len(values) == 2 and all(v > 0 and math.isfinite(v) for v in values)
+        assert len(values) == 2 and all(math.isfinite(v) for v in values)
+        if kind.endswith("_norm"):  # a largest logit may be negative; a norm may not
+          assert all(v > 0 for v in values)
   # The layers are part of the model: their gradients hold part of the total.
   for step_index in range(2):
     layer_sq = sum(scalars[f"layer_stats/grad_norm/{s}_{i:02d}"][step_index][1] ** 2
