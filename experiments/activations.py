@@ -2,7 +2,7 @@
 Improve Transformer").
 
   python -m tfx_jax.sweep experiments/activations.py:tiny      # ~2 minutes
-  python -m tfx_jax.sweep experiments/activations.py --parallel 2
+  python -m tfx_jax.sweep experiments/activations.py --parallel 2 --until-resolved 5
   python -m tfx_jax.report runs/activations
 
 Gated FFNs use d_ff = 2/3 * 4 * d_model (the model's default for gated
@@ -11,15 +11,22 @@ in the paper (d_ff 3072 plain vs 2048 gated). Published direction (T5-base,
 65k steps): the gated variants beat ReLU by 0.03-0.055 nats of held-out
 log-perplexity; ReLU, GELU and Swish are within ~0.015 of each other.
 
-Variants: ``tiny`` (smoke test), ``default`` (two plain, two gated, 3 seeds,
-1000 steps of the tiny LM; ~25 minutes on 2 CPU cores), ``full`` (all eight,
-5 seeds, a 4-layer d_model 256 LM: for a GPU or a long night).
+Each activation is compared at its own best learning rate (tuned over
+``RATES``, chosen on the validation split), seeds paired; ``--until-resolved 5``
+adds paired seeds to the points of unresolved comparisons, up to 5.
+
+Variants: ``tiny`` (smoke test), ``default`` (two plain, two gated, three
+learning rates, 2 seeds and up to 5 with ``--until-resolved 5``, 1000 steps of
+the tiny LM; 24 runs before added seeds, about 60 minutes on 2 CPU cores with
+``--parallel 2``), ``full`` (all eight, 5 seeds, a 4-layer d_model 256 LM: for
+a GPU or a long night).
 """
 
 from tfx_jax.sweep import Sweep
 
 PLAIN = ["relu", "gelu", "swish"]
 GATED = ["glu", "reglu", "geglu", "swiglu", "bilinear"]
+RATES = [1e-3, 3e-3, 1e-2]
 
 
 def get_sweep(variant: str = "default") -> Sweep:
@@ -39,7 +46,7 @@ def get_sweep(variant: str = "default") -> Sweep:
                    "eval.num_batches": 16, "checkpoint.every_steps": 250,
                    "eval.num_samples": 0, "optim.warmup_steps": 50},
         axes=[{"model.activation": ["relu", "gelu", "geglu", "swiglu"]}],
-        seeds=[0, 1, 2])
+        tune={"optim.learning_rate": RATES}, seeds=[0, 1])
   if variant == "full":
     return Sweep(
         name="activations_full", config="configs/lm.py:tiny",
@@ -48,5 +55,6 @@ def get_sweep(variant: str = "default") -> Sweep:
                    "model.dropout": 0.0, "eval.every_steps": 1000,
                    "eval.num_batches": 32, "checkpoint.every_steps": 1000,
                    "optim.warmup_steps": 200},
-        axes=[{"model.activation": PLAIN + GATED}], seeds=[0, 1, 2, 3, 4])
+        axes=[{"model.activation": PLAIN + GATED}],
+        tune={"optim.learning_rate": RATES}, seeds=[0, 1, 2, 3, 4])
   raise ValueError(f"unknown variant {variant!r}; choose tiny, default or full")
