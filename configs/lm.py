@@ -61,6 +61,7 @@ _PRESETS = {
     # released hyper-parameters: resid/embd/attn_pdrop 0.1).
     "gpt2_small": {
         "vocab_size": 50257,
+        "compute_dtype": "bfloat16",  # a GPU preset: bf16 compute, float32 parameters
         "model": dict(num_layers=12, d_model=768, num_heads=12, d_ff=3072, max_len=1024,
                       position="learned", activation="gelu", use_bias=True,
                       norm_eps=1e-5, dropout=0.1, attention_dropout=0.1,

@@ -33,6 +33,7 @@ _PRESETS = {
     # steps, then linear decay to 0.
     "bert_base": {
         "vocab_size": 30522,
+        "compute_dtype": "bfloat16",  # a GPU preset: bf16 compute, float32 parameters
         "model": dict(num_layers=12, d_model=768, num_heads=12, d_ff=3072, max_len=512,
                       dropout=0.1, attention_dropout=0.1, norm_eps=1e-12),
         "train": dict(num_steps=1_000_000, batch_size=256, seq_len=512),

@@ -41,11 +41,13 @@ _PRESETS = {
     },
     "base": {
         "vocab_size": 37000,
+        "compute_dtype": "bfloat16",  # a GPU preset: bf16 compute, float32 parameters
         "model": dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048, max_len=256),
         "train": dict(num_steps=100_000, batch_size=64, seq_len=128),
     },
     "big": {
         "vocab_size": 37000,
+        "compute_dtype": "bfloat16",
         "model": dict(num_layers=6, d_model=1024, num_heads=16, d_ff=4096, max_len=256,
                       dropout=0.3),
         "train": dict(num_steps=300_000, batch_size=64, seq_len=128),

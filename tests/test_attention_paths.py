@@ -135,3 +135,94 @@ def test_causal_module_equals_the_reference_module():
   real = np.asarray(seg > 0)
   np.testing.assert_allclose(np.asarray(got)[real], np.asarray(ref)[real],
                              rtol=1e-5, atol=1e-5)
+
+
+_ON_GPU = jax.default_backend() == "gpu"
+
+
+@pytest.mark.parametrize("n_kv", [4, 1])
+@pytest.mark.parametrize("bias_kind", [None, "alibi", "t5"])
+@pytest.mark.parametrize("scale_logits", [True, False])
+def test_fused_attention_xla_equals_reference_at_real_positions(n_kv, bias_kind,
+                                                                scale_logits):
+  """The GPU path's formula (``jax.nn.dot_product_attention``, implementation
+  "xla") on CPU: packed and padded causal masks, grouped heads, ALiBi and a
+  per-head T5-like bias, with and without 1/sqrt(d_k)."""
+  q, k, v = _qkv(n_kv, seed=11)
+  seg, mask = _packed_causal_mask()
+  pos = jnp.broadcast_to(jnp.arange(L), (B, L))
+  bias = {None: None, "alibi": alibi_bias(pos, pos, H),
+          "t5": jnp.asarray(np.random.default_rng(4).normal(size=(1, H, L, L)),
+                            jnp.float32)}[bias_kind]
+  ref = att.dot_product_attention(q, k, v, mask, bias, scale_logits=scale_logits)
+  real = np.asarray(seg > 0)
+  for causal in (False, True):
+    got = att.fused_attention(q, k, v, mask, bias, scale_logits=scale_logits,
+                              causal=causal, implementation="xla")
+    np.testing.assert_allclose(np.asarray(got)[real], np.asarray(ref)[real],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_fused_attention_gradients_equal_the_reference():
+  q, k, v = _qkv(2, seed=12)
+  seg, mask = _packed_causal_mask()
+  w = (seg > 0).astype(jnp.float32)[:, :, None, None]
+  loss = lambda f: lambda q, k, v: jnp.sum(jnp.sin(f(q, k, v, mask, None)) * w)
+  fused = lambda *a: att.fused_attention(*a, causal=True, implementation="xla")
+  ref = jax.jit(jax.grad(loss(att.dot_product_attention), argnums=(0, 1, 2)))(q, k, v)
+  for g, r in zip(jax.jit(jax.grad(loss(fused), argnums=(0, 1, 2)))(q, k, v), ref):
+    np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_gpu_attention_implementation_by_dtype_and_head_width():
+  assert att.gpu_attention_implementation(jnp.bfloat16, 64) == "cudnn"
+  assert att.gpu_attention_implementation(jnp.float16, 128) == "cudnn"
+  assert att.gpu_attention_implementation(jnp.float32, 64) == "xla"
+  assert att.gpu_attention_implementation(jnp.bfloat16, 12) == "xla"
+  assert att.gpu_attention_implementation(jnp.bfloat16, 256) == "xla"
+
+
+@pytest.mark.skipif(not _ON_GPU, reason="needs a GPU: cuDNN's flash attention "
+                    "(the CPU tests check the same formula through implementation='xla')")
+@pytest.mark.parametrize("bias_kind", [None, "alibi"])
+def test_cudnn_attention_equals_xla_on_gpu(bias_kind):
+  length, heads, width = 256, 8, 64
+  r = np.random.default_rng(5)
+  q = jnp.asarray(r.normal(size=(B, length, heads, width)), jnp.bfloat16)
+  k, v = (jnp.asarray(r.normal(size=(B, length, 2, width)), jnp.bfloat16) for _ in range(2))
+  seg, mask = _packed_causal_mask(length)
+  pos = jnp.broadcast_to(jnp.arange(length), (B, length))
+  bias = alibi_bias(pos, pos, heads) if bias_kind else None
+  real = np.asarray(seg > 0)
+  ref = att.dot_product_attention(*(x.astype(jnp.float32) for x in (q, k, v)), mask, bias)
+  got = jax.jit(lambda q, k, v: att.fused_attention(
+      q, k, v, mask, bias, dtype=jnp.bfloat16, causal=True, implementation="cudnn"))(q, k, v)
+  err = (np.linalg.norm(np.asarray(got, np.float32)[real] - np.asarray(ref)[real])
+         / np.linalg.norm(np.asarray(ref)[real]))
+  assert err < 1e-2, err
+  grads = jax.grad(lambda q: jnp.sum(att.fused_attention(
+      q, k, v, mask, bias, dtype=jnp.bfloat16, causal=True,
+      implementation="cudnn").astype(jnp.float32)))(q)
+  assert np.isfinite(np.asarray(grads, np.float32)).all()
+
+
+def test_the_module_takes_the_fused_path_when_the_backend_is_a_gpu(monkeypatch):
+  """With the backend reported as a GPU, the layer calls ``fused_attention``
+  (XLA's implementation for float32, run here on CPU) and still gives the
+  reference outputs at every real position."""
+  length = 32
+  x = jnp.asarray(np.random.default_rng(6).normal(size=(B, length, 16)), jnp.float32)
+  seg, mask = _packed_causal_mask(length)
+  layer = att.Attention(num_heads=4, num_kv_heads=2, head_dim=4, causal=True)
+  params = layer.init(jax.random.PRNGKey(0), x, mask=mask)
+  ref = layer.apply(params, x, mask=mask)
+  calls = []
+  fused = att.fused_attention
+  monkeypatch.setattr(att, "fused_attention",
+                      lambda *a, **kw: calls.append(kw) or fused(*a, **kw))
+  monkeypatch.setattr(att.jax, "default_backend", lambda: "gpu")
+  got = layer.apply(params, x, mask=mask)
+  assert [(c["implementation"], c["causal"]) for c in calls] == [("xla", True)]
+  real = np.asarray(seg > 0)
+  np.testing.assert_allclose(np.asarray(got)[real], np.asarray(ref)[real],
+                             rtol=1e-5, atol=1e-5)

@@ -161,3 +161,15 @@ def test_summary_shows_the_matched_count_of_a_gated_activation():
   total = int(proc.stdout.strip().splitlines()[-1].removeprefix("params: "))
   assert total == _count(config, activation="swiglu")
   assert abs(total / _count(config, activation="relu") - 1) < 0.01
+
+
+def test_gpu_presets_compute_in_bfloat16_and_cpu_presets_in_float32():
+  """Paper-scale presets are meant for accelerators: bf16 compute (float32
+  parameters); the presets sized for 2 CPU cores keep float32."""
+  gpu = {"lm": ["gpt2_small", "llama_7b", "llama_65b"], "mlm": ["bert_base"],
+         "translate": ["base", "big"]}
+  cpu = {"lm": ["tiny", "small"], "mlm": ["tiny"], "translate": ["tiny"]}
+  for table, dtype in ((gpu, "bfloat16"), (cpu, "float32")):
+    for name, presets in table.items():
+      for preset in presets:
+        assert _config_module(name).get_config(preset).compute_dtype == dtype, preset

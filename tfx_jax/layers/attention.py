@@ -120,6 +120,37 @@ def fast_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None, *,
   return out_BLNGK.astype(dtype).reshape(B, L, H, K)
 
 
+def fused_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None, *,
+                    dtype=jnp.float32, scale_logits: bool = True, causal: bool = False,
+                    implementation: str | None = None):
+  """``jax.nn.dot_product_attention``: the same formula through JAX's fused kernels.
+
+  ``implementation`` "cudnn" is cuDNN's flash attention (GPU, bf16/fp16), which
+  takes the position bias and the boolean mask as one additive bias; "xla" is
+  XLA's own composition, on any backend (the CPU tests compare it with
+  ``dot_product_attention``). ``causal`` (queries and keys the same positions,
+  and the mask already causal) lets cuDNN skip the key blocks above the
+  diagonal; it never changes the result.
+  """
+  K = q_BLHK.shape[-1]
+  out_BLHK = jax.nn.dot_product_attention(
+      q_BLHK.astype(dtype), k_BSNK.astype(dtype), v_BSNK.astype(dtype),
+      bias=None if bias_BhLS is None else bias_BhLS.astype(dtype), mask=mask_BhLS,
+      scale=K ** -0.5 if scale_logits else 1.0, is_causal=causal,
+      implementation=implementation)
+  return out_BLHK.astype(dtype)
+
+
+def gpu_attention_implementation(dtype, head_dim: int) -> str:
+  """"cudnn" where cuDNN's flash attention takes these inputs, else "xla".
+
+  cuDNN's fused kernel runs in half precision with head widths that are
+  multiples of 8 up to 128; float32 attention stays with XLA.
+  """
+  half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+  return "cudnn" if half and head_dim % 8 == 0 and head_dim <= 128 else "xla"
+
+
 def causal_blocked_attention(q_BLHK, k_BLNK, v_BLNK, mask_BhLL=None, bias_BhLL=None, *,
                              block: int, dtype=jnp.float32, scale_logits: bool = True):
   """Self-attention whose mask is causal (or stricter), by query blocks.
@@ -354,9 +385,19 @@ class Attention(nn.Module):
     )(out_BLHK.reshape(B * L, *out_BLHK.shape[2:])).reshape(B, L, D)
 
   def _attend(self, q_BLHK, k_BSNK, v_BSNK, mask, bias):
-    """The attention path for this backend and shape (no dropout)."""
+    """The attention path for this backend and shape (no dropout).
+
+    GPU: ``fused_attention`` (cuDNN's flash attention where it applies; no
+    soft-cap there). CPU: the causal blocked path, else ``fast_attention``.
+    """
     L, S = q_BLHK.shape[1], k_BSNK.shape[1]
-    block = attention_block(L, jax.default_backend())
+    platform = jax.default_backend()
+    if platform == "gpu" and not self.logit_softcap:
+      return fused_attention(
+          q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=self.dtype,
+          scale_logits=self.scale_logits, causal=self.causal and L == S,
+          implementation=gpu_attention_implementation(self.dtype, q_BLHK.shape[-1]))
+    block = attention_block(L, platform)
     # The blocked path's own backward has no soft-cap; capped logits take the
     # fast path.
     if self.causal and L == S and block and block < L and not self.logit_softcap:
