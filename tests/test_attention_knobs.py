@@ -267,3 +267,19 @@ def test_new_parameters_carry_logical_axis_names(scan_layers):
   for path, leaf in names.items():
     assert isinstance(leaf, nn.LogicallyPartitioned), path
     assert len(leaf.names) == len(leaf.value.shape), (path, leaf.names)
+
+
+def test_embedding_init_sets_the_token_tables_scale():
+  """``embedding_init=normal`` is N(0, 1/d_model) (Vaswani et al.); with
+  ``scale_embeddings`` the embeddings have unit variance, against Glorot's
+  sqrt(2 / (vocab + d_model))."""
+  base = dict(family="decoder_only", num_layers=1, d_model=64, num_heads=2, vocab_size=4096,
+              max_len=16)
+  ids = jnp.zeros((1, 4), jnp.int32)
+  stds = {}
+  for init in ("xavier", "normal"):
+    model = build_model(model_config_from_dict({**base, "embedding_init": init}))
+    params = nn.unbox(model.init(jax.random.PRNGKey(0), ids)["params"])
+    stds[init] = float(jnp.std(params["embedding"]["embedding"]))
+  assert stds["normal"] == pytest.approx(64 ** -0.5, rel=0.02)
+  assert stds["xavier"] == pytest.approx((2 / (4096 + 64)) ** 0.5, rel=0.02)

@@ -50,7 +50,7 @@ def _axis(field, values, reference=0):
 
 
 def write_run(root, name, seed, loss, *, state=None, layer_grad=(1.0, 1.0), lengths=None,
-              num_params=None):
+              num_params=None, scaled=None):
   """One run's workdir as the trainer leaves it: training-loss and
   layer-gradient event files, eval/loss at step 30 (``loss`` None: the run
   stopped at step 12, ``state`` "diverged" unless given), status.json, an
@@ -80,6 +80,11 @@ def write_run(root, name, seed, loss, *, state=None, layer_grad=(1.0, 1.0), leng
     (workdir / "eval" / "validation-30.lengths.json").write_text(json.dumps(
         [{"multiple": k, "length": 64 * k, "perplexity": ppl}
          for k, ppl in sorted(lengths.items())]))
+  for tag, table in (scaled or {}).items():  # evaluate --lengths --rope_scaling
+    for step, offset in ((20, 100.0), (30, 0.0)):  # the newest step is read
+      (workdir / "eval" / f"validation-{step}.lengths.rope-{tag}.json").write_text(json.dumps(
+          [{"multiple": k, "length": 64 * k, "perplexity": ppl + offset}
+           for k, ppl in sorted(table.items())]))
 
 
 def sweep_record(name, axes, runs, seeds, **fields):
@@ -98,7 +103,8 @@ def sweep_dir(tmp_path_factory):
     for seed, loss in enumerate(losses):
       name = f"norm_position-{norm}_position-{pos}_s{seed}"
       write_run(root, name, seed, loss, layer_grad=LAYER_GRAD[norm],
-                lengths={1: 10.0 + seed, 2: 20.0 if pos == "rope" else 10.0})
+                lengths={1: 10.0 + seed, 2: 20.0 if pos == "rope" else 10.0},
+                scaled={"yarn-x2-from64": {1: 11.0, 2: 12.0}} if pos == "rope" else None)
       runs.append({"name": name, "seed": seed,
                    "values": [{"model.norm_position": norm}, {"model.position": pos}],
                    "overrides": {}, "state": "finished", "wall_seconds": 60.0 + seed})
@@ -181,10 +187,13 @@ def test_comparisons_are_paired_where_the_seeds_match_and_welch_otherwise(sweep_
 def test_extrapolation_layer_stats_csv_and_plots(sweep_dir):
   report = (sweep_dir / "report.md").read_text()
   assert "## Length extrapolation" in report
-  assert "| pre | rope | 11.00 ± 1.00 | 20.00 ± 0.00 |" in report
   assert "## Noise floor and power" in report
   assert "## Gradient norm per layer near initialisation" in report
   assert "| post | rope | 0.5 | 2 |" in report
+  # RoPE evaluated with YaRN: a row of its own under the plain one.
+  assert "| pre | rope | as trained | 11.00 ± 1.00 | 20.00 ± 0.00 |" in report
+  assert "| pre | rope | yarn-x2-from64 | 11.00 ± 0.00 | 12.00 ± 0.00 |" in report
+  assert "| pre | alibi | as trained |" in report and "| pre | alibi | yarn" not in report
   assert "| pre | alibi | 1 | 1 |" in report
   rows = list(csv.DictReader(open(sweep_dir / "report.csv")))
   assert len(rows) == 12

@@ -187,6 +187,44 @@ def test_bad_zip_and_sweep_file(tmp_path, capsys):
   assert not (tmp_path / "runs").exists()
 
 
+def test_an_evaluation_runs_only_where_its_condition_holds(tmp_path, capsys):
+  """``Evaluation(args, when=...)``: the RoPE run gets the scaled evaluation,
+  the others only the plain one; locally, in SLURM scripts and in sweep.json."""
+  from tfx_jax.sweep import slurm, state as state_lib  # pylint: disable=import-outside-toplevel
+  file = tmp_path / "pos.py"
+  file.write_text(textwrap.dedent("""
+      from tfx_jax.sweep import Evaluation, Sweep
+      def get_sweep(variant="default"):
+        when = {"model.position": "rope"} if variant == "default" else {"model.norm_type": "rmsnorm"}
+        return Sweep(name="pos", config="configs/lm.py:tiny",
+                     axes=[{"model.position": ["rope", "alibi"]}],
+                     evaluations=[["--lengths", "1x,2x"],
+                                  Evaluation(["--lengths", "1x,2x", "--rope_scaling", "yarn",
+                                              "--rope_scaling_factor", "2"], when=when)])
+  """))
+  code, out, _ = in_process([file, "--workdir", tmp_path / "runs", "--dry-run"], capsys)
+  assert code == 0
+  rope, alibi = out.split("\n  position-alibi_s0")
+  assert rope.count("then: python -m tfx_jax.evaluate") == 2 and "--rope_scaling yarn" in rope
+  assert alibi.count("then: python -m tfx_jax.evaluate") == 1 and "rope_scaling" not in alibi
+  sweep = cli.declared_sweep(cli._parser().parse_args([str(file)]), {})
+  axes, runs = spec_lib.expand(sweep)
+  record = cli.build_record(sweep, axes, runs, "cmd", None)
+  assert [len(r["evaluations"]) for r in record["runs"]] == [2, 1]
+  assert record["evaluations"][1]["when"] == {"model.position": "rope"}
+  # A sweep.json entry without its own list (older sweeps) falls back to the record's.
+  bare = {k: v for k, v in record["runs"][1].items() if k != "evaluations"}
+  assert state_lib.run_evaluations(record, bare) == [["--lengths", "1x,2x"]]
+  script = slurm.render_script(tmp_path / "runs" / "pos", record, record["runs"], "python",
+                               tmp_path)
+  rope_task, alibi_task = script.split("# position-alibi_s0")
+  assert "sweep-1.done" in rope_task and "sweep-1.done" not in alibi_task
+  # A condition on a field no axis, tuned field or override sets is refused.
+  code, _, err = in_process([f"{file}:other", "--workdir", tmp_path / "runs"], capsys)
+  assert code == 2 and "when model.norm_type: no axis, tuned field or override" in err
+  assert "'model.position'" in err and not (tmp_path / "runs").exists()
+
+
 # ------------------------------------------------------------- running it
 def test_each_run_gets_its_share_of_cores_gpus_and_the_shared_cache():
   assert local.core_slots(2, [0, 1, 2, 3]) == [[0, 1], [2, 3]]

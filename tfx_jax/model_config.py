@@ -34,6 +34,10 @@ DType = Literal["float32", "bfloat16"]
 # "auto": encoder_only with post-norm only (BERT), the behaviour before the field.
 EmbeddingNorm = Literal["auto", "on", "off"]
 SinusoidalLayout = Literal["interleaved", "halves"]
+# The token embedding table's initialisation: Glorot-uniform over (vocab,
+# d_model), or N(0, 1/d_model) as Vaswani et al. (tensor2tensor, fairseq), which
+# with ``scale_embeddings`` gives unit-variance embeddings.
+EmbeddingInit = Literal["xavier", "normal"]
 # RoPE context extension: positions interpolated (Chen et al. 2023), the base
 # raised ("NTK-aware"), or YaRN (Peng et al. 2023); see layers/positions.py.
 RopeScaling = Literal["none", "linear", "ntk", "yarn"]
@@ -86,6 +90,7 @@ class ModelConfig:
   max_len: int = 512
   tie_embeddings: bool = True
   scale_embeddings: bool = False  # token embeddings x sqrt(d_model) (Vaswani et al.)
+  embedding_init: EmbeddingInit = "xavier"  # the token table: xavier, normal N(0, 1/d_model)
   use_bias: bool = True
   # Divide attention logits by sqrt(d_k), d_k the head width (Vaswani et al.); T5
   # does not (folded into its initialisation).
@@ -227,7 +232,7 @@ def _choices(field: str) -> tuple[str, ...] | None:
       "dtype": get_args(DType), "embedding_norm": get_args(EmbeddingNorm),
       "sinusoidal_layout": get_args(SinusoidalLayout), "qk_norm": get_args(QKNorm),
       "block": get_args(Block), "attention_gate": get_args(AttentionGate),
-      "rope_scaling": get_args(RopeScaling),
+      "rope_scaling": get_args(RopeScaling), "embedding_init": get_args(EmbeddingInit),
   }.get(field)
 
 

@@ -155,10 +155,11 @@ class _Family(nn.Module):
 
   def _make_embedder(self):
     cfg = self.cfg
+    init = {"xavier": nn.initializers.xavier_uniform(),
+            "normal": nn.initializers.normal(cfg.d_model ** -0.5)}[cfg.embedding_init]
     return nn.Embed(
         cfg.vocab_size, cfg.d_model, dtype=_DTYPES[cfg.dtype], name="embedding",
-        embedding_init=nn.with_logical_partitioning(
-            nn.initializers.xavier_uniform(), ("vocab", "embed")))
+        embedding_init=nn.with_logical_partitioning(init, ("vocab", "embed")))
 
   def _make_positions(self, name):
     if position_scheme(self.cfg).absolute == "learned":

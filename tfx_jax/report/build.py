@@ -70,13 +70,21 @@ def lengths_table(record, points) -> list[list[str]] | None:
   multiples = sorted({k for runs in points.values() for _, s in runs for k in s["lengths"]})
   if not multiples:
     return None
-  rows = [[a["label"] for a in record["axes"]] + [f"{k}x" for k in multiples]]
+  scaled = any(s.get("scaled_lengths") for runs in points.values() for _, s in runs)
+  rows = [[a["label"] for a in record["axes"]] + (["positions at evaluation"] if scaled else [])
+          + [f"{k}x" for k in multiples]]
   for key, runs in points.items():
-    cells = []
-    for k in multiples:
-      vals = [s["lengths"][k] for _, s in runs if s["lengths"].get(k) is not None]
-      cells.append(_pm(vals, 2) if vals else "n/a")
-    rows.append([value_label(a["values"][i]) for a, i in zip(record["axes"], key)] + cells)
+    labels = [value_label(a["values"][i]) for a, i in zip(record["axes"], key)]
+    for scaling, table in [("", lambda s: s["lengths"])] + [
+        (tag, lambda s, tag=tag: s.get("scaled_lengths", {}).get(tag, {}))
+        for tag in sorted({t for _, s in runs for t in s.get("scaled_lengths", {})})]:
+      cells = []
+      for k in multiples:
+        vals = [table(s)[k] for _, s in runs if table(s).get(k) is not None]
+        cells.append(_pm(vals, 2) if vals else "n/a")
+      # RoPE runs evaluated with scaled positions: a row each, e.g. "yarn-x8-from64".
+      how = [scaling.removeprefix("rope-") if scaling else "as trained"] if scaled else []
+      rows.append(labels + how + cells)
   return rows
 
 
@@ -316,9 +324,12 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
         out += [f"![effects against size]({name})", ""]
   lengths = lengths_table(record, points)
   if lengths:
+    splits = sorted({s.get("lengths_split") or "validation"
+                     for runs in points.values() for _, s in runs if s["lengths"]})
     out += ["## Length extrapolation", "",
-            "Perplexity on non-overlapping windows of k × the training length "
-            "(`python -m tfx_jax.evaluate --lengths`), mean ± std over seeds.", "",
+            f"Perplexity on the {' / '.join(splits)} split in non-overlapping windows "
+            "of k × the training length (`python -m tfx_jax.evaluate --lengths`), mean ± "
+            "std over seeds.", "",
             markdown_table(lengths), ""]
     if plots.get("lengths"):
       out += [f"![length extrapolation]({plots['lengths']})", ""]

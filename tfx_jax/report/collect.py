@@ -36,14 +36,37 @@ def read_scalars(logdir: str | os.PathLike) -> dict[str, list[tuple[int, float, 
           for tag in acc.Tags()["scalars"]}
 
 
+def _lengths_files(workdir: pathlib.Path) -> list[pathlib.Path]:
+  """``evaluate --lengths`` results (``<split>-<step>.lengths.json``), oldest step first."""
+  return sorted((workdir / "eval").glob("*.lengths.json"),
+                key=lambda p: int(p.name.split("-")[-1].split(".")[0])
+                if p.name.split("-")[-1].split(".")[0].isdigit() else -1)
+
+
 def latest_lengths(workdir: pathlib.Path) -> list[dict[str, Any]] | None:
   """Rows of the newest ``evaluate --lengths`` result in the run, if any."""
-  files = sorted((workdir / "eval").glob("*.lengths.json"),
-                 key=lambda p: int(p.name.split("-")[-1].split(".")[0])
-                 if p.name.split("-")[-1].split(".")[0].isdigit() else -1)
-  if not files:
-    return None
-  return json.loads(files[-1].read_text())
+  files = _lengths_files(workdir)
+  return json.loads(files[-1].read_text()) if files else None
+
+
+def lengths_split(workdir: pathlib.Path) -> str | None:
+  """The split of the newest ``evaluate --lengths`` result (``validation``, ``test``)."""
+  files = _lengths_files(workdir)
+  return files[-1].name.rsplit("-", 1)[0] if files else None
+
+
+def scaled_lengths(workdir: pathlib.Path) -> dict[str, dict[int, float]]:
+  """``evaluate --lengths --rope_scaling`` results at the run's newest evaluated
+  step: {"rope-yarn-x8-from64": {multiple: perplexity}}."""
+  found: dict[str, tuple[int, pathlib.Path]] = {}
+  for path in (workdir / "eval").glob("*.lengths.rope-*.json"):
+    head, _, tag = path.name[:-len(".json")].partition(".lengths.")
+    step = head.rsplit("-", 1)[-1]
+    if step.isdigit() and int(step) >= found.get(tag, (-1, None))[0]:
+      found[tag] = (int(step), path)
+  return {tag: {int(r["multiple"]): r.get("perplexity")
+                for r in json.loads(path.read_text())}
+          for tag, (_, path) in sorted(found.items())}
 
 
 def split_metrics(workdir: pathlib.Path, split: str) -> dict[str, float]:
@@ -72,6 +95,7 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
   tokens_per_sec (median of train/tokens_per_sec, first interval excluded:
   it includes compilation), wall_seconds, compile_seconds, lengths
   ({multiple: perplexity}), window_tokens ({multiple: the window in tokens}),
+  scaled_lengths (the same with RoPE scaled at evaluation, per scaling),
   layer_stats ({kind: {(stack, layer): value}} at
   the first step they were logged), test (``split_metrics(workdir, "test")``),
   num_params (the model's parameter count, from status.json).
@@ -105,6 +129,8 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
       "compile_seconds": status.get("compile_seconds", entry.get("compile_seconds")),
       "lengths": lengths,
       "window_tokens": window_tokens,
+      "scaled_lengths": scaled_lengths(workdir),
+      "lengths_split": lengths_split(workdir),
       "layer_stats": layer,
       "test": split_metrics(workdir, "test"),
       "num_params": status.get("num_params"),

@@ -303,6 +303,17 @@ def lengths_plot(path: pathlib.Path, record, points, palette: style.Palette) -> 
     if xs:
       ax.plot(xs, ys, marker="o", label=palette.point_label(key), **st)
       drawn = True
+    # The same runs evaluated with RoPE scaled: dashed, in the point's colour.
+    tags = sorted({t for _, s in runs for t in s.get("scaled_lengths", {})})
+    for n, tag in enumerate(tags):
+      pts = sorted((k, float(np.mean(v))) for k in mults if (v := [
+          s["scaled_lengths"][tag][k] for _, s in runs
+          if s.get("scaled_lengths", {}).get(tag, {}).get(k) is not None]))
+      if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=st["color"],
+                linestyle=("--", ":", "-.")[n % 3], marker=("s", "^", "v")[n % 3],
+                markersize=4, label=f"{palette.point_label(key)} + "
+                f"{tag.removeprefix('rope-')} (at evaluation)")
   multiples = sorted({k for runs in points.values() for _, s in runs for k in s["lengths"]})
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
@@ -314,7 +325,9 @@ def lengths_plot(path: pathlib.Path, record, points, palette: style.Palette) -> 
         [f"{k}×" + (f"\n{tokens[k]:,} tokens" if k in tokens else "") for k in multiples]))
   style.plain_axis(ax.yaxis, log=True)
   ax.set_xlabel("evaluation window (multiple of the training length)")
-  ax.set_ylabel("validation perplexity (log scale)")
+  splits = sorted({s.get("lengths_split") or "validation"
+                   for runs in points.values() for _, s in runs if s["lengths"]})
+  ax.set_ylabel(f"{' / '.join(splits) or 'validation'} perplexity (log scale)")
   ax.set_title("Length extrapolation: mean over seeds (faint: each seed)", fontsize=9)
   ax.grid(color="#eeeeee")
   if drawn:

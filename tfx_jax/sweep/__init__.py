@@ -10,6 +10,6 @@ line), run on this machine or a SLURM cluster, resume, report.
   cli.py       ``python -m tfx_jax.sweep``
 """
 
-from tfx_jax.sweep.spec import Sweep
+from tfx_jax.sweep.spec import Evaluation, Sweep
 
-__all__ = ["Sweep"]
+__all__ = ["Evaluation", "Sweep"]

@@ -129,9 +129,19 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
       tune[field] = [validate.coerce(base, field, v) for v in values]
     except ConfigError as e:
       raise ConfigError(f"tune {field}: {e}") from None
-  evaluations = [list(e) for e in sweep.evaluations]
-  if tune and report_split(base, overrides) == "test" and TEST_EVALUATION not in evaluations:
-    evaluations.append(list(TEST_EVALUATION))
+  evaluations = [spec_lib.normalize_evaluation(e) for e in sweep.evaluations]
+  settable = list(dict.fromkeys([*overrides, *(k for a in axes for v in a for k in v),
+                                 *tune]))
+  for i, e in enumerate(evaluations):
+    for k, v in e.when.items():
+      if k not in settable:
+        raise ConfigError(f"evaluation {list(e.args)} when {k}: no axis, tuned field or "
+                          f"override of this sweep sets it; choose from {settable}.")
+    evaluations[i] = dataclasses.replace(
+        e, when={k: validate.coerce(base, k, v) for k, v in e.when.items()})
+  test = spec_lib.Evaluation(tuple(TEST_EVALUATION))
+  if tune and report_split(base, overrides) == "test" and test not in evaluations:
+    evaluations.append(test)
   return dataclasses.replace(sweep, overrides=overrides, axes=axes, tune=tune,
                              evaluations=evaluations)
 
@@ -158,10 +168,11 @@ def build_record(sweep: spec_lib.Sweep, axes, runs, command: str,
   record = {
       "name": sweep.name, "description": sweep.description, "config": sweep.config,
       "overrides": dict(sweep.overrides), "seeds": list(sweep.seeds),
-      "evaluations": [list(e) for e in sweep.evaluations],
+      "evaluations": [spec_lib.normalize_evaluation(e).to_json() for e in sweep.evaluations],
       "tune": {k: list(v) for k, v in dict(sweep.tune).items()},
       "select_by": sweep.select_by,
-      "report_split": ("test" if list(TEST_EVALUATION) in [list(e) for e in sweep.evaluations]
+      "report_split": ("test" if spec_lib.Evaluation(tuple(TEST_EVALUATION)) in
+                       [spec_lib.normalize_evaluation(e) for e in sweep.evaluations]
                        else "validation"),
       "axes": [{"label": a.label, "fields": a.fields, "values": list(a.values),
                 "reference": spec_lib.reference_index(a, base)} for a in axes],
@@ -174,7 +185,9 @@ def build_record(sweep: spec_lib.Sweep, axes, runs, command: str,
     prev = old.get(run.name, {})
     record["runs"].append({
         "name": run.name, "seed": run.seed, "values": list(run.values),
-        "tuned": dict(run.tuned), "overrides": run.overrides, "state": "pending", "step": 0, "reason": "",
+        "tuned": dict(run.tuned), "overrides": run.overrides,
+        "evaluations": state_lib.evaluations_for(record, run.overrides),
+        "state": "pending", "step": 0, "reason": "",
         "attempts": prev.get("attempts", 0), "wall_seconds": prev.get("wall_seconds", 0.0),
         "compile_seconds": prev.get("compile_seconds")})
   adaptive.restore_added(record, previous)
@@ -241,6 +254,8 @@ def _sweep(argv: list[str]) -> int:
                       for value in [*r["values"], r["tuned"]] for k, v in value.items())
       print(f"  {r['name']}  {r['state']}  {sweep_dir / r['name']}  {axis} "
             f"--config.seed={r['seed']}")
+      for e in state_lib.run_evaluations(record, r):
+        print(f"      then: python -m tfx_jax.evaluate {shlex.join(e)}")
     return 0
   if args.status:
     from tfx_jax.sweep import slurm  # pylint: disable=import-outside-toplevel

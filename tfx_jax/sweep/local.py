@@ -115,7 +115,7 @@ class LocalExecutor:
   def _commands(self, entry) -> list[list[str]]:
     workdir = state_lib.run_dir(self.sweep_dir, entry["name"])
     train = state_lib.train_command(self.record["config"], workdir, entry["overrides"])
-    evals = state_lib.eval_commands(workdir, self.record.get("evaluations", []))
+    evals = state_lib.eval_commands(workdir, state_lib.run_evaluations(self.record, entry))
     return [train, *evals]
 
   def _start(self, entry) -> str:
@@ -125,7 +125,7 @@ class LocalExecutor:
     if fd is None:
       return "busy"
     # Locked: the state read now cannot change under us.
-    n_evals = len(self.record.get("evaluations", []))
+    n_evals = len(state_lib.run_evaluations(self.record, entry))
     entry.update(state_lib.run_state(workdir, n_evals, check_lock=False))
     if entry["state"] in state_lib.DONE or (
         entry["state"] == "failed" and not self.retry_failed):
@@ -206,7 +206,8 @@ class LocalExecutor:
     entry = job.entry
     entry["wall_seconds"] = round(float(entry.get("wall_seconds") or 0.0)
                                   + time.time() - job.started, 1)
-    entry.update(state_lib.run_state(job.workdir, len(self.record.get("evaluations", []))))
+    entry.update(state_lib.run_state(
+        job.workdir, len(state_lib.run_evaluations(self.record, entry))))
     compile_s = entry.get("compile_seconds")
     extra = f"  compile {compile_s:.1f}s" if isinstance(compile_s, (int, float)) else ""
     reason = f"  ({entry['reason']})" if entry["state"] != "finished" and entry["reason"] else ""

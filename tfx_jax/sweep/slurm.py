@@ -63,7 +63,7 @@ def render_script(sweep_dir: pathlib.Path, record: dict[str, Any],
         f"    grep -q '\"state\": \"finished\"' \"$W/status.json\" || {{ grep -q "
         f"'\"state\": \"diverged\"' \"$W/status.json\" && exit 0; exit $rc; }}",
     ]
-    evals = state_lib.eval_commands(workdir, record.get("evaluations", []), python)
+    evals = state_lib.eval_commands(workdir, state_lib.run_evaluations(record, entry), python)
     for k, cmd in enumerate(evals):
       marker = q(str(state_lib.eval_marker(workdir, k)))
       lines.append(f'    [ -e {marker} ] || {{ {shlex.join(cmd)} >> "$W/{state_lib.LOG_FILE}" '

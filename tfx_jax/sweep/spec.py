@@ -12,6 +12,11 @@ A sweep is declared once, either in ``experiments/<name>.py``::
           seeds=[0, 1, 2],
           evaluations=[["--lengths", "1x,2x,4x,8x"]])   # after training
 
+An evaluation is the arguments of ``python -m tfx_jax.evaluate --workdir RUN``
+after training, for every run, or ``Evaluation(args, when={"model.position":
+"rope"})`` for the runs whose overrides set those values (a field set by an
+axis, a tuned field or an override of the sweep).
+
 or on the command line (``tfx_jax.sweep.cli``). ``tune={"optim.learning_rate":
 [1e-3, 3e-3, 1e-2]}`` (``--tune``) adds tuned fields: every point runs at
 every tuned value (several fields: their product) and every seed, as
@@ -46,6 +51,38 @@ Overrides = Mapping[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
+class Evaluation:
+  """``python -m tfx_jax.evaluate --workdir RUN *args`` after a run's training,
+  for the runs whose overrides match ``when`` (every run when it is empty)."""
+  args: tuple[str, ...]
+  when: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def applies(self, overrides: Mapping[str, Any]) -> bool:
+    return all(k in overrides and overrides[k] == v for k, v in self.when.items())
+
+  def to_json(self) -> list[str] | dict[str, Any]:
+    """sweep.json's form: the argument list, or {"args", "when"} when conditional."""
+    return {"args": list(self.args), "when": dict(self.when)} if self.when else list(self.args)
+
+
+def normalize_evaluation(evaluation: Any) -> Evaluation:
+  """An ``Evaluation``, an argument list, or sweep.json's {"args", "when"}."""
+  if isinstance(evaluation, Evaluation):
+    args, when = evaluation.args, evaluation.when
+  elif isinstance(evaluation, Mapping):
+    unknown = set(evaluation) - {"args", "when"}
+    if unknown or "args" not in evaluation:
+      raise ConfigError(f"an evaluation given as a dict has keys 'args' and optionally "
+                        f"'when', got {sorted(evaluation)}.")
+    args, when = evaluation["args"], evaluation.get("when") or {}
+  else:
+    args, when = evaluation, {}
+  if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+    raise ConfigError(f"an evaluation's arguments are a list of strings, got {args!r}.")
+  return Evaluation(tuple(args), dict(when))
+
+
+@dataclasses.dataclass(frozen=True)
 class Axis:
   """One sweep axis: a label and its values, each a dict of overrides."""
   label: str
@@ -68,8 +105,9 @@ class Sweep:
   axes: Sequence[Any] = ()
   seeds: Sequence[int] = (0,)
   overrides: Overrides = dataclasses.field(default_factory=dict)
-  # Extra ``python -m tfx_jax.evaluate --workdir RUN ARGS`` after training.
-  evaluations: Sequence[Sequence[str]] = ()
+  # Extra ``python -m tfx_jax.evaluate --workdir RUN ARGS`` after training:
+  # argument lists, or ``Evaluation``s for the runs that match their ``when``.
+  evaluations: Sequence[Sequence[str] | Evaluation] = ()
   description: str = ""
   # Tuned fields: {path: [values]}; each point is compared at its best value.
   tune: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from tfx_jax import files
 from tfx_jax import status as status_lib
-from tfx_jax.sweep.spec import Run, format_value
+from tfx_jax.sweep.spec import Run, format_value, normalize_evaluation
 
 SWEEP_FILE = "sweep.json"
 LOCK_FILE = ".sweep.lock"
@@ -53,6 +53,21 @@ def eval_commands(workdir: pathlib.Path, evaluations: Sequence[Sequence[str]],
   """``python -m tfx_jax.evaluate --workdir RUN ARGS`` for each extra evaluation."""
   return [[python, "-m", "tfx_jax.evaluate", "--workdir", str(workdir), *args]
           for args in evaluations]
+
+
+def evaluations_for(record: dict[str, Any], overrides: dict[str, Any]) -> list[list[str]]:
+  """The argument lists of the record's evaluations that apply to a run with
+  these overrides, in declared order."""
+  found = (normalize_evaluation(e) for e in record.get("evaluations", []))
+  return [list(e.args) for e in found if e.applies(overrides)]
+
+
+def run_evaluations(record: dict[str, Any], entry: dict[str, Any]) -> list[list[str]]:
+  """One run's evaluations (its entry's own list; a sweep.json written before
+  conditional evaluations has only the record's)."""
+  if "evaluations" in entry:
+    return entry["evaluations"]
+  return evaluations_for(record, entry.get("overrides", {}))
 
 
 def eval_marker(workdir: pathlib.Path, index: int) -> pathlib.Path:
@@ -153,9 +168,9 @@ def write_sweep(sweep_dir: pathlib.Path, record: dict[str, Any]) -> None:
 
 def refresh(sweep_dir: pathlib.Path, record: dict[str, Any]) -> dict[str, Any]:
   """Updates every run's state in ``record`` from its workdir; returns ``record``."""
-  n_evals = len(record.get("evaluations", []))
   for entry in record["runs"]:
-    entry.update(run_state(run_dir(sweep_dir, entry["name"]), n_evals))
+    entry.update(run_state(run_dir(sweep_dir, entry["name"]),
+                           len(run_evaluations(record, entry))))
   return record
 
 
