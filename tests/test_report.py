@@ -188,7 +188,7 @@ def test_extrapolation_layer_stats_csv_and_plots(sweep_dir):
   report = (sweep_dir / "report.md").read_text()
   assert "## Length extrapolation" in report
   assert "## Noise floor and power" in report
-  assert "## Gradient norm per layer near initialisation" in report
+  assert "## Gradient norm per layer at initialisation" in report
   assert "| post | rope | 0.5 | 2 |" in report
   # RoPE evaluated with YaRN: a row of its own under the plain one.
   assert "| pre | rope | as trained | 11.00 ± 1.00 | 20.00 ± 0.00 |" in report

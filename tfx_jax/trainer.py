@@ -239,7 +239,10 @@ class _TrainingLoop:
           outcome, reason = "diverged", f"non-finite loss or gradient at step {step}"
           break
         pending = (metrics, step)
-        is_log = step % t.log_every_steps == 0 or step == t.num_steps
+        # With layer statistics a fresh run also logs its first update, whose
+        # gradients are taken at the initial parameters (Xiong et al.'s Figure 3).
+        first_update = step == 1 and start_step == 0 and t.log_layer_stats
+        is_log = step % t.log_every_steps == 0 or step == t.num_steps or first_update
         is_eval = step % config.eval.every_steps == 0 or step == t.num_steps
         is_save = step % config.checkpoint.every_steps == 0
         stop_signal = preempt.signal  # read once: a later signal waits a step

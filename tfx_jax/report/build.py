@@ -335,10 +335,12 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
       out += [f"![length extrapolation]({plots['lengths']})", ""]
   layers = layer_table(record, points)
   if layers:
-    out += ["## Gradient norm per layer near initialisation", "",
+    out += ["## Gradient norm per layer at initialisation", "",
             "`layer_stats/grad_norm/<stack>_<layer>` at the first logged step, mean "
-            "over seeds (Xiong et al. 2020, Figure 3: post-norm's gradients grow "
-            "towards the last layers, pre-norm's stay flat).", "",
+            "over seeds: step 1, whose gradients are taken at the initial parameters, "
+            "for runs with `train.log_layer_stats` (Xiong et al. 2020, Figure 3: "
+            "post-norm's gradients grow towards the last layers, pre-norm's stay flat).",
+            "",
             markdown_table(layers), ""]
     if plots.get("layers"):
       out += [f"![gradient norm per layer]({plots['layers']})", ""]

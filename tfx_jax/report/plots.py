@@ -377,7 +377,7 @@ def layers_plot(path: pathlib.Path, record, points, palette: style.Palette,
   name = LAYER_STATS.get(kind, kind.replace("_", " "))
   ax.set_xlabel("layer")
   ax.set_ylabel(f"{name} at the first logged step (log scale)")
-  ax.set_title(f"{name.capitalize()} per layer near initialisation: mean over seeds "
+  ax.set_title(f"{name.capitalize()} per layer at initialisation: mean over seeds "
                "(faint: each seed)", fontsize=9)
   ax.grid(color="#eeeeee")
   if drawn:
