@@ -40,6 +40,14 @@ Measurements (``--only``, comma-separated):
              (tfx_jax's path for this backend and shape against
              ``scaled_dot_product_attention``), in tokens/s.
 
+Precision (``--precision``, default ``float32,bfloat16``): the training rows
+(train, seq2seq, position) are timed in each; the bf16 rows (measurement
+names ending in ``_bf16``) set tfx_jax's ``compute_dtype=bfloat16`` (float32
+parameters and optimizer state) and run PyTorch under
+``torch.autocast("cpu", torch.bfloat16)``, eager and compiled. Where bf16
+pays depends on the CPU: the JSON's environment records the CPU model and
+whether it has ``amx_bf16`` and ``avx512_bf16``.
+
 Timing: every system is built and warmed up (compilation excluded and reported
 separately), then the systems of one measurement alternate round by round
 (``--rounds``), so a load change on a shared machine hits all of them; each
@@ -155,45 +163,63 @@ def _with_threads(name: str, fn, args) -> dict[str, Any]:
           for t in args.torch_threads}
 
 
-def _torch_systems(family, shape, batch, seq, args):
+def _torch_systems(family, shape, batch, seq, args, dtype="float32"):
   if args.no_torch or torch_modules() is None:
     return {}
   systems = _with_threads(
-      "torch_eager", TorchTrain(family, shape, batch, seq, compiled=False), args)
+      "torch_eager", TorchTrain(family, shape, batch, seq, compiled=False, dtype=dtype),
+      args)
   if not args.no_compile:
     systems.update(_with_threads(
-        "torch_compile", TorchTrain(family, shape, batch, seq, compiled=True), args))
+        "torch_compile", TorchTrain(family, shape, batch, seq, compiled=True, dtype=dtype),
+        args))
   return systems
 
 
+def _suffix(dtype: str) -> str:
+  """Measurement-name suffix of a precision: "" for float32, "_bf16"."""
+  return "" if dtype == "float32" else "_bf16"
+
+
 def bench_train(shape: Shape, args) -> list[Record]:
-  config = dict(model=lm_model(shape), batch=shape.batch, seq=shape.seq, dtype="float32")
-  systems = {"tfx_jax": TfxTrain(lm_model(shape), shape.batch, shape.seq)}
-  systems.update(_torch_systems("decoder_only", shape, shape.batch, shape.seq, args))
-  times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
-  records = _rate_records("train_lm", systems, times, config)
-  records.append(Record("tfx_jax", "train_lm_first_loss", systems["tfx_jax"].losses[0],
-                        "nats", config))
+  records = []
+  for dtype in args.precision:
+    config = dict(model=lm_model(shape), batch=shape.batch, seq=shape.seq, dtype=dtype)
+    systems = {"tfx_jax": TfxTrain(lm_model(shape), shape.batch, shape.seq, dtype)}
+    systems.update(_torch_systems("decoder_only", shape, shape.batch, shape.seq, args,
+                                  dtype))
+    times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
+    records += _rate_records(f"train_lm{_suffix(dtype)}", systems, times, config)
+    records.append(Record("tfx_jax", f"train_lm{_suffix(dtype)}_first_loss",
+                          systems["tfx_jax"].losses[0], "nats", config))
   return records
 
 
 def bench_seq2seq(shape: Shape, args) -> list[Record]:
   model = s2s_model(shape)
-  config = dict(model=model, batch=shape.batch, seq=shape.s2s_seq, dtype="float32")
-  systems = {"tfx_jax": TfxTrain(model, shape.batch, shape.s2s_seq)}
-  systems.update(_torch_systems("encoder_decoder", shape, shape.batch, shape.s2s_seq, args))
-  times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
-  # Target tokens per second (the source is as long as the target).
-  return _rate_records("train_seq2seq", systems, times, config)
+  records = []
+  for dtype in args.precision:
+    config = dict(model=model, batch=shape.batch, seq=shape.s2s_seq, dtype=dtype)
+    systems = {"tfx_jax": TfxTrain(model, shape.batch, shape.s2s_seq, dtype)}
+    systems.update(_torch_systems("encoder_decoder", shape, shape.batch, shape.s2s_seq,
+                                  args, dtype))
+    times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
+    # Target tokens per second (the source is as long as the target).
+    records += _rate_records(f"train_seq2seq{_suffix(dtype)}", systems, times, config)
+  return records
 
 
 def bench_position(shape: Shape, args) -> list[Record]:
-  systems = {f"tfx_jax[{p}]": TfxTrain(lm_model(shape, position=p), shape.batch,
-                                       shape.seq)
-             for p in ("rope", "t5_bias", "alibi")}
-  times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
-  config = dict(model=lm_model(shape, position="*"), batch=shape.batch, seq=shape.seq)
-  return _rate_records("train_position", systems, times, config)
+  records = []
+  for dtype in args.precision:
+    systems = {f"tfx_jax[{p}]": TfxTrain(lm_model(shape, position=p), shape.batch,
+                                         shape.seq, dtype)
+               for p in ("rope", "t5_bias", "alibi")}
+    times = _alternate(systems, args.rounds, args.warmup, lead_in=1)
+    config = dict(model=lm_model(shape, position="*"), batch=shape.batch, seq=shape.seq,
+                  dtype=dtype)
+    records += _rate_records(f"train_position{_suffix(dtype)}", systems, times, config)
+  return records
 
 
 def bench_compile(shape: Shape, args) -> list[Record]:
@@ -379,6 +405,14 @@ RATIOS = [  # (measurement, numerator, denominator, label)
     ("train_seq2seq", "tfx_jax", "torch_compile", "seq2seq train: tfx_jax / torch.compile"),
     ("train_position", "tfx_jax[t5_bias]", "tfx_jax[rope]", "t5_bias / rope"),
     ("train_position", "tfx_jax[alibi]", "tfx_jax[rope]", "alibi / rope"),
+    ("train_lm_bf16", "tfx_jax", "torch_eager", "train bf16: tfx_jax / PyTorch eager"),
+    ("train_lm_bf16", "tfx_jax", "torch_compile", "train bf16: tfx_jax / torch.compile"),
+    ("train_seq2seq_bf16", "tfx_jax", "torch_eager",
+     "seq2seq train bf16: tfx_jax / PyTorch eager"),
+    ("train_seq2seq_bf16", "tfx_jax", "torch_compile",
+     "seq2seq train bf16: tfx_jax / torch.compile"),
+    ("train_position_bf16", "tfx_jax[t5_bias]", "tfx_jax[rope]", "bf16 t5_bias / rope"),
+    ("train_position_bf16", "tfx_jax[alibi]", "tfx_jax[rope]", "bf16 alibi / rope"),
     ("attention", "tfx_jax", "torch_sdpa", "attention fwd+bwd: tfx_jax / torch SDPA"),
     ("decode_lm", "tfx_jax", "hf_generate", "decode: tfx_jax / HF generate"),
     ("decode_seq2seq", "tfx_jax", "hf_generate", "seq2seq decode: tfx_jax / HF generate"),
@@ -397,6 +431,14 @@ def ratio_table(records: list[Record]) -> list[tuple[str, float]]:
     num, den = best(m, a), best(m, b)
     if num is not None and den is not None:
       out.append((label, num / den))
+  # The same system in both precisions: what bf16 buys each side.
+  for m in ("train_lm", "train_seq2seq"):
+    for system, name in (("tfx_jax", "tfx_jax"), ("torch_eager", "PyTorch eager"),
+                         ("torch_compile", "torch.compile")):
+      num, den = best(m + "_bf16", system), best(m, system)
+      if num is not None and den is not None:
+        what = "train" if m == "train_lm" else "seq2seq train"
+        out.append((f"{what}: {name} bf16 / float32", num / den))
   return out
 
 
@@ -437,6 +479,8 @@ def parse_args(argv=None):
   p.add_argument("--no_compile", action="store_true", help="skip torch.compile")
   p.add_argument("--torch_threads", default="0,1",
                  help="torch intra-op thread counts to time (0 = all cores)")
+  p.add_argument("--precision", default="float32,bfloat16",
+                 help="training rows in these compute dtypes (float32, bfloat16)")
   p.add_argument("--json", default=None, help="write the records here")
   p.add_argument("--_memory_child", default=None, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
@@ -451,11 +495,37 @@ def parse_args(argv=None):
   args.new_tokens = args.new_tokens or (16 if args.quick else 64)
   args.no_compile = args.no_compile or args.quick
   args.torch_threads = [int(t) for t in args.torch_threads.split(",")]
+  args.precision = [d for d in args.precision.split(",") if d]
+  bad = set(args.precision) - {"float32", "bfloat16"}
+  if bad or not args.precision:
+    p.error(f"--precision: unknown {sorted(bad)}; choose from float32,bfloat16")
   args.only = [m for m in args.only.split(",") if m]
   unknown = set(args.only) - set(MEASUREMENTS)
   if unknown:
     p.error(f"--only: unknown {sorted(unknown)}; choose from {','.join(MEASUREMENTS)}")
   return args, shape
+
+
+def cpu_bf16_units(cpuinfo: str | None = None) -> dict:
+  """The CPU model and its bf16 instructions, from /proc/cpuinfo (Linux):
+  ``amx_bf16`` (AMX tiles: bf16 matrix units) and ``avx512_bf16`` (bf16 dot
+  products in AVX-512); None where unknown."""
+  if cpuinfo is None:
+    try:
+      with open("/proc/cpuinfo") as f:
+        cpuinfo = f.read()
+    except OSError:
+      return {"amx_bf16": None, "avx512_bf16": None}
+  out: dict[str, Any] = {"amx_bf16": None, "avx512_bf16": None}
+  for line in cpuinfo.splitlines():
+    key, _, value = line.partition(":")
+    if key.strip() == "model name" and "machine" not in out:
+      out["machine"] = value.strip()
+    if key.strip() == "flags" and out["amx_bf16"] is None:
+      flags = set(value.split())
+      out["amx_bf16"] = "amx_bf16" in flags
+      out["avx512_bf16"] = "avx512_bf16" in flags
+  return out
 
 
 def environment() -> dict:
@@ -464,11 +534,7 @@ def environment() -> dict:
          "cpus": os.cpu_count(), "jax": jax.__version__,
          "device": jax.devices()[0].device_kind,
          "load_average": os.getloadavg()[0]}
-  try:
-    with open("/proc/cpuinfo") as f:
-      env["machine"] = next(l.split(":", 1)[1].strip() for l in f if "model name" in l)
-  except (OSError, StopIteration):
-    pass
+  env.update(cpu_bf16_units())
   t = torch_modules()
   if t is not None:
     env.update(torch=t[0].__version__, transformers=t[1].__version__,

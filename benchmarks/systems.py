@@ -57,9 +57,10 @@ def s2s_model(shape: Shape, **overrides) -> dict:
   return model
 
 
-def _run_config(model: dict, batch: int, seq: int):
+def _run_config(model: dict, batch: int, seq: int, dtype: str = "float32"):
   from tfx_jax.config_base import base_config
   c = base_config()
+  c.compute_dtype = dtype
   c.task = "lm" if model["family"] == "decoder_only" else "translate"
   for k, v in model.items():
     c.model[k] = v
@@ -89,11 +90,11 @@ def _random_batch(family: str, batch: int, seq: int, vocab: int, seed: int = 0) 
 class TfxTrain:
   """The jitted, donated train step of ``run_setup.ShardedRun`` on a fixed batch."""
 
-  def __init__(self, model: dict, batch: int, seq: int):
+  def __init__(self, model: dict, batch: int, seq: int, dtype: str = "float32"):
     from tfx_jax.run_config import validate_run_config
     from tfx_jax.run_setup import ShardedRun
     from tfx_jax import sharding as sharding_lib
-    config = _run_config(model, batch, seq)
+    config = _run_config(model, batch, seq, dtype)
     run = ShardedRun(config, validate_run_config(config))
     self.state = run.init_state()
     self.batch = sharding_lib.global_batch(
@@ -143,12 +144,20 @@ def _hf_t5(shape: Shape):
 
 
 class TorchTrain:
-  """One HF training step (forward, loss, backward, clip, AdamW), eager or compiled."""
+  """One HF training step (forward, loss, backward, clip, AdamW), eager or compiled.
 
-  def __init__(self, family: str, shape: Shape, batch: int, seq: int, compiled: bool):
+  ``dtype`` "bfloat16": the forward and the loss under
+  ``torch.autocast("cpu", torch.bfloat16)`` (float32 parameters and optimizer,
+  as PyTorch's mixed precision has it); the backward follows the autocast
+  forward's dtypes.
+  """
+
+  def __init__(self, family: str, shape: Shape, batch: int, seq: int, compiled: bool,
+               dtype: str = "float32"):
     torch, _ = torch_modules()
     torch.manual_seed(0)
     self.torch = torch
+    self.autocast = dtype == "bfloat16"
     self.model = (_hf_llama(shape) if family == "decoder_only" else _hf_t5(shape)).train()
     self.opt = torch.optim.AdamW(self.model.parameters(), lr=LR, betas=(B1, B2), eps=EPS,
                                  weight_decay=0.0)
@@ -173,9 +182,10 @@ class TorchTrain:
 
   def __call__(self):
     torch = self.torch
-    logits = self.forward(**self.kwargs).logits
-    loss = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(), self.targets.reshape(-1))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+      logits = self.forward(**self.kwargs).logits
+      loss = torch.nn.functional.cross_entropy(
+          logits.reshape(-1, logits.shape[-1]).float(), self.targets.reshape(-1))
     loss.backward()
     torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP)
     self.opt.step()

@@ -3,6 +3,7 @@ directory, and its JSON holds one record per system and measurement."""
 
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -37,7 +38,8 @@ HAS_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "transformers"))
 @pytest.mark.slow
 def test_bench_tiny_end_to_end(tmp_path, capsys):
   path = tmp_path / "bench.json"
-  bench.main(["--only=train,seq2seq,position,decode", f"--json={path}", *TINY])
+  bench.main(["--only=train,seq2seq,position,decode", "--precision=float32",
+              f"--json={path}", *TINY])
   out = json.loads(path.read_text())
   records = out["records"]
   for r in records:
@@ -132,3 +134,43 @@ def test_each_timed_call_follows_untimed_calls_of_the_same_system():
   assert {k: len(v) for k, v in times.items()} == {"a": 2, "b": 2}
   # warm-up of each, then per round: a's lead-in and timed call, then b's.
   assert calls == ["a", "b"] + ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
+
+
+@pytest.mark.slow
+def test_bench_bf16_rows_against_pytorch_autocast(tmp_path):
+  """``--precision`` adds ``*_bf16`` rows: tfx_jax with compute_dtype=bfloat16
+  against PyTorch under autocast, and each side's bf16 / float32 ratio; the
+  environment says whether the CPU has bf16 units."""
+  path = tmp_path / "bench.json"
+  bench.main(["--only=train", "--precision=float32,bfloat16", f"--json={path}", *TINY])
+  out = json.loads(path.read_text())
+  rows = {(r["measurement"], r["system"]): r for r in out["records"]}
+  bf16 = rows[("train_lm_bf16", "tfx_jax")]
+  assert bf16["config"]["dtype"] == "bfloat16" and bf16["value"] > 0
+  assert rows[("train_lm", "tfx_jax")]["config"]["dtype"] == "float32"
+  # Random tokens over 64 ids: the first loss is about ln 64 in either precision.
+  assert abs(rows[("train_lm_bf16_first_loss", "tfx_jax")]["value"] - math.log(64)) < 0.3
+  assert "train: tfx_jax bf16 / float32" in out["ratios"]
+  assert {"amx_bf16", "avx512_bf16", "machine"} <= set(out["environment"])
+  if HAS_TORCH:
+    assert ("train_lm_bf16", "torch_eager[threads=%d]" % bench.os.cpu_count()) in rows
+    assert "train bf16: tfx_jax / PyTorch eager" in out["ratios"]
+    assert "train: PyTorch eager bf16 / float32" in out["ratios"]
+
+
+def test_bf16_units_are_read_from_cpuinfo():
+  info = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+          "flags\t\t: fpu sse avx512f avx512_bf16 amx_bf16 amx_tile\n\n"
+          "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+          "flags\t\t: fpu sse\n")
+  assert bench.cpu_bf16_units(info) == {"machine": "Intel(R) Xeon(R) Platinum 8480+",
+                                        "amx_bf16": True, "avx512_bf16": True}
+  amd = "model name\t: AMD EPYC\nflags\t\t: fpu avx512f avx512_bf16\n"
+  assert bench.cpu_bf16_units(amd) == {"machine": "AMD EPYC", "amx_bf16": False,
+                                       "avx512_bf16": True}
+  assert bench.cpu_bf16_units("") == {"amx_bf16": None, "avx512_bf16": None}
+
+
+def test_bad_precision_is_refused():
+  with pytest.raises(SystemExit):
+    bench.parse_args(["--precision=float16"])
