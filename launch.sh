@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|train ARGS...|srun-train ARGS...|sweep ARGS...|report SWEEP_DIR|bench ARGS...}
+# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|smoke|train ARGS...|srun-train ARGS...|sweep ARGS...|report SWEEP_DIR|bench ARGS...}
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -13,6 +13,8 @@ usage: ./launch.sh COMMAND
   quickstart      set up .venv, build the embedded Shakespeare corpus, train
                   the tiny language model, evaluate it and sample from it
   test            set up .venv and run the test suite
+  smoke           run the tiny variant of every experiment in experiments/
+                  (a smoke test of each, in a temporary directory)
   train ARGS...   python -m tfx_jax.train ARGS... inside .venv
                   (e.g. --config configs/lm.py:tiny --workdir runs/lm_tiny)
   srun-train ARGS...
@@ -72,6 +74,22 @@ case "${1:-}" in
     shift
     setup_venv
     "$PY" -m pytest -q "$@"
+    ;;
+  smoke)
+    shift
+    setup_venv
+    smoke_dir="$(mktemp -d)"
+    for file in experiments/*.py; do
+      start=$SECONDS
+      if ! "$PY" -m tfx_jax.sweep "$file:tiny" --workdir "$smoke_dir" --parallel 2 "$@" \
+          > "$smoke_dir/$(basename "$file" .py).log" 2>&1; then
+        tail -20 "$smoke_dir/$(basename "$file" .py).log" >&2
+        echo "smoke: $file:tiny failed (log: $smoke_dir)" >&2
+        exit 1
+      fi
+      echo "smoke: $file:tiny finished in $((SECONDS - start)) s"
+    done
+    rm -rf "$smoke_dir"
     ;;
   train)
     shift
