@@ -150,7 +150,7 @@ def test_comparisons_are_paired_where_the_seeds_match_and_welch_otherwise(sweep_
   rows = {(r["axis"], r["context"], r["value"], r["metric"]): r for r in data["comparisons"]}
   # post - pre with position=rope: the same three seeds, per-seed differences
   # 0.5, 0.4, 0.6: paired t with 2 degrees of freedom.
-  r = rows[("model.norm_position", "position=rope", "post", "eval/loss")]
+  r = r_rope = rows[("model.norm_position", "position=rope", "post", "eval/loss")]
   half = T_975_DF2 * 0.1 / math.sqrt(3)
   assert r["method"] == "paired" and r["n"] == 3 and r["df"] == pytest.approx(2)
   assert (r["diff"], r["low"], r["high"]) == pytest.approx((0.5, 0.5 - half, 0.5 + half))
@@ -158,6 +158,11 @@ def test_comparisons_are_paired_where_the_seeds_match_and_welch_otherwise(sweep_
   # report's family of comparisons: three seeds cannot decide it.
   assert r["p"] == pytest.approx(2 * stats.scipy_stats.t.sf(0.5 / (0.1 / math.sqrt(3)), 2))
   assert r["p"] < 0.05 < r["p_adjusted"] and r["verdict"] == "unresolved"
+  # How many paired seeds would detect a difference this size (sd 0.1 of the
+  # per-seed differences) at 80% power with the family's Bonferroni alpha: the
+  # planning figure in the verdict; more than the 3 seeds that did not.
+  family = len(data["comparisons"])
+  assert r["seeds_needed"] == stats.seeds_needed(0.5, 0.1, True, 0.05 / family) > 3
   # post/alibi lost seed 1: Welch on 2 against 3 values.
   r = rows[("model.norm_position", "position=alibi", "post", "eval/loss")]
   assert r["method"] == "welch" and (r["n"], r["n_base"]) == (2, 3)
@@ -181,6 +186,8 @@ def test_comparisons_are_paired_where_the_seeds_match_and_welch_otherwise(sweep_
   report = (sweep_dir / "report.md").read_text()
   assert report.index("## Verdicts") < report.index("## Points")
   assert "- post vs pre (position=rope): unresolved (difference +0.500 nats)" in report
+  assert (f"about {r_rope['seeds_needed']} seeds paired would detect a difference of this "
+          "size") in report
   assert "3 seeds paired" in report and "2 vs 3 seeds, unpaired (Welch)" in report
 
 

@@ -222,8 +222,22 @@ def comparisons(record, points, options: Options) -> list[dict[str, Any]]:
     row["p_adjusted"] = p_adj
     row["verdict"] = stats.verdict(iv, p_adj, row["margin"], options.alpha,
                                    lower_is_better(row["metric"]))
+    row["seeds_needed"] = (seeds_to_resolve(iv, options.alpha / len(rows), options.power)
+                           if row["verdict"] == "unresolved" else None)
     row["text"] = verdict_text(record, row)
   return rows
+
+
+def seeds_to_resolve(iv: stats.Interval, alpha: float, power: float) -> int | None:
+  """Seeds (pairs, or per side) at which a true difference of the size seen
+  would be detected with ``power``, given the seed-to-seed spread seen: a
+  planning figure. ``alpha`` is the family's divided by its size (Bonferroni,
+  which Holm never rejects less often than). None when not known or above 64."""
+  if iv.se is None or not iv.se or iv.diff == 0.0:
+    return None
+  paired = iv.method == "paired"
+  sd = iv.se * (iv.n_a ** 0.5 if paired else (1 / iv.n_a + 1 / iv.n_b) ** -0.5)
+  return stats.seeds_needed(iv.diff, sd, paired, alpha, power)
 
 
 def verdict_text(record, row) -> str:
@@ -251,8 +265,15 @@ def verdict_text(record, row) -> str:
   else:
     head = f"unresolved (difference {iv.diff:+.3f}{unit})"
   p = "-" if row["p_adjusted"] is None else f"{row['p_adjusted']:.3g}"
+  need = ""
+  if verdict == "unresolved" and row.get("seeds_needed"):
+    need = (f"; about {row['seeds_needed']} seeds"
+            f"{' paired' if iv.method == 'paired' else ' per side'} would detect a "
+            "difference of this size")
+  elif verdict == "unresolved" and iv.se:
+    need = "; more than 64 seeds would be needed to detect a difference of this size"
   return (f"{row['value']} vs {row['base_value']}{where}{metric}: {head}{bounds}, {how}"
-          f"{tuned}; adjusted p = {p}")
+          f"{tuned}; adjusted p = {p}{need}")
 
 
 # ------------------------------------------------------ sensitivity, noise
