@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from tfx_jax.blocks import LayerSpec, Stack, parallel_branch_for, residual_for
+from tfx_jax.layers import products
 from tfx_jax.layers.attention import softcap, xavier
 from tfx_jax.layers.ffn import activation_fn
 from tfx_jax.layers.norms import norm_factory
@@ -251,6 +252,7 @@ class _Family(nn.Module):
     if not cfg.tie_embeddings:
       self.output = nn.Dense(
           cfg.vocab_size, use_bias=False, dtype=_DTYPES[cfg.dtype],
+          dot_general=products.dot_general_for(_DTYPES[cfg.dtype]),
           kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
                                                    ("embed", "vocab")))
     if cfg.output_bias:
@@ -267,7 +269,12 @@ class _Family(nn.Module):
     x_TD = x_BLD.reshape(-1, x_BLD.shape[-1])
     if self.cfg.scale_output:
       x_TD = x_TD * self.cfg.d_model**-0.5
-    if self.cfg.tie_embeddings:
+    if self.cfg.tie_embeddings and products.uses_fast_products(_DTYPES[self.cfg.dtype]):
+      # x E^T through the bf16 product (Embed.attend's own product is bf16 -> bf16).
+      dtype = _DTYPES[self.cfg.dtype]
+      logits = products.matmul(x_TD.astype(dtype), self.embedding.embedding.astype(dtype).T,
+                               jnp.float32)
+    elif self.cfg.tie_embeddings:
       logits = self.embedding.attend(x_TD).astype(jnp.float32)
     else:
       logits = self.output(x_TD).astype(jnp.float32)
@@ -336,6 +343,7 @@ class EncoderOnly(_Family):
     norm = norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype])
     dense = lambda n, axes, name: nn.Dense(
         n, dtype=_DTYPES[cfg.dtype], name=name, use_bias=cfg.use_bias,
+        dot_general=products.dot_general_for(_DTYPES[cfg.dtype]),
         kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(), axes))
     # BERT's MLM transform: dense + gelu + norm, then the (tied) vocab projection + bias.
     self.mlm_dense = dense(cfg.d_model, ("embed", "embed_out"), "mlm_dense")

@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from tfx_jax.layers import products
 from tfx_jax.layers.positions import RotarySpec, rope
 
 Initializer = Callable[..., jax.Array]
@@ -327,7 +328,7 @@ class Attention(nn.Module):
     def proj(name, heads, init, features=None):
       return nn.DenseGeneral(
           (heads, features or self.head_dim), axis=-1, use_bias=self.use_bias,
-          dtype=self.dtype, name=name,
+          dtype=self.dtype, name=name, dot_general=products.dot_general_for(self.dtype),
           kernel_init=nn.with_logical_partitioning(init, ("embed", "heads", "kv")),
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
 
@@ -378,6 +379,7 @@ class Attention(nn.Module):
     B, L = out_BLHK.shape[:2]
     return nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype, name="out",
+        dot_general=products.dot_general_for(self.dtype),
         kernel_init=nn.with_logical_partitioning(
             xavier(self.vo_gain, self.vo_distribution),
             ("heads", "kv", "embed")),

@@ -14,6 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from tfx_jax.layers import products
 from tfx_jax.model_config import GATED_ACTIVATIONS, Activation
 
 Initializer = Callable[..., jax.Array]
@@ -59,6 +60,7 @@ class FeedForward(nn.Module):
     def dense(features, axes, name, use_bias):
       return nn.Dense(
           features, use_bias=use_bias, dtype=self.dtype, name=name,
+          dot_general=products.dot_general_for(self.dtype),
           kernel_init=nn.with_logical_partitioning(self.kernel_init, axes),
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]))
 
