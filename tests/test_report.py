@@ -444,3 +444,18 @@ def test_forest_rows_name_the_tuning_and_single_seeds(tmp_path):
                        "(learning rate tuned, 1 seed a side, no interval)")
   assert row.diff == pytest.approx(0.1, abs=1e-6) and row.low is None and row.tost_low is None
   assert row.verdict == "unresolved"
+
+
+def test_per_point_tables_of_a_tuned_sweep_read_the_chosen_runs_only():
+  """Lengths and layer tables show each point at its chosen tuned value: the
+  runs at the other values (and a point that learned nothing keeps all)."""
+  from tfx_jax.report.points import at_chosen
+  runs = lambda *lrs: [({"name": f"r{lr}", "tuned": {"optim.learning_rate": lr}}, {"lr": lr})
+                       for lr in lrs]
+  points = {(0,): runs(1e-3, 1e-2, 1e-3), (1,): runs(1e-3, 1e-2)}
+  report = {"points": [{"key": [0], "chosen": {"optim.learning_rate": 1e-3}},
+                       {"key": [1], "chosen": None}]}
+  picked = at_chosen(points, report)
+  assert [s["lr"] for _, s in picked[(0,)]] == [1e-3, 1e-3]
+  assert picked[(1,)] == points[(1,)]
+  assert at_chosen(points, {"points": []}) == points  # nothing tuned

@@ -35,7 +35,7 @@ from tfx_jax import files
 from tfx_jax.report import analysis
 from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import stats
-from tfx_jax.report.points import group_points, value_label
+from tfx_jax.report.points import at_chosen, group_points, value_label
 
 METRIC_ORDER = ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/bleu", "train/nll")
 lower_is_better = analysis.lower_is_better
@@ -322,7 +322,7 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
     for key, name in plots.items():
       if key.startswith("scale:"):
         out += [f"![effects against size]({name})", ""]
-  lengths = lengths_table(record, points)
+  lengths = lengths_table(record, at_chosen(points, report))
   if lengths:
     splits = sorted({s.get("lengths_split") or "validation"
                      for runs in points.values() for _, s in runs if s["lengths"]})
@@ -333,7 +333,7 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
             markdown_table(lengths), ""]
     if plots.get("lengths"):
       out += [f"![length extrapolation]({plots['lengths']})", ""]
-  layers = layer_table(record, points)
+  layers = layer_table(record, at_chosen(points, report))
   if layers:
     out += ["## Gradient norm per layer at initialisation", "",
             "`layer_stats/grad_norm/<stack>_<layer>` at the first logged step, mean "

@@ -32,7 +32,7 @@ import numpy as np
 from tfx_jax.report import forest
 from tfx_jax.report import points as points_lib
 from tfx_jax.report import style
-from tfx_jax.report.points import fmt_value
+from tfx_jax.report.points import at_chosen, fmt_value
 
 MAX_PANELS = 8
 CURVE_TAGS = (("train/loss", "training loss"), ("eval/loss", "validation loss"))
@@ -410,8 +410,9 @@ def write_plots(sweep_dir: pathlib.Path, record, points, report=None) -> dict[st
     name = _file_name("curves", axis["label"])
     if curves_plot(sweep_dir / name, record, points, ai, palette, report):
       out[f"curves:{ai}"] = name
-  if lengths_plot(sweep_dir / "lengths.png", record, points, palette):
+  chosen = at_chosen(points, report)  # a tuned point's runs at its chosen values
+  if lengths_plot(sweep_dir / "lengths.png", record, chosen, palette):
     out["lengths"] = "lengths.png"
-  if layers_plot(sweep_dir / "layers.png", record, points, palette):
+  if layers_plot(sweep_dir / "layers.png", record, chosen, palette):
     out["layers"] = "layers.png"
   return out

@@ -36,6 +36,19 @@ def group_points(record, summaries) -> dict[tuple[int, ...], list[tuple[dict, di
   return points
 
 
+def at_chosen(points: dict[tuple[int, ...], list], report: dict[str, Any]
+              ) -> dict[tuple[int, ...], list]:
+  """``points`` with each point's runs at its chosen tuned values only (all of
+  them where nothing was tuned or no value was chosen): what the per-point
+  tables and plots of a tuned sweep show, beside the comparisons."""
+  chosen = {tuple(p["key"]): p.get("chosen") for p in report.get("points", [])}
+  out = {}
+  for key, runs in points.items():
+    pick = chosen.get(key)
+    out[key] = [(e, s) for e, s in runs if e.get("tuned", {}) == pick] if pick else runs
+  return out
+
+
 def contexts(record, axis_index: int) -> list[tuple[int, ...]]:
   """Every combination of the other axes' value indices (None at ``axis_index``)."""
   ranges = [[None] if j == axis_index else range(len(a["values"]))
