@@ -283,7 +283,7 @@ def scale_plot(path: pathlib.Path, record, report, palette: style.Palette) -> bo
 def lengths_plot(path: pathlib.Path, record, points, palette: style.Palette) -> bool:
   """Validation perplexity against the evaluation window, one line per point."""
   plt = style.pyplot()
-  fig, ax = plt.subplots(figsize=(6.5, 4.2))
+  fig, ax = plt.subplots(figsize=(8.5, 4.2))
   drawn = False
   tokens: dict[int, int] = {}
   for key, runs in points.items():
@@ -330,8 +330,8 @@ def lengths_plot(path: pathlib.Path, record, points, palette: style.Palette) -> 
   ax.set_ylabel(f"{' / '.join(splits) or 'validation'} perplexity (log scale)")
   ax.set_title("Length extrapolation: mean over seeds (faint: each seed)", fontsize=9)
   ax.grid(color="#eeeeee")
-  if drawn:
-    ax.legend(fontsize=8)
+  if drawn:  # beside the axes: the lines cross the whole plot
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
   fig.tight_layout()
   return style.save(plt, fig, path, drawn)
 
