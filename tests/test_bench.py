@@ -174,3 +174,29 @@ def test_bf16_units_are_read_from_cpuinfo():
 def test_bad_precision_is_refused():
   with pytest.raises(SystemExit):
     bench.parse_args(["--precision=float16"])
+
+
+mfu = _load_script(ROOT / "benchmarks" / "mfu.py")
+
+
+def test_mfu_counts_palm_flops_and_reads_known_peaks(tmp_path):
+  """``benchmarks/mfu.py`` on CPU: the project's step on the tiny LM, its
+  FLOPs per token by PaLM's count (6 N + 12 L H Q T, the position table not
+  in N), and no MFU without a known peak."""
+  path = tmp_path / "mfu.json"
+  r, learned = mfu.main(["--config", str(ROOT / "configs" / "lm.py") + ":tiny", "--batch",
+                          "2", "--steps", "1", "--warmup", "1", "--variant",
+                          "small:model.num_layers=1,model.d_model=32", "--variant",
+                          "learned:model.num_layers=1,model.d_model=32,model.position=learned",
+                          "--json", str(path)])
+  # A learned position table is a lookup: not counted.
+  assert learned["matmul_params"] == r["matmul_params"]
+  assert [x["variant"] for x in json.loads(path.read_text())] == ["small", "learned"]
+  # Tied 1024 x 32 table, one pre-norm layer of d 32 (4 x 32^2 attention, 2 x 32 x
+  # d_ff FFN with biases off), final norm; rope: no position table.
+  assert r["flops_per_token"] == 6 * r["matmul_params"] + 12 * 1 * 32 * r["seq"]
+  assert r["tokens_per_s"] > 0 and r["mfu"] is None and r["compute_dtype"] == "float32"
+  assert mfu.peak_tflops("NVIDIA H100 80GB HBM3", "bfloat16") == 989.4
+  assert mfu.peak_tflops("NVIDIA H100 PCIe", "bfloat16") == 756.0
+  assert mfu.peak_tflops("NVIDIA A100-SXM4-80GB", "float32") == 156.0
+  assert mfu.peak_tflops("cpu", "bfloat16") is None
