@@ -115,3 +115,9 @@ def test_a_bf16_model_trains_like_float32(tied, monkeypatch):
     # is, analytically: softmax ignores it; bf16 rounding leaves ~1e-5 there).
     if np.linalg.norm(b) > 1e-3 * total:
       assert _rel(a, b) < 0.05
+
+
+def test_the_row_major_transpose_is_exact():
+  x, w, _ = _operands(4, t=37, k=5, n=11)
+  for a in (x.astype(BF16), w):
+    np.testing.assert_array_equal(products.row_major_transpose(a), np.asarray(a).T)

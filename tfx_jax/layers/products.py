@@ -10,8 +10,15 @@ keeps all three products of a projection (forward, input gradient, weight
 gradient) in the fast form, with its own backward:
 
   forward          y = x w               [T, K] x [K, N] -> f32, rounded to bf16
-  input gradient   dx = g w^T            [T, N] x [N, K]
+  input gradient   dx = g (w^T)          [T, N] x [N, K], w^T materialised
   weight gradient  dw = (x^T) g          [K, T] x [T, N], x^T materialised
+
+The transposes are materialised as gathers (``row_major_transpose``): XLA
+folds a transpose (even behind an optimisation barrier) into the product's
+dimension numbers, and a bf16 product with a transposed operand is upcast to
+float32 on the CPU. Measured on a 2-vCPU AMD EPYC (AVX512-BF16), T 2048, K
+256, N 1024: dx 90 -> 145-296 GFLOP/s, dw 68 -> 134 GFLOP/s with the gather
+(0.6 ms for x^T); the forward 155, float32's 69-84.
 
 Each accumulates in float32 and rounds once to bf16, as PyTorch's CPU autocast
 does. ``dot_general_for`` gives Flax's ``Dense`` / ``DenseGeneral`` this
@@ -46,14 +53,24 @@ def _matmul_fwd(x_TK, w_KN, out_dtype):
   return matmul(x_TK, w_KN, out_dtype), (x_TK, w_KN)
 
 
+def row_major_transpose(a_MN: jax.Array) -> jax.Array:
+  """a^T as its own row-major array: a gather by iota indices, which XLA does
+  not fold into the next product's dimension numbers (a transpose it does)."""
+  m, n = a_MN.shape
+  index = jnp.int32 if m * n < 2**31 else jnp.int64
+  i_NM = jax.lax.broadcasted_iota(index, (n, m), 1)
+  j_NM = jax.lax.broadcasted_iota(index, (n, m), 0)
+  return a_MN.reshape(-1)[i_NM * n + j_NM]
+
+
 def _matmul_bwd(out_dtype, residuals, g_TN):
   x_TK, w_KN = residuals
   g_TN = g_TN.astype(x_TK.dtype)
-  dx_TK = jnp.dot(g_TN, w_KN.T, preferred_element_type=F32).astype(x_TK.dtype)
-  # The transpose as its own array: a plain [K, T] x [T, N] product, not one
-  # that contracts the leading axis of both operands.
-  x_KT = jax.lax.optimization_barrier(x_TK.T)
-  dw_KN = jnp.dot(x_KT, g_TN, preferred_element_type=F32).astype(w_KN.dtype)
+  # Both gradients as plain [M, K] x [K, N] products of row-major operands.
+  dx_TK = jnp.dot(g_TN, row_major_transpose(w_KN),
+                  preferred_element_type=F32).astype(x_TK.dtype)
+  dw_KN = jnp.dot(row_major_transpose(x_TK), g_TN,
+                  preferred_element_type=F32).astype(w_KN.dtype)
   return dx_TK, dw_KN
 
 
