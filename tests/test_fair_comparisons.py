@@ -56,9 +56,12 @@ def _entry(norm, lr, seed):
 
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory):
-  root = tmp_path_factory.mktemp("fair") / "tuned"
+  return _write_sweep(tmp_path_factory.mktemp("fair") / "tuned", LOSSES)
+
+
+def _write_sweep(root, losses, seeds=(0, 1, 2)):
   runs = []
-  for (norm, lr), per_seed in LOSSES.items():
+  for (norm, lr), per_seed in losses.items():
     for seed, (val, test) in enumerate(per_seed):
       entry = _entry(norm, lr, seed)
       workdir = root / entry["name"]
@@ -71,7 +74,7 @@ def sweep_dir(tmp_path_factory):
            "split": "test", "task": "lm", "num_examples": 100}))
       status_lib.write_status(workdir, "finished", 30, num_params=1000)
       runs.append(entry)
-  (root / "sweep.json").write_text(json.dumps(_record(runs)))
+  (root / "sweep.json").write_text(json.dumps(_record(runs, list(seeds))))
   return root
 
 
@@ -92,6 +95,55 @@ def test_each_point_is_chosen_on_validation_and_compared_on_test(sweep_dir):
   assert points["post"]["chosen"] == {"optim.learning_rate": 1e-3}
   assert points["pre"]["compared"][0]["eval/loss"] == pytest.approx(2.10)  # test split
   assert report["report_split"] == "test" and report["reserved_seed"] is None
+
+
+def test_a_rate_at_which_some_seeds_stall_is_not_chosen_for_the_others(tmp_path):
+  """pre at 1e-2: the seeds that learned are the best of all (1.0), but one of
+  three stalled; counted as l0 = ln 1024 it makes 1e-2's mean 2.98, worse than
+  1e-3's 2.45, where every seed learned."""
+  losses = {**LOSSES, ("pre", 1e-2): [(1.0, 1.1), (STALLED, 5.7), (1.0, 1.1)]}
+  _, report = _analyze(_write_sweep(tmp_path / "tuned", losses))
+  pre = next(p for p in report["points"] if p["values"]["model.norm_position"] == "pre")
+  assert pre["chosen"] == {"optim.learning_rate": 1e-3}
+  by_lr = {r["tuned"]["optim.learning_rate"]: r for r in pre["tuned"]}
+  assert by_lr[1e-2]["selection_mean"] == pytest.approx(1.0)  # the learned runs' mean
+  assert by_lr[1e-2]["selection_failed"] == 1
+  assert by_lr[1e-2]["selection_score"][0] == pytest.approx((2.0 + math.log(1024)) / 3)
+  # Learned runs better by more than the failure costs still win.
+  losses[("pre", 1e-2)] = [(1.0, 1.1), (STALLED, 5.7), (1.0, 1.1), (1.0, 1.1), (1.0, 1.1)]
+  losses[("pre", 1e-3)] = LOSSES[("pre", 1e-3)] + [(2.4, 0.1), (2.4, 0.1)]
+  for key in ("post", 1e-3), ("post", 1e-2):
+    losses[key] = LOSSES[key] + LOSSES[key][:2]
+  _, report = _analyze(_write_sweep(tmp_path / "five", losses, seeds=range(5)))
+  pre = next(p for p in report["points"] if p["values"]["model.norm_position"] == "pre")
+  assert pre["chosen"] == {"optim.learning_rate": 1e-2}  # (4 + 6.93) / 5 = 2.19 < 2.43
+  assert sorted(pre["compared"]) == [0, 2, 3, 4]  # the stalled seed is counted, not compared
+
+
+def test_a_point_that_never_learned_is_a_failed_verdict_not_a_missing_one(tmp_path):
+  losses = {**LOSSES, ("post", 1e-3): [(STALLED, 5.7)] * 3}
+  root = _write_sweep(tmp_path / "tuned", losses)
+  _, report = _analyze(root)
+  assert report["comparisons"] == []
+  (row,) = report["failed"]
+  assert row["verdict"] == "base failed"  # post is the base of this sweep
+  assert row["text"] == ("pre vs post: base failed: post never learned (6 stalled of 6 "
+                         "runs, at every learning rate); pre learned in 6 of 6")
+  from tfx_jax.report import collect
+  record, summaries = collect.collect(root)
+  assert f"- {row['text']}" in build.render(record, summaries, report, {})
+  # Both sides failing is said too.
+  losses.update({("pre", 1e-3): [(STALLED, 5.7)] * 3, ("pre", 1e-2): [(STALLED, 5.7)] * 3})
+  _, report = _analyze(_write_sweep(tmp_path / "both", losses))
+  assert [r["verdict"] for r in report["failed"]] == ["both failed"]
+
+
+def test_a_metric_without_l0_chooses_the_fewest_failures_first():
+  assert analysis._selection_score([1.0], 1, None, "eval/loss") == (1.0, 1.0)
+  assert analysis._selection_score([30.0], 0, None, "eval/bleu") == (0.0, -30.0)
+  assert analysis._selection_score([], 2, 6.9, "eval/loss") is None
+  assert (analysis._selection_score([2.0, 2.0], 0, None, "eval/loss")
+          < analysis._selection_score([1.0], 1, None, "eval/loss"))
 
 
 def test_stalled_runs_are_counted_and_never_averaged(sweep_dir):

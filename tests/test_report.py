@@ -50,7 +50,7 @@ def _axis(field, values, reference=0):
 
 
 def write_run(root, name, seed, loss, *, state=None, layer_grad=(1.0, 1.0), lengths=None,
-              num_params=None, scaled=None):
+              num_params=None, scaled=None, layer_steps=(1, 10)):
   """One run's workdir as the trainer leaves it: training-loss and
   layer-gradient event files, eval/loss at step 30 (``loss`` None: the run
   stopped at step 12, ``state`` "diverged" unless given), status.json, an
@@ -63,7 +63,7 @@ def write_run(root, name, seed, loss, *, state=None, layer_grad=(1.0, 1.0), leng
         break
       w.write_scalars(step, {"train/loss": 3.0 - step / 100 + seed / 10,
                              "train/tokens_per_sec": tps})
-    for step, scale in ((1, 1.0), (10, 10.0)):
+    for step, scale in zip(layer_steps, (1.0, 10.0)):
       w.write_scalars(step, {f"layer_stats/grad_norm/decoder_{i:02d}": g * scale
                              for i, g in enumerate(layer_grad)})
     if loss is not None:
@@ -114,6 +114,28 @@ def sweep_dir(tmp_path_factory):
   (root / "sweep.json").write_text(json.dumps(record))
   build.write_report(root)
   return root
+
+
+def test_layer_statistics_logged_later_are_not_called_initialisation(tmp_path):
+  """Runs made without the step-1 log (older runs): the section names the step
+  it read instead of claiming the initial parameters."""
+  root = tmp_path / "later"
+  runs = []
+  for norm in ("pre", "post"):
+    for seed in (0, 1):
+      name = f"norm_position-{norm}_s{seed}"
+      write_run(root, name, seed, 1.0 + seed / 10, layer_grad=LAYER_GRAD[norm],
+                layer_steps=(10, 20))
+      runs.append({"name": name, "seed": seed, "values": [{"model.norm_position": norm}],
+                   "overrides": {}, "state": "finished", "wall_seconds": 60.0})
+  record = sweep_record("later", [_axis("model.norm_position", ["pre", "post"])], runs,
+                        seeds=[0, 1])
+  (root / "sweep.json").write_text(json.dumps(record))
+  build.write_report(root)
+  report = (root / "report.md").read_text()
+  assert "## Gradient norm per layer at the first logged step" in report
+  assert "at initialisation\n" not in report and "step 10, after that many updates" in report
+  assert "| post | 0.5 | 2 |" in report
 
 
 def test_welch_interval_matches_hand_computation():

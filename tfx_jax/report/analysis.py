@@ -5,8 +5,10 @@ Transformer training instabilities"; Marin's ablations):
 
 - **Tuned values chosen per point.** Where the sweep tunes fields (``tune``),
   each point (a combination of axis values) is compared at its own best tuned
-  value: the one with the best mean of ``select_by`` over its learned runs on
-  the **validation** split. The comparison then reads a split the selection
+  value: the one with the best mean of ``select_by`` on the **validation**
+  split, a run that failed at that value counted as the loss at
+  initialisation (a value at which some seeds stall is not "best" on the
+  strength of the seeds that did not). The comparison then reads a split the selection
   never saw: ``test`` (the runs' ``eval/test-<step>.json``). A dataset with no
   test split: the first seed is reserved for the selection and the other
   seeds are compared (``reserved_seed``).
@@ -14,12 +16,14 @@ Transformer training instabilities"; Marin's ablations):
   validation loss is not below the unigram entropy of the training targets,
   the loss of the best model that ignores context, by ``stall_margin``) or
   ``diverged``. Only learned runs enter means and comparisons; the others are
-  counted, and count as the loss at initialisation in the sensitivity.
+  counted, and count as the loss at initialisation in the choice of a tuned
+  value and in the sensitivity.
 - **Comparisons.** Per axis and per combination of the other axes (the
   context), each value against the axis's base value, per metric: a paired t
   interval over the seeds both sides have, else Welch's; Holm-Bonferroni over
   every comparison of the report (one family); a verdict ``better``,
-  ``worse``, ``equivalent`` (TOST within +-margin) or ``unresolved``.
+  ``worse``, ``equivalent`` (TOST within +-margin) or ``unresolved``. A
+  comparison whose side never learned (``failed``) is listed with its counts.
 - **Sensitivity.** Per point the loss against each tuned value, and
   E_eta[min(l(eta), l0) - min_eta l(eta)] (l0: the loss at initialisation,
   taken as ln |V|, the loss of the uniform prediction a freshly initialised
@@ -113,6 +117,24 @@ def _split_values(summary, split: str) -> dict[str, float]:
           if k.startswith("eval/") and v is not None and math.isfinite(v)}
 
 
+def _selection_score(learned: list[float], failed: int, l0: float | None,
+                     select_by: str) -> tuple[float, ...] | None:
+  """What a tuned value is chosen by, lowest first; None: no run learned.
+
+  A failed run (stalled or diverged) counts against its tuned value: for a
+  loss with a known l0, as l0 in the mean (as in the sensitivity), so a rate
+  at which half the seeds fail loses to one at which every seed learns unless
+  the learned runs are better by more than the failures cost; otherwise the
+  fewest failures first, then the best mean of the learned runs.
+  """
+  if not learned:
+    return None
+  mean = stats.mean_std(learned)[0]
+  if lower_is_better(select_by) and l0 is not None:
+    return ((sum(min(v, l0) for v in learned) + failed * l0) / (len(learned) + failed),)
+  return (float(failed), mean if lower_is_better(select_by) else -mean)
+
+
 def analyze_points(record, summaries, baselines: dict[str, Baseline], options: Options
                    ) -> list[dict[str, Any]]:
   """Each point: its runs per tuned value with outcomes and metrics, its chosen
@@ -140,16 +162,20 @@ def analyze_points(record, summaries, baselines: dict[str, Baseline], options: O
             "num_params": summary.get("num_params")}
       # The declared seeds only (every tuned value has them; seeds added by
       # --until-resolved run at the chosen value alone).
-      selection = [s["validation"][select_by] for seed, s in seeds.items()
-                   if s["outcome"] == "learned" and select_by in s["validation"]
-                   and seed in declared and (reserved is None or seed == reserved)]
+      choosing = [s for seed, s in seeds.items()
+                  if seed in declared and (reserved is None or seed == reserved)]
+      selection = [s["validation"][select_by] for s in choosing
+                   if s["outcome"] == "learned" and select_by in s["validation"]]
+      failed = sum(s["outcome"] in ("stalled", "diverged") for s in choosing)
+      l0 = baselines[runs[0][0]["name"]].initial_loss
       tuned_rows.append({
           "tuned": tuned, "label": label, "seeds": seeds,
           "counts": {o: sum(s["outcome"] == o for s in seeds.values()) for o in OUTCOMES},
-          "selection_mean": stats.mean_std(selection)[0] if selection else None})
-    candidates = [r for r in tuned_rows if r["selection_mean"] is not None]
-    sign = 1.0 if lower_is_better(select_by) else -1.0
-    chosen = min(candidates, key=lambda r: sign * r["selection_mean"]) if candidates else None
+          "selection_mean": stats.mean_std(selection)[0] if selection else None,
+          "selection_failed": failed,
+          "selection_score": _selection_score(selection, failed, l0, select_by)})
+    candidates = [r for r in tuned_rows if r["selection_score"] is not None]
+    chosen = min(candidates, key=lambda r: r["selection_score"]) if candidates else None
     compared = {}
     if chosen is not None:
       for seed, s in chosen["seeds"].items():
@@ -226,6 +252,59 @@ def comparisons(record, points, options: Options) -> list[dict[str, Any]]:
                            if row["verdict"] == "unresolved" else None)
     row["text"] = verdict_text(record, row)
   return rows
+
+
+def failed_comparisons(record, points) -> list[dict[str, Any]]:
+  """The comparisons that ``comparisons`` cannot make because a side has no
+  learned run (every run stalled or diverged, at every tuned value): a
+  failure is a result, so each is listed with its counts instead of dropped."""
+  by_key = _by_key(points)
+  out = []
+  for ai, axis in enumerate(record["axes"]):
+    if len(axis["values"]) < 2:
+      continue
+    ref = axis["reference"]
+    for ctx in contexts(record, ai):
+      def at(vi):
+        return by_key.get(tuple(vi if j == ai else c for j, c in enumerate(ctx)))
+      base = at(ref)
+      for vi in range(len(axis["values"])):
+        point = at(vi)
+        if vi == ref or point is None or base is None:
+          continue
+        if point["compared"] and base["compared"]:
+          continue
+        row = {"axis": axis["label"], "value": value_label(axis["values"][vi]),
+               "base_value": value_label(axis["values"][ref]),
+               "context": context_label(record, ctx, ai),
+               "counts": point["counts"], "base_counts": base["counts"],
+               "runs": point["runs"], "base_runs": base["runs"],
+               "verdict": ("both failed" if not point["compared"] and not base["compared"]
+                           else "failed" if not point["compared"] else "base failed")}
+        row["text"] = failed_text(record, row)
+        out.append(row)
+  return out
+
+
+def failed_text(record, row) -> str:
+  """"post vs pre (num_layers=24): post never learned (6 of 6 runs stalled, at
+  every learning rate); pre learned in 6 of 6"."""
+  def side(name, counts, runs):
+    if counts["learned"]:
+      return f"{name} learned in {counts['learned']} of {runs}"
+    failed = ", ".join(f"{counts[o]} {o}" for o in ("stalled", "diverged") if counts[o])
+    every = ""
+    if record.get("tune"):
+      fields = ", ".join(f.split(".")[-1].replace("_", " ") for f in record["tune"])
+      every = f", at every {fields}"
+    return f"{name} never learned ({failed} of {runs} runs{every})"
+  where = f" ({row['context']})" if row["context"] != "-" else ""
+  first, second = ((row["value"], row["counts"], row["runs"]),
+                   (row["base_value"], row["base_counts"], row["base_runs"]))
+  if row["verdict"] == "base failed":
+    first, second = second, first
+  return (f"{row['value']} vs {row['base_value']}{where}: {row['verdict']}: "
+          f"{side(*first)}; {side(*second)}")
 
 
 def seeds_to_resolve(iv: stats.Interval, alpha: float, power: float) -> int | None:
@@ -420,6 +499,7 @@ def analyze(record, summaries, baselines: dict[str, Baseline],
       "points": points,
       "comparisons": [{**{k: v for k, v in r.items() if k != "interval"},
                        **_interval_json(r["interval"])} for r in rows],
+      "failed": failed_comparisons(record, points),
       "sensitivity": sensitivity(record, points, by_point),
       "noise": noise_and_power(record, points, rows, options),
       "scale": scale_effects(record, points, rows),

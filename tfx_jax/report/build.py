@@ -251,7 +251,10 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
   if record.get("tune"):
     tuned = ", ".join(f"`{k}` in {v}" for k, v in record["tune"].items())
     how = (f"Each point is compared at its own best tuned value ({tuned}), chosen by "
-           f"the mean `{select_by}` of its learned runs on the validation split")
+           f"the mean `{select_by}` of its runs on the validation split"
+           + (", a stalled or diverged run counted as the loss at initialisation (l0)"
+              if analysis.lower_is_better(select_by)
+              else ", fewest stalled or diverged runs first"))
     if report["reserved_seed"] is not None:
       how += (f"; the dataset has no test split, so seed {report['reserved_seed']} is "
               "reserved for that choice and the other seeds are compared on validation.")
@@ -267,8 +270,9 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
             "within the margin.")
   out += [how, ""]
   main = [r for r in report["comparisons"] if r["metric"] == select_by]
-  if main:
-    out += [f"- {r['text']}" for r in main] + [""]
+  failed = report.get("failed", [])
+  if main or failed:
+    out += [f"- {r['text']}" for r in main] + [f"- {r['text']}" for r in failed] + [""]
   out += ["Reproduce:", "", "```bash", record["command"], "```", "",
           f"Base: `{record['config']}`" + (f" `{base}`" if base else ""), "",
           f"{len(record['runs'])} runs: " + ", ".join(f"{n} {k}" for k, n in states.items())
@@ -333,13 +337,23 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
             markdown_table(lengths), ""]
     if plots.get("lengths"):
       out += [f"![length extrapolation]({plots['lengths']})", ""]
-  layers = layer_table(record, at_chosen(points, report))
+  shown = at_chosen(points, report)
+  layers = layer_table(record, shown)
   if layers:
-    out += ["## Gradient norm per layer at initialisation", "",
+    steps = sorted({s["layer_stats_step"] for runs in shown.values() for _, s in runs
+                    if s.get("layer_stats_step") is not None})
+    if steps == [1]:
+      title = "at initialisation"
+      when = ("step 1, the first update, whose gradients are taken at the initial "
+              "parameters")
+    else:
+      title = "at the first logged step"
+      when = (f"step {', '.join(map(str, steps))}, after that many updates (runs "
+              "made with `train.log_layer_stats` log step 1, at initialisation)")
+    out += [f"## Gradient norm per layer {title}", "",
             "`layer_stats/grad_norm/<stack>_<layer>` at the first logged step, mean "
-            "over seeds: step 1, whose gradients are taken at the initial parameters, "
-            "for runs with `train.log_layer_stats` (Xiong et al. 2020, Figure 3: "
-            "post-norm's gradients grow towards the last layers, pre-norm's stay flat).",
+            f"over seeds: {when} (Xiong et al. 2020, Figure 3: post-norm's gradients "
+            "at initialisation grow towards the last layers, pre-norm's stay flat).",
             "",
             markdown_table(layers), ""]
     if plots.get("layers"):

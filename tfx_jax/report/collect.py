@@ -97,7 +97,7 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
   ({multiple: perplexity}), window_tokens ({multiple: the window in tokens}),
   scaled_lengths (the same with RoPE scaled at evaluation, per scaling),
   layer_stats ({kind: {(stack, layer): value}} at
-  the first step they were logged), test (``split_metrics(workdir, "test")``),
+  the first step they were logged), layer_stats_step (that step), test (``split_metrics(workdir, "test")``),
   num_params (the model's parameter count, from status.json).
   """
   status = status_lib.read_status(workdir) or {}
@@ -113,11 +113,13 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
     if row.get("length"):
       window_tokens[int(row["multiple"])] = int(row["length"])
   layer: dict[str, dict[tuple[str, int], float]] = {}
+  layer_steps = set()
   for tag, points in scalars.items():
     m = LAYER_TAG.match(tag)
     if m and points:
       first = min(points)
       layer.setdefault(m.group(1), {})[(m.group(2), int(m.group(3)))] = first[1]
+      layer_steps.add(int(first[0]))
   return {
       "state": status.get("state", entry.get("state", "pending")),
       "step": int(status.get("step", 0)),
@@ -132,6 +134,7 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
       "scaled_lengths": scaled_lengths(workdir),
       "lengths_split": lengths_split(workdir),
       "layer_stats": layer,
+      "layer_stats_step": min(layer_steps) if layer_steps else None,
       "test": split_metrics(workdir, "test"),
       "num_params": status.get("num_params"),
   }
