@@ -146,6 +146,21 @@ def test_a_metric_without_l0_chooses_the_fewest_failures_first():
           < analysis._selection_score([1.0], 1, None, "eval/loss"))
 
 
+def test_a_choice_at_the_end_of_the_grid_is_flagged(sweep_dir):
+  from tfx_jax.report import collect
+  record, summaries = collect.collect(sweep_dir)
+  _, report = _analyze(sweep_dir)
+  edges = {p["values"]["model.norm_position"]: p["chosen_at_edge"] for p in report["points"]}
+  assert edges == {"post": {"optim.learning_rate": "lowest"},
+                   "pre": {"optim.learning_rate": "highest"}}
+  text = build.render(record, summaries, report, {})
+  assert "post (learning_rate = 0.001, the lowest tried); pre (learning_rate = 0.01" in text
+  record = {**record, "tune": {"optim.learning_rate": [1e-4, 1e-3, 1e-2]}}
+  assert analysis.grid_edges(record, {"optim.learning_rate": 1e-3}) == {}
+  assert analysis.grid_edges({"tune": {"model.norm_position": ["pre", "post"]}},
+                             {"model.norm_position": "pre"}) == {}
+
+
 def test_stalled_runs_are_counted_and_never_averaged(sweep_dir):
   _, report = _analyze(sweep_dir)
   post = next(p for p in report["points"] if p["values"]["model.norm_position"] == "post")

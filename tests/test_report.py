@@ -481,3 +481,20 @@ def test_per_point_tables_of_a_tuned_sweep_read_the_chosen_runs_only():
   assert [s["lr"] for _, s in picked[(0,)]] == [1e-3, 1e-3]
   assert picked[(1,)] == points[(1,)]
   assert at_chosen(points, {"points": []}) == points  # nothing tuned
+
+
+def test_values_of_an_axis_over_several_fields_name_their_field():
+  """Table 3's rows: dropout 0 and label smoothing 0 must not both read "0"."""
+  from tfx_jax.report.points import context_label, value_label
+  rows = [{}, {"model.dropout": 0.0}, {"train.label_smoothing": 0.0},
+          {"model.num_heads": 1, "model.d_ff": 256}]
+  axis = {"label": "model.dropout+train.label_smoothing", "values": rows,
+          "fields": ["model.dropout", "train.label_smoothing", "model.num_heads",
+                     "model.d_ff"], "reference": 0}
+  assert [value_label(v, axis) for v in rows] == [
+      "base", "dropout=0", "label_smoothing=0", "num_heads=1,d_ff=256"]
+  single = _axis("model.activation", ["gelu", "swiglu"])
+  assert value_label(single["values"][1], single) == "swiglu"
+  record = {"axes": [single, axis]}
+  assert context_label(record, (None, 1), 0) == "dropout=0"
+  assert context_label(record, (1, None), 1) == "activation=swiglu"

@@ -135,6 +135,21 @@ def _selection_score(learned: list[float], failed: int, l0: float | None,
   return (float(failed), mean if lower_is_better(select_by) else -mean)
 
 
+def grid_edges(record, tuned: dict[str, Any]) -> dict[str, str]:
+  """{field: "lowest" | "highest"} for each tuned field whose chosen value is
+  the end of its numeric grid: the best value may lie beyond what was tried."""
+  out = {}
+  for field, value in tuned.items():
+    grid = record.get("tune", {}).get(field, [])
+    if (len(grid) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                              for v in grid)):
+      if value == min(grid):
+        out[field] = "lowest"
+      elif value == max(grid):
+        out[field] = "highest"
+  return out
+
+
 def analyze_points(record, summaries, baselines: dict[str, Baseline], options: Options
                    ) -> list[dict[str, Any]]:
   """Each point: its runs per tuned value with outcomes and metrics, its chosen
@@ -185,10 +200,11 @@ def analyze_points(record, summaries, baselines: dict[str, Baseline], options: O
               if s["num_params"]]
     points.append({
         "key": list(key),
-        "values": {a["label"]: value_label(a["values"][i])
+        "values": {a["label"]: value_label(a["values"][i], a)
                    for a, i in zip(record["axes"], key)},
         "chosen": None if chosen is None else chosen["tuned"],
         "chosen_label": None if chosen is None else chosen["label"],
+        "chosen_at_edge": {} if chosen is None else grid_edges(record, chosen["tuned"]),
         "tuned": tuned_rows,
         "counts": {o: sum(r["counts"][o] for r in tuned_rows) for o in OUTCOMES},
         "runs": sum(len(r["seeds"]) for r in tuned_rows),
@@ -235,8 +251,8 @@ def comparisons(record, points, options: Options) -> list[dict[str, Any]]:
           if not a or not b:
             continue
           rows.append({
-              "axis": axis["label"], "axis_index": ai, "value": value_label(axis["values"][vi]),
-              "value_index": vi, "base_value": value_label(axis["values"][ref]),
+              "axis": axis["label"], "axis_index": ai, "value": value_label(axis["values"][vi], axis),
+              "value_index": vi, "base_value": value_label(axis["values"][ref], axis),
               "context": context_label(record, ctx, ai), "context_key": list(ctx),
               "metric": metric, "split": split, "seeds": sorted(a), "base_seeds": sorted(b),
               "interval": stats.compare(a, b), "margin": margin_for(metric, select_by, options),
@@ -274,8 +290,8 @@ def failed_comparisons(record, points) -> list[dict[str, Any]]:
           continue
         if point["compared"] and base["compared"]:
           continue
-        row = {"axis": axis["label"], "value": value_label(axis["values"][vi]),
-               "base_value": value_label(axis["values"][ref]),
+        row = {"axis": axis["label"], "value": value_label(axis["values"][vi], axis),
+               "base_value": value_label(axis["values"][ref], axis),
                "context": context_label(record, ctx, ai),
                "counts": point["counts"], "base_counts": base["counts"],
                "runs": point["runs"], "base_runs": base["runs"],
@@ -414,7 +430,7 @@ def noise_and_power(record, points, rows, options: Options) -> list[dict[str, An
     else:
       n, mdd, method = len(values), None, None
     out.append({"axis": axis["label"], "metric": select_by,
-                "base_value": value_label(axis["values"][ref]),
+                "base_value": value_label(axis["values"][ref], axis),
                 "base_sd": sd, "seeds": n, "min_detectable_difference": mdd,
                 "method": method, "power": options.power})
   return out

@@ -35,7 +35,7 @@ from tfx_jax import files
 from tfx_jax.report import analysis
 from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import stats
-from tfx_jax.report.points import at_chosen, group_points, value_label
+from tfx_jax.report.points import at_chosen, fmt_value, group_points, value_label
 
 METRIC_ORDER = ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/bleu", "train/nll")
 lower_is_better = analysis.lower_is_better
@@ -74,7 +74,7 @@ def lengths_table(record, points) -> list[list[str]] | None:
   rows = [[a["label"] for a in record["axes"]] + (["positions at evaluation"] if scaled else [])
           + [f"{k}x" for k in multiples]]
   for key, runs in points.items():
-    labels = [value_label(a["values"][i]) for a, i in zip(record["axes"], key)]
+    labels = [value_label(a["values"][i], a) for a, i in zip(record["axes"], key)]
     for scaling, table in [("", lambda s: s["lengths"])] + [
         (tag, lambda s, tag=tag: s.get("scaled_lengths", {}).get(tag, {}))
         for tag in sorted({t for _, s in runs for t in s.get("scaled_lengths", {})})]:
@@ -100,7 +100,7 @@ def layer_table(record, points, kind: str = "grad_norm") -> list[list[str]] | No
       vals = [s["layer_stats"][kind][layer] for _, s in runs
               if layer in s["layer_stats"].get(kind, {})]
       cells.append(f"{stats.mean_std(vals)[0]:.3g}" if vals else "-")
-    rows.append([value_label(a["values"][i]) for a, i in zip(record["axes"], key)] + cells)
+    rows.append([value_label(a["values"][i], a) for a, i in zip(record["axes"], key)] + cells)
   return rows
 
 
@@ -287,6 +287,14 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
           markdown_table(points_table(record, report, points)), ""]
   if record.get("tune"):
     out += ["## Tuned values", "", markdown_table(tuned_table(record, report)), ""]
+    edges = [(p, field, end) for p in report["points"]
+             for field, end in p.get("chosen_at_edge", {}).items()]
+    if edges:
+      out += ["Chosen at the end of the grid, so the best value may lie beyond what "
+              "was tried (extend the grid to bracket it): "
+              + "; ".join(f"{', '.join(p['values'].values())} "
+                          f"({field.split('.')[-1]} = {fmt_value(p['chosen'][field])}, "
+                          f"the {end} tried)" for p, field, end in edges) + ".", ""]
     if report["sensitivity"]:
       out += ["### Learning-rate sensitivity", "",
               "Wortsman et al. 2023: E_η[min(l(η), l0) − min_η l(η)] over the tuned "
@@ -308,7 +316,7 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
       if not rows:
         continue
       out += [f"### {axis['label']} (base value: "
-              f"{value_label(axis['values'][axis['reference']])})", "",
+              f"{value_label(axis['values'][axis['reference']], axis)})", "",
               markdown_table(comparisons_table(rows)), ""]
       if plots.get(f"curves:{ai}"):
         out += [f"![loss curves, {axis['label']}]({plots[f'curves:{ai}']})", ""]

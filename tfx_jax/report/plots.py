@@ -239,7 +239,7 @@ def _value_index(record, axis_label: str, value: str) -> tuple[int, int] | None:
   for ai, axis in enumerate(record["axes"]):
     if axis["label"] == axis_label:
       for vi, v in enumerate(axis["values"]):
-        if points_lib.value_label(v) == value:
+        if points_lib.value_label(v, axis) == value:
           return ai, vi
   return None
 

@@ -7,11 +7,17 @@ import itertools
 from typing import Any
 
 
-def value_label(value: dict[str, Any]) -> str:
-  """An axis value as a table cell: ``swiglu``, ``num_heads=1,d_ff=256``, ``base``."""
+def value_label(value: dict[str, Any], axis: dict[str, Any] | None = None) -> str:
+  """An axis value as a table cell: ``swiglu``, ``num_heads=1,d_ff=256``, ``base``.
+
+  On an axis whose values set different fields (a list of overrides such as
+  ``[{}, {"model.dropout": 0.0}, {"train.label_smoothing": 0.0}]``), a
+  one-field value names its field too (``dropout=0``), or two rows could read
+  alike.
+  """
   if not value:
     return "base"
-  if len(value) == 1:
+  if len(value) == 1 and (axis is None or len(axis.get("fields", ())) < 2):
     return fmt_value(next(iter(value.values())))
   return ",".join(f"{k.split('.')[-1]}={fmt_value(v)}" for k, v in value.items())
 
@@ -59,7 +65,8 @@ def contexts(record, axis_index: int) -> list[tuple[int, ...]]:
 def context_label(record, ctx, axis_index) -> str:
   """The other axes' values: ``position=rope, d_model=64,num_heads=4`` ("-": none).
   A zipped axis's value names its fields already."""
-  parts = [value_label(a["values"][i]) if len(a["values"][i]) > 1
+  parts = [value_label(a["values"][i], a) if len(a["values"][i]) > 1
+           or len(a.get("fields", ())) > 1
            else f"{a['label'].split('.')[-1]}={value_label(a['values'][i])}"
            for j, (a, i) in enumerate(zip(record["axes"], ctx)) if j != axis_index]
   return ", ".join(parts) or "-"

@@ -70,7 +70,7 @@ class Palette:
   def label(self, axis_index: int, value_index: int) -> str:
     """The value's legend entry: ``pre (base)``."""
     axis = self.axes[axis_index]
-    text = points_lib.value_label(axis["values"][value_index])
+    text = points_lib.value_label(axis["values"][value_index], axis)
     base = value_index == axis.get("reference", 0) and text != "base"
     return text + " (base)" if base else text
 
@@ -97,7 +97,7 @@ class Palette:
     for j, (a, i) in enumerate(zip(self.axes, key)):
       if len(a["values"]) < 2:
         continue
-      text = points_lib.value_label(a["values"][i])
+      text = points_lib.value_label(a["values"][i], a)
       parts.append(text if j == self.colour_axis()
                    else f"{a['label'].split('.')[-1]}={text}")
     return ", ".join(parts) or "base config"
