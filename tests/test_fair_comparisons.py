@@ -59,7 +59,7 @@ def sweep_dir(tmp_path_factory):
   return _write_sweep(tmp_path_factory.mktemp("fair") / "tuned", LOSSES)
 
 
-def _write_sweep(root, losses, seeds=(0, 1, 2)):
+def _write_sweep(root, losses, seeds=(0, 1, 2), test_metrics=None):
   runs = []
   for (norm, lr), per_seed in losses.items():
     for seed, (val, test) in enumerate(per_seed):
@@ -69,9 +69,10 @@ def _write_sweep(root, losses, seeds=(0, 1, 2)):
       with metrics.MetricWriter(workdir / "tensorboard") as w:
         w.write_scalars(10, {"train/loss": 3.0, "train/tokens_per_sec": 100.0})
         w.write_scalars(30, {"eval/loss": val, "eval/perplexity": math.exp(val)})
+      scores = (test_metrics(test) if test_metrics
+                else {"eval/loss": test, "eval/perplexity": math.exp(test)})
       (workdir / "eval" / "test-30.json").write_text(json.dumps(
-          {"eval/loss": test, "eval/perplexity": math.exp(test), "step": 30,
-           "split": "test", "task": "lm", "num_examples": 100}))
+          {**scores, "step": 30, "split": "test", "task": "lm", "num_examples": 100}))
       status_lib.write_status(workdir, "finished", 30, num_params=1000)
       runs.append(entry)
   (root / "sweep.json").write_text(json.dumps(_record(runs, list(seeds))))
@@ -159,6 +160,20 @@ def test_a_choice_at_the_end_of_the_grid_is_flagged(sweep_dir):
   assert analysis.grid_edges(record, {"optim.learning_rate": 1e-3}) == {}
   assert analysis.grid_edges({"tune": {"model.norm_position": ["pre", "post"]}},
                              {"model.norm_position": "pre"}) == {}
+
+
+def test_verdicts_on_other_metrics_are_listed_when_the_selection_metric_is_not_compared(
+    tmp_path):
+  """A translation sweep selects by validation loss and compares BLEU on test."""
+  from tfx_jax.report import collect
+  root = _write_sweep(tmp_path / "bleu", LOSSES,
+                      test_metrics=lambda loss: {"eval/bleu": 40.0 - 10.0 * loss})
+  record, summaries = collect.collect(root)
+  _, report = _analyze(root)
+  (row,) = report["comparisons"]
+  assert row["metric"] == "eval/bleu"
+  assert row["text"].startswith("pre vs post eval/bleu: better by 4.600 [")
+  assert f"- {row['text']}" in build.render(record, summaries, report, {})
 
 
 def test_stalled_runs_are_counted_and_never_averaged(sweep_dir):

@@ -269,7 +269,10 @@ def render(record, summaries, report: dict[str, Any], plots: dict[str, str]) -> 
             "(Holm-Bonferroni); verdicts at α = 0.05, equivalence by two one-sided tests "
             "within the margin.")
   out += [how, ""]
-  main = [r for r in report["comparisons"] if r["metric"] == select_by]
+  # The selection metric's verdicts; where the comparisons read other metrics
+  # only (a translation sweep compares BLEU and chrF on test), theirs.
+  main = ([r for r in report["comparisons"] if r["metric"] == select_by]
+          or report["comparisons"])
   failed = report.get("failed", [])
   if main or failed:
     out += [f"- {r['text']}" for r in main] + [f"- {r['text']}" for r in failed] + [""]
