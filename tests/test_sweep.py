@@ -388,7 +388,13 @@ def test_diverged_and_failed_points_while_the_others_finish(tmp_path, env):
   assert list((sweep_dir / "base_s0" / "eval").glob("validation-20.json"))
   assert not (sweep_dir / "learning_rate-1e+30_s0" / "eval").exists()
   report = (sweep_dir / "report.md").read_text()
-  assert "| 1e+30 | 1 | 0 | 0 | 1 |" in report  # runs, learned, stalled, diverged
+  # The axis sets two fields: each value names its own. Runs, learned, stalled, diverged:
+  assert "| learning_rate=1e+30 | 1 | 0 | 0 | 1 |" in report
+  # Failures are verdicts (the base, 20 steps, is still at the unigram loss);
+  # a point whose run never started is not one.
+  assert ("- learning_rate=1e+30 vs base: both failed: learning_rate=1e+30 never learned "
+          "(1 diverged of 1 runs); base never learned (1 stalled of 1 runs)") in report
+  assert "no_such_dataset vs" not in report
   # Failed runs are left alone unless --retry-failed.
   again = sweep(args, env)
   assert again.returncode == 1 and "leaving 1 failed run(s) alone" in again.stdout

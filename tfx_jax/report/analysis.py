@@ -290,6 +290,8 @@ def failed_comparisons(record, points) -> list[dict[str, Any]]:
           continue
         if point["compared"] and base["compared"]:
           continue
+        if not any(point["counts"].values()) or not any(base["counts"].values()):
+          continue  # a side with no finished run: nothing to say yet
         row = {"axis": axis["label"], "value": value_label(axis["values"][vi], axis),
                "base_value": value_label(axis["values"][ref], axis),
                "context": context_label(record, ctx, ai),
