@@ -73,7 +73,11 @@ case "${1:-}" in
   test)
     shift
     setup_venv
-    "$PY" -m pytest -q "$@"
+    # One pytest-xdist worker per core, at most 4 (each worker holds its own
+    # JAX runtime); TFX_TEST_WORKERS=0 runs the suite in this process.
+    workers="${TFX_TEST_WORKERS:-$(nproc)}"
+    if (( workers > 4 )); then workers=4; fi
+    "$PY" -m pytest -q -n "$workers" --dist loadgroup "$@"
     ;;
   smoke)
     shift
