@@ -89,17 +89,18 @@ def test_a_bf16_model_trains_like_float32(tied, monkeypatch):
   ids = jnp.asarray(np.random.default_rng(3).integers(1, 256, size=(2, 16)), jnp.int32)
   m32 = build_model(model_config_from_dict(base))
   m16 = build_model(model_config_from_dict({**base, "dtype": "bfloat16"}))
-  params = nn.unbox(m32.init(jax.random.PRNGKey(0), ids))["params"]
+  # Compiled as training compiles them: one program each, not op by op.
+  params = nn.unbox(jax.jit(m32.init)(jax.random.PRNGKey(0), ids))["params"]
 
   def loss(model):
     def f(p):
       logits = model.apply({"params": p}, ids[:, :-1])["logits"]
       assert logits.dtype == jnp.float32
       return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), ids[:, 1:, None], -1))
-    return jax.value_and_grad(f)
+    return jax.jit(jax.value_and_grad(f))
 
   calls.clear()
-  m16.apply({"params": params}, ids)
+  jax.jit(m16.apply)({"params": params}, ids)
   # 2 layers x (q, k, v, out, wi, wv, wo) + the vocabulary projection.
   assert len(calls) == 2 * 7 + 1
   l32, g32 = loss(m32)(params)
