@@ -225,39 +225,45 @@ def compared_metrics(points, select_by: str) -> list[str]:
                                       int(m[4:-1]) if m.startswith("ppl@") else 0, m))
 
 
+def _against_base(record, points):
+  """(axis index, axis, context, value index, point, base point) for every
+  value of every axis against the axis's base value, in each context."""
+  by_key = _by_key(points)
+  for ai, axis in enumerate(record["axes"]):
+    if len(axis["values"]) < 2:
+      continue
+    for ctx in contexts(record, ai):
+      def at(vi):
+        return by_key.get(tuple(vi if j == ai else c for j, c in enumerate(ctx)))
+      base = at(axis["reference"])
+      for vi in range(len(axis["values"])):
+        point = at(vi)
+        if vi != axis["reference"] and point is not None and base is not None:
+          yield ai, axis, ctx, vi, point, base
+
+
 def comparisons(record, points, options: Options) -> list[dict[str, Any]]:
   """Every (axis, context, value, metric) against the axis's base value, with
   Holm-adjusted p-values over the whole report and a verdict each."""
   select_by = record.get("select_by", "eval/loss")
   split = record.get("report_split", "validation")
-  by_key = _by_key(points)
   metrics = compared_metrics(points, select_by)
   rows = []
-  for ai, axis in enumerate(record["axes"]):
-    if len(axis["values"]) < 2:
-      continue
+  for ai, axis, ctx, vi, point, base in _against_base(record, points):
     ref = axis["reference"]
-    for ctx in contexts(record, ai):
-      def at(vi):
-        return by_key.get(tuple(vi if j == ai else c for j, c in enumerate(ctx)))
-      base = at(ref)
-      for vi in range(len(axis["values"])):
-        point = at(vi)
-        if vi == ref or point is None or base is None:
-          continue
-        for metric in metrics:
-          a = {s: v[metric] for s, v in point["compared"].items() if metric in v}
-          b = {s: v[metric] for s, v in base["compared"].items() if metric in v}
-          if not a or not b:
-            continue
-          rows.append({
-              "axis": axis["label"], "axis_index": ai, "value": value_label(axis["values"][vi], axis),
-              "value_index": vi, "base_value": value_label(axis["values"][ref], axis),
-              "context": context_label(record, ctx, ai), "context_key": list(ctx),
-              "metric": metric, "split": split, "seeds": sorted(a), "base_seeds": sorted(b),
-              "interval": stats.compare(a, b), "margin": margin_for(metric, select_by, options),
-              "chosen": point["chosen_label"], "base_chosen": base["chosen_label"],
-              "counts": point["counts"], "base_counts": base["counts"]})
+    for metric in metrics:
+      a = {s: v[metric] for s, v in point["compared"].items() if metric in v}
+      b = {s: v[metric] for s, v in base["compared"].items() if metric in v}
+      if not a or not b:
+        continue
+      rows.append({
+          "axis": axis["label"], "axis_index": ai, "value": value_label(axis["values"][vi], axis),
+          "value_index": vi, "base_value": value_label(axis["values"][ref], axis),
+          "context": context_label(record, ctx, ai), "context_key": list(ctx),
+          "metric": metric, "split": split, "seeds": sorted(a), "base_seeds": sorted(b),
+          "interval": stats.compare(a, b), "margin": margin_for(metric, select_by, options),
+          "chosen": point["chosen_label"], "base_chosen": base["chosen_label"],
+          "counts": point["counts"], "base_counts": base["counts"]})
   adjusted = stats.holm([r["interval"].p_value for r in rows])  # None: not testable
   for row, p_adj in zip(rows, adjusted):
     iv = row["interval"]
@@ -274,33 +280,22 @@ def failed_comparisons(record, points) -> list[dict[str, Any]]:
   """The comparisons that ``comparisons`` cannot make because a side has no
   learned run (every run stalled or diverged, at every tuned value): a
   failure is a result, so each is listed with its counts instead of dropped."""
-  by_key = _by_key(points)
   out = []
-  for ai, axis in enumerate(record["axes"]):
-    if len(axis["values"]) < 2:
-      continue
+  for ai, axis, ctx, vi, point, base in _against_base(record, points):
     ref = axis["reference"]
-    for ctx in contexts(record, ai):
-      def at(vi):
-        return by_key.get(tuple(vi if j == ai else c for j, c in enumerate(ctx)))
-      base = at(ref)
-      for vi in range(len(axis["values"])):
-        point = at(vi)
-        if vi == ref or point is None or base is None:
-          continue
-        if point["compared"] and base["compared"]:
-          continue
-        if not any(point["counts"].values()) or not any(base["counts"].values()):
-          continue  # a side with no finished run: nothing to say yet
-        row = {"axis": axis["label"], "value": value_label(axis["values"][vi], axis),
-               "base_value": value_label(axis["values"][ref], axis),
-               "context": context_label(record, ctx, ai),
-               "counts": point["counts"], "base_counts": base["counts"],
-               "runs": point["runs"], "base_runs": base["runs"],
-               "verdict": ("both failed" if not point["compared"] and not base["compared"]
-                           else "failed" if not point["compared"] else "base failed")}
-        row["text"] = failed_text(record, row)
-        out.append(row)
+    if point["compared"] and base["compared"]:
+      continue
+    if not any(point["counts"].values()) or not any(base["counts"].values()):
+      continue  # a side with no finished run: nothing to say yet
+    row = {"axis": axis["label"], "value": value_label(axis["values"][vi], axis),
+           "base_value": value_label(axis["values"][ref], axis),
+           "context": context_label(record, ctx, ai),
+           "counts": point["counts"], "base_counts": base["counts"],
+           "runs": point["runs"], "base_runs": base["runs"],
+           "verdict": ("both failed" if not point["compared"] and not base["compared"]
+                       else "failed" if not point["compared"] else "base failed")}
+    row["text"] = failed_text(record, row)
+    out.append(row)
   return out
 
 
