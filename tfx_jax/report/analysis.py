@@ -8,8 +8,8 @@ Transformer training instabilities"; Marin's ablations):
   value: the one with the best mean of ``select_by`` on the **validation**
   split, a run that failed at that value counted as the loss at
   initialisation (a value at which some seeds stall is not "best" on the
-  strength of the seeds that did not). The comparison then reads a split the selection
-  never saw: ``test`` (the runs' ``eval/test-<step>.json``). A dataset with no
+  strength of the seeds that did not). The comparison then reads a split the
+  selection never saw: ``test`` (the runs' ``eval/test-<step>.json``). A dataset with no
   test split: the first seed is reserved for the selection and the other
   seeds are compared (``reserved_seed``).
 - **Outcomes.** Every finished run is ``learned``, ``stalled`` (its final
@@ -300,8 +300,8 @@ def failed_comparisons(record, points) -> list[dict[str, Any]]:
 
 
 def failed_text(record, row) -> str:
-  """"post vs pre (num_layers=24): post never learned (6 of 6 runs stalled, at
-  every learning rate); pre learned in 6 of 6"."""
+  """"post vs pre (num_layers=24): failed: post never learned (6 stalled of 6
+  runs, at every learning rate); pre learned in 6 of 6"."""
   def side(name, counts, runs):
     if counts["learned"]:
       return f"{name} learned in {counts['learned']} of {runs}"

@@ -96,8 +96,8 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
   it includes compilation), wall_seconds, compile_seconds, lengths
   ({multiple: perplexity}), window_tokens ({multiple: the window in tokens}),
   scaled_lengths (the same with RoPE scaled at evaluation, per scaling),
-  layer_stats ({kind: {(stack, layer): value}} at
-  the first step they were logged), layer_stats_step (that step), test (``split_metrics(workdir, "test")``),
+  layer_stats ({kind: {(stack, layer): value}} at the first step they were
+  logged), layer_stats_step (that step), test (``split_metrics(workdir, "test")``),
   num_params (the model's parameter count, from status.json).
   """
   status = status_lib.read_status(workdir) or {}
