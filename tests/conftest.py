@@ -2,11 +2,12 @@
 is a fixture (``slurm_cluster.py``) that only the tests which use it start.
 
 ``./launch.sh test`` runs the suite on every core with pytest-xdist
-(``-n auto --dist loadgroup``). Tests are spread one by one, except those that
-share something costly: the tests of a file with a module-scoped fixture (a
-trained run, a compilation cache) stay together on one worker, so the
-fixture is built once, and the tests that use the SLURM cluster share one
-worker, so one cluster is started.
+(``-n auto --dist loadgroup``). A file's tests run together on one worker:
+a module-scoped fixture (a trained run, a compilation cache) is then built
+once, and so is what the file's tests compile alike (JAX compiles each
+operation once per shape and process, and most files run many small models
+of one shape). The files whose tests use the SLURM cluster share one worker,
+so one cluster is started.
 """
 
 import pytest
@@ -14,14 +15,11 @@ import pytest
 pytest_plugins = ["slurm_cluster"]
 
 
-def _shares_a_module_fixture(item) -> bool:
-  defs = item._fixtureinfo.name2fixturedefs  # pylint: disable=protected-access
-  return any(d.scope == "module" for chain in defs.values() for d in chain)
-
-
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the markers
 def pytest_collection_modifyitems(config, items):
+  # The files with a test on the SLURM cluster form one group, whole: their
+  # other tests share module fixtures with those.
+  on_slurm = {item.module.__name__ for item in items if "slurm_cluster" in item.fixturenames}
   for item in items:
-    if "slurm_cluster" in item.fixturenames:
-      item.add_marker(pytest.mark.xdist_group("slurm"))
-    elif _shares_a_module_fixture(item):
-      item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    module = item.module.__name__
+    item.add_marker(pytest.mark.xdist_group("slurm" if module in on_slurm else module))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import math
 import typing
@@ -235,8 +236,14 @@ def model_fields(combination: Mapping) -> dict:
 
 def valid(combination: Mapping) -> bool:
   """Whether the model config accepts ``combination`` at the tiny size."""
+  return _valid(tuple(sorted(combination.items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _valid(items: tuple) -> bool:
+  # The design's search asks about the same combination many times.
   try:
-    model_config_from_dict(model_fields(combination), seq_len=SEQ_LEN)
+    model_config_from_dict(model_fields(dict(items)), seq_len=SEQ_LEN)
   except ConfigError:
     return False
   return True

@@ -224,16 +224,16 @@ def deepnorm_constants(family: str, num_encoder_layers: int,
 _FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
 
 
-def _choices(field: str) -> tuple[str, ...] | None:
-  return {
-      "family": get_args(Family), "norm_position": get_args(NormPosition),
-      "norm_type": get_args(NormType), "activation": get_args(Activation),
-      "position": get_args(Position), "remat": get_args(Remat),
-      "dtype": get_args(DType), "embedding_norm": get_args(EmbeddingNorm),
-      "sinusoidal_layout": get_args(SinusoidalLayout), "qk_norm": get_args(QKNorm),
-      "block": get_args(Block), "attention_gate": get_args(AttentionGate),
-      "rope_scaling": get_args(RopeScaling), "embedding_init": get_args(EmbeddingInit),
-  }.get(field)
+# The valid values of each string field, from its Literal type.
+_CHOICES = {
+    "family": get_args(Family), "norm_position": get_args(NormPosition),
+    "norm_type": get_args(NormType), "activation": get_args(Activation),
+    "position": get_args(Position), "remat": get_args(Remat),
+    "dtype": get_args(DType), "embedding_norm": get_args(EmbeddingNorm),
+    "sinusoidal_layout": get_args(SinusoidalLayout), "qk_norm": get_args(QKNorm),
+    "block": get_args(Block), "attention_gate": get_args(AttentionGate),
+    "rope_scaling": get_args(RopeScaling), "embedding_init": get_args(EmbeddingInit),
+}
 
 
 def _check_type(name: str, value: Any) -> Any:
@@ -252,7 +252,7 @@ def _check_type(name: str, value: Any) -> Any:
     if not math.isfinite(value):
       raise ConfigError(f"model.{name} must be finite, got {value!r}.")
   elif kind is str:
-    choices = _choices(name)
+    choices = _CHOICES[name]
     if value not in choices:
       raise ConfigError(
           f"model.{name}={value!r} is not a valid choice; choose one of: "
