@@ -6,8 +6,14 @@ is a fixture (``slurm_cluster.py``) that only the tests which use it start.
 a module-scoped fixture (a trained run, a compilation cache) is then built
 once, and so is what the file's tests compile alike (JAX compiles each
 operation once per shape and process, and most files run many small models
-of one shape). The files whose tests use the SLURM cluster share one worker,
-so one cluster is started.
+of one shape).
+
+The files whose tests start several busy processes at once (sweeps with
+``--parallel 2``, two-process runs, 8-device meshes) mark themselves
+``xdist_group("processes")`` and run one after another on one worker: two of
+them at once would put four busy processes on 2 cores. That group holds the
+tests that use the SLURM cluster, so one cluster is started; a file that uses
+it without the mark forms the "slurm" group.
 """
 
 import pytest
@@ -17,9 +23,9 @@ pytest_plugins = ["slurm_cluster"]
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the markers
 def pytest_collection_modifyitems(config, items):
-  # The files with a test on the SLURM cluster form one group, whole: their
-  # other tests share module fixtures with those.
   on_slurm = {item.module.__name__ for item in items if "slurm_cluster" in item.fixturenames}
   for item in items:
+    if item.get_closest_marker("xdist_group") is not None:
+      continue  # the file chose its group
     module = item.module.__name__
     item.add_marker(pytest.mark.xdist_group("slurm" if module in on_slurm else module))

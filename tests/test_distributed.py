@@ -38,7 +38,10 @@ from tfx_jax.errors import ConfigError
 from helpers import (ROOT, cli_flags, compilation_cache, free_port, run_cli, subprocess_env,
                      tiny_config, wait_until)
 
-pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+# Its tests start several busy processes at once: the "processes" group
+# (conftest.py).
+pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
+              pytest.mark.xdist_group("processes")]
 
 TOLERANCE = {"rel": 1e-5, "abs": 1e-6}
 # The two-process runs leave data.num_shards at 0: one shard per process.

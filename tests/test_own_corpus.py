@@ -33,7 +33,10 @@ from helpers import ROOT, cli_flags, compilation_cache, run_cli, subprocess_env
 from helpers import tiny_config
 
 # ml_collections loads config files with the deprecated importlib load_module().
-pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+# Its tests start several busy processes at once: the "processes" group
+# (conftest.py).
+pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
+              pytest.mark.xdist_group("processes")]
 
 STEPS = {"train.num_steps": 4, "eval.every_steps": 4, "checkpoint.every_steps": 4}
 _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "pi", "da", "gu", "fe")

@@ -29,7 +29,10 @@ from helpers import (ROOT, cli_flags, compilation_cache, run_cli, subprocess_env
                      train_command)
 
 # ml_collections loads config files with the deprecated importlib load_module().
-pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+# Its tests start several busy processes at once: the "processes" group
+# (conftest.py).
+pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
+              pytest.mark.xdist_group("processes")]
 
 STEPS = 30
 RUN = {"train.num_steps": STEPS}

@@ -22,6 +22,10 @@ import pytest
 
 from helpers import free_port
 
+# Its tests start several busy processes at once: the "processes" group
+# (conftest.py).
+pytestmark = pytest.mark.xdist_group("processes")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _SETUP = textwrap.dedent("""

@@ -27,7 +27,10 @@ from tfx_jax.sweep import spec as spec_lib
 from helpers import ROOT, TINY, subprocess_env
 
 # ml_collections loads config files with the deprecated importlib load_module().
-pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+# Its tests start several busy processes at once: the "processes" group
+# (conftest.py).
+pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
+              pytest.mark.xdist_group("processes")]
 
 BASE_FLAGS = [f"--config.{k}={v}" for k, v in TINY.items()]
 TINY_VOCAB = 1024  # configs/lm.py:tiny's data.vocab_size

@@ -20,7 +20,10 @@ from tfx_jax import metrics
 from tfx_jax import status as status_lib
 from helpers import ROOT, TINY, subprocess_env, wait_until
 
-pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+# Its tests start several busy processes at once: the "processes" group
+# (conftest.py).
+pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
+              pytest.mark.xdist_group("processes")]
 
 BASE_FLAGS = [f"--config.{k}={v}" for k, v in TINY.items()]
 
