@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Annotated, Any, Literal, Mapping, get_args
+from typing import Annotated, Any, Literal, Mapping, get_args, get_origin, get_type_hints
 
 from tfx_jax.errors import ConfigError, did_you_mean
 
@@ -225,15 +225,8 @@ _FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
 
 
 # The valid values of each string field, from its Literal type.
-_CHOICES = {
-    "family": get_args(Family), "norm_position": get_args(NormPosition),
-    "norm_type": get_args(NormType), "activation": get_args(Activation),
-    "position": get_args(Position), "remat": get_args(Remat),
-    "dtype": get_args(DType), "embedding_norm": get_args(EmbeddingNorm),
-    "sinusoidal_layout": get_args(SinusoidalLayout), "qk_norm": get_args(QKNorm),
-    "block": get_args(Block), "attention_gate": get_args(AttentionGate),
-    "rope_scaling": get_args(RopeScaling), "embedding_init": get_args(EmbeddingInit),
-}
+_CHOICES = {name: get_args(kind) for name, kind in get_type_hints(ModelConfig).items()
+            if get_origin(kind) is Literal}
 
 
 def _check_type(name: str, value: Any) -> Any:
