@@ -56,6 +56,10 @@ ReturnToService=2
 MpiDefault=none
 SchedulerType=sched/backfill
 JobCompType=jobcomp/none
+# `sbatch --wait` polls after 2 s, then 8 s, then every 32 s while MinJobAge
+# (default 300 s) allows: a 12-second job returned after 42 s. With 4 s it
+# polls every 2 s; finished jobs still leave squeue at once, as before.
+MinJobAge=4
 AccountingStorageType=accounting_storage/none
 NodeName=localhost CPUs={cpus} RealMemory={memory} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP

@@ -4,6 +4,7 @@ Counts come from ``jax.eval_shape`` of the initialiser (``count_params``), so
 the 65B preset is counted without allocating anything.
 """
 
+import functools
 import importlib.util
 import pathlib
 import subprocess
@@ -129,7 +130,12 @@ def _count(config, **model_overrides):
   """Parameters of a config's model. Counted with scan_layers (one traced layer:
   same parameters, stacked), so that the big presets count in a second."""
   model = dict(config.model.to_dict(), scan_layers=True, **model_overrides)
-  return count_params(model_config_from_dict(model))
+  return _count_model(model_config_from_dict(model))
+
+
+# The presets of configs/finetune.py are those of lm.py and mlm.py, and several
+# tests count one model: each is traced once.
+_count_model = functools.cache(count_params)
 
 
 @pytest.mark.parametrize("name", CONFIG_FILES)

@@ -421,7 +421,9 @@ def test_a_tuned_sweep_adds_paired_seeds_until_resolved_and_resumes_after_kill_9
           "--workdir", tmp_path, "--until-resolved", "2", "--parallel", "2", *BASE_FLAGS,
           # Enough tokens to learn past the unigram entropy (5.68 nats): ~5.4.
           "--config.train.num_steps=60", "--config.optim.decay_steps=60",
-          "--config.train.batch_size=16", "--config.train.seq_len=64"]
+          "--config.train.batch_size=16", "--config.train.seq_len=64",
+          # The test split in 90 batches, not 720 of TINY's 4 rows.
+          "--config.eval.batch_size=32"]
   sweep_dir = tmp_path / "tuned"
   proc = subprocess.Popen([sys.executable, "-m", "tfx_jax.sweep", *map(str, args)],
                           cwd=ROOT, env=env, stdout=subprocess.PIPE,
