@@ -498,3 +498,21 @@ def test_values_of_an_axis_over_several_fields_name_their_field():
   record = {"axes": [single, axis]}
   assert context_label(record, (None, 1), 0) == "dropout=0"
   assert context_label(record, (1, None), 1) == "activation=swiglu"
+
+
+def test_the_headline_lists_the_equivalence_margins_in_one_order():
+  """The selection metric's margin first, then the others by name, whatever
+  order the comparisons come in (the text must not follow the hash seed)."""
+  metrics_ = ["eval/ppl@8x", "eval/loss", "eval/ppl@2x", "eval/ppl@4x", "eval/ppl@1x"]
+  margins = {"eval/loss": 0.02, "eval/ppl@1x": 1.0, "eval/ppl@2x": 2.0,
+             "eval/ppl@4x": 4.0, "eval/ppl@8x": 8.0}
+  texts = set()
+  for shift in range(len(metrics_)):
+    order = metrics_[shift:] + metrics_[:shift]
+    report = {"comparisons": [{"metric": m, "margin": margins[m]} for m in order],
+              "select_by": "eval/loss", "options": {"alpha": 0.05},
+              "report_split": "test"}
+    texts.add("\n".join(build.headline({}, report, {"forest": "forest.png"})))
+  (text,) = texts
+  assert ("(±0.02 for eval/loss, ±1 for eval/ppl@1x, ±2 for eval/ppl@2x, "
+          "±4 for eval/ppl@4x, ±8 for eval/ppl@8x)") in text

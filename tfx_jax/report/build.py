@@ -222,8 +222,10 @@ def headline(record, report: dict[str, Any], plots: dict[str, str]) -> list[str]
   """The forest plot of every comparison and how to read it, or why there is none."""
   if not plots.get("forest"):
     return [f"**{no_comparison(record).capitalize()}**", ""]
+  # The selection metric first, then the others by name: the same sweep gives
+  # the same text in every process (a set's order follows the hash seed).
   margins = sorted({(r["metric"], r["margin"]) for r in report["comparisons"]},
-                   key=lambda m: m[0] != report["select_by"])
+                   key=lambda m: (m[0] != report["select_by"], m))
   band = ", ".join(f"±{m:g} for {metric}" for metric, m in margins)
   tost = 1.0 - 2.0 * report["options"]["alpha"]
   return [f"![every comparison against its base]({plots['forest']})", "",
