@@ -36,10 +36,22 @@ HAS_TORCH = all(importlib.util.find_spec(m) for m in ("torch", "transformers"))
 
 
 @pytest.mark.slow
-def test_bench_tiny_end_to_end(tmp_path, capsys):
+def test_bench_tiny_end_to_end(tmp_path, capsys, monkeypatch):
+  built = []
+
+  class CountedTfxTrain(bench.TfxTrain):
+    def __init__(self, model, *args, **kwargs):
+      built.append((model["family"], model["position"]))
+      super().__init__(model, *args, **kwargs)
+
+  monkeypatch.setattr(bench, "TfxTrain", CountedTfxTrain)
   path = tmp_path / "bench.json"
   bench.main(["--only=train,seq2seq,position,decode", "--precision=float32",
               f"--json={path}", *TINY])
+  # The train measurement and the position measurement's rope row time one
+  # program, built and compiled once.
+  assert sorted(built) == [("decoder_only", "alibi"), ("decoder_only", "rope"),
+                           ("decoder_only", "t5_bias"), ("encoder_decoder", "t5_bias")]
   out = json.loads(path.read_text())
   records = out["records"]
   for r in records:
