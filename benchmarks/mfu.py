@@ -68,16 +68,16 @@ def flops_per_token(n_params: int, model_cfg, seq: int) -> float:
 def measure(spec: str, overrides: dict, batch: int, steps: int, warmup: int) -> dict:
   from systems import _random_batch  # pylint: disable=import-outside-toplevel
   from tfx_jax import sharding as sharding_lib
-  from tfx_jax.config_base import load_config_file
-  from tfx_jax.run_config import compute_dtype, validate_run_config
+  from tfx_jax.config_base import apply_overrides, load_config_file
+  from tfx_jax.run_config import resolve
   from tfx_jax.run_setup import ShardedRun
-  from tfx_jax.sweep.validate import apply_overrides
 
   config = load_config_file(spec)
   apply_overrides(config, {"train.batch_size": batch, **overrides})
-  model_cfg = validate_run_config(config)
-  seq = int(config.train.seq_len)
-  run = ShardedRun(config, model_cfg)
+  resolved = resolve(config)
+  model_cfg = resolved.model
+  seq = resolved.train.seq_len
+  run = ShardedRun(resolved, model_cfg)
   state = run.init_state()
   n_params = matmul_params(state.params, model_cfg)
   data = sharding_lib.global_batch(
@@ -95,7 +95,7 @@ def measure(spec: str, overrides: dict, batch: int, steps: int, warmup: int) -> 
   seconds = (time.perf_counter() - t0) / steps
   tokens_per_s = batch * seq / seconds
   fpt = flops_per_token(n_params, model_cfg, seq)
-  dtype = compute_dtype(config)
+  dtype = resolved.compute_dtype
   device = jax.devices()[0].device_kind
   return {"config": spec, "overrides": overrides, "batch": batch, "seq": seq,
           "compute_dtype": dtype, "device": device, "matmul_params": n_params,

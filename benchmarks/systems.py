@@ -91,11 +91,11 @@ class TfxTrain:
   """The jitted, donated train step of ``run_setup.ShardedRun`` on a fixed batch."""
 
   def __init__(self, model: dict, batch: int, seq: int, dtype: str = "float32"):
-    from tfx_jax.run_config import validate_run_config
+    from tfx_jax.run_config import resolve
     from tfx_jax.run_setup import ShardedRun
     from tfx_jax import sharding as sharding_lib
-    config = _run_config(model, batch, seq, dtype)
-    run = ShardedRun(config, validate_run_config(config))
+    resolved = resolve(_run_config(model, batch, seq, dtype))
+    run = ShardedRun(resolved, resolved.model)
     self.state = run.init_state()
     self.batch = sharding_lib.global_batch(
         _random_batch(model["family"], batch, seq, model["vocab_size"]), run.mesh)

@@ -3,9 +3,12 @@
 - The tiny run: ``TINY`` overrides, ``load_config`` / ``tiny_config`` (a config
   file's preset, shrunk), ``cli_flags`` (the same overrides as flags) and the
   config files' presets (``CONFIG_FILES``, ``presets``, ``ALL_PRESETS``).
-- The training command: run in this process (``run_cli``) or as a subprocess
-  (``train_command`` with ``subprocess_env``), sharing one persistent JAX
-  compilation cache (``compilation_cache``).
+- A tiny run in this process: through the trainer (``train``) or the
+  training command (``train_cli``, ``run_cli``); or as a subprocess
+  (``train_command`` with ``subprocess_env``). They share one persistent JAX
+  compilation cache (``compilation_cache``; a test file turns it on with the
+  ``shared_compilation_cache`` fixture of conftest.py).
+- Any command (train, evaluate, generate) in this process: ``run_command``.
 - Processes and ports: ``free_port``, ``wait_until``.
 """
 
@@ -121,25 +124,71 @@ def compilation_cache(cache_dir):
     cc.reset_cache()
 
 
-def run_cli(args: list[str]) -> tuple[int, str, str]:
-  """Runs ``python -m tfx_jax.train ARGS`` in this process: (exit code, stdout, stderr).
+def run_command(module, args) -> tuple[int, str, str]:
+  """Runs ``python -m <module> ARGS`` in this process, for a command module of
+  tfx_jax (``train``, ``evaluate``, ``generate``): (exit code, stdout, stderr).
 
   The real entry point (absl flag parsing, config overrides, error handling)
   runs; ``run_main`` resets the command's own flag registry on every call.
   """
-  from tfx_jax import cli, train  # pylint: disable=import-outside-toplevel
-  argv = ["tfx_jax.train", *[str(a) for a in args]]
+  from tfx_jax import cli  # pylint: disable=import-outside-toplevel
+  argv = [module.__name__, *[str(a) for a in args]]
   old_argv, sys.argv = sys.argv, argv  # ml_collections reads overrides from sys.argv
   out, err = io.StringIO(), io.StringIO()
   code = 0
   try:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-      cli.run_main(train.main, train.FLAGS)
+      cli.run_main(module.main, module.FLAGS, argv)
   except SystemExit as e:
     code = 0 if e.code is None else e.code
   finally:
     sys.argv = old_argv
   return code, out.getvalue(), err.getvalue()
+
+
+def run_cli(args: list[str]) -> tuple[int, str, str]:
+  """Runs ``python -m tfx_jax.train ARGS`` in this process: (exit code, stdout, stderr)."""
+  from tfx_jax import train as command  # pylint: disable=import-outside-toplevel
+  return run_command(command, args)
+
+
+def _merged(overrides) -> dict:
+  """Dicts of overrides as one, later ones winning."""
+  merged = {}
+  for more in overrides:
+    merged.update(more)
+  return merged
+
+
+def train(spec: str, workdir, *overrides: dict):
+  """A tiny run in ``workdir``, in this process: config ``spec`` shrunk by ``TINY``,
+  then by each of ``overrides`` in turn (a file's own settings, then a test's).
+
+  Returns the trainer's ``RunResult``, whatever the run's status; errors raise.
+  """
+  from tfx_jax import trainer  # pylint: disable=import-outside-toplevel
+  return trainer.train_and_evaluate(tiny_config(spec, _merged(overrides)), str(workdir))
+
+
+def train_cli(spec: str, workdir, *overrides: dict) -> tuple[int, str, str]:
+  """The same run through ``python -m tfx_jax.train``, in this process (``run_cli``):
+  (exit code, stdout, stderr)."""
+  return run_cli(["--config", str(ROOT / "configs" / spec), "--workdir", str(workdir),
+                  *cli_flags(_merged(overrides))])
+
+
+def sweep_in_process(args, capsys) -> tuple[int, str, str]:
+  """``python -m tfx_jax.sweep ARGS`` in this process from the repository root:
+  (exit code, stdout, stderr). Validation and dry runs start nothing."""
+  from tfx_jax.sweep import cli  # pylint: disable=import-outside-toplevel
+  cwd = os.getcwd()
+  os.chdir(ROOT)
+  try:
+    code = cli.main([str(a) for a in args])
+  finally:
+    os.chdir(cwd)
+  out = capsys.readouterr()
+  return code, out.out, out.err
 
 
 def free_port() -> int:

@@ -25,71 +25,23 @@ from tfx_jax.layers.norms import DyT, RMSNorm, norm_factory
 from tfx_jax.layers.positions import rotary_spec
 from tfx_jax.model_config import model_config_from_dict
 from tfx_jax.models import build_model, layer_spec
+from references import np_attention_layer, np_dense, rand, rope_theta
 
 B, L, D, H, N, K = 2, 6, 16, 4, 2, 4
-
-
-def _rand(seed, *shape, scale=1.0):
-  return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
 def _perturbed(params, seed=0):
   """Every parameter moved off its initial value (norm gains, biases, alpha)."""
   leaves, tree = jax.tree.flatten(jax.tree.map(np.asarray, nn.unbox(params)))
-  return jax.tree.unflatten(tree, [x + _rand(seed + i, *x.shape, scale=0.3)
+  return jax.tree.unflatten(tree, [x + rand(seed + i, *x.shape, scale=0.3)
                                    for i, x in enumerate(leaves)])
-
-
-# ------------------------------------------------------------ NumPy reference
-def _np_norm(kind, x, p, eps=1e-6):
-  x = x.astype(np.float64)
-  if kind == "rmsnorm":
-    return x / np.sqrt(np.mean(x ** 2, -1, keepdims=True) + eps) * p["scale"]
-  mean = x.mean(-1, keepdims=True)
-  var = ((x - mean) ** 2).mean(-1, keepdims=True)
-  return (x - mean) / np.sqrt(var + eps) * p["scale"] + p["bias"]
-
-
-def _np_rope(x_BLHK, pos_BL, base=10000.0):
-  d = x_BLHK.shape[-1]
-  angle = pos_BL[..., None] * base ** (-np.arange(0, d // 2) * 2.0 / d)
-  cos, sin = np.cos(angle)[:, :, None], np.sin(angle)[:, :, None]
-  x1, x2 = x_BLHK[..., : d // 2], x_BLHK[..., d // 2:]
-  return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
-
-
-def _np_dense(x, p):
-  y = np.einsum("bld,d...->bl...", x, p["kernel"].astype(np.float64))
-  return y + p["bias"] if "bias" in p else y
-
-
-def _np_attention(x_BLD, p, mask_BLS, *, qk_norm=None, rope=False, softcap=0.0, gate=False):
-  """softmax(cap(norm(q) . norm(k) / sqrt(K))) v, gated, projected: the formulas."""
-  q, k, v = (_np_dense(x_BLD, p[n]) for n in ("query", "key", "value"))
-  if qk_norm:
-    q, k = _np_norm(qk_norm, q, p["query_norm"]), _np_norm(qk_norm, k, p["key_norm"])
-  if rope:
-    pos = np.broadcast_to(np.arange(x_BLD.shape[1]), x_BLD.shape[:2])
-    q, k = _np_rope(q, pos), _np_rope(k, pos)
-  g = q.shape[2] // k.shape[2]
-  k, v = np.repeat(k, g, axis=2), np.repeat(v, g, axis=2)  # query head h reads kv head h // g
-  logits = np.einsum("blhk,bshk->bhls", q, k) / math.sqrt(q.shape[-1])
-  if softcap:
-    logits = softcap * np.tanh(logits / softcap)
-  logits = np.where(mask_BLS[:, None], logits, -np.inf)
-  probs = np.exp(logits - logits.max(-1, keepdims=True))
-  probs /= probs.sum(-1, keepdims=True)
-  out = np.einsum("bhls,bshk->blhk", probs, v)
-  if gate:
-    out = out / (1 + np.exp(-_np_dense(x_BLD, p["gate"])))
-  return np.einsum("blhk,hkd->bld", out, p["out"]["kernel"]) + p["out"]["bias"]
 
 
 CAUSAL = np.tril(np.ones((L, L), bool))[None].repeat(B, 0)
 
 
 def _attention_case(seed, **kwargs):
-  x = _rand(seed, B, L, D)
+  x = rand(seed, B, L, D)
   attn = Attention(num_heads=H, num_kv_heads=N, head_dim=K, **kwargs)
   kw = dict(mask=jnp.asarray(CAUSAL[:, None]),
             positions_BL=jnp.broadcast_to(jnp.arange(L), (B, L)))
@@ -103,34 +55,34 @@ def test_qk_norm_normalises_each_head_before_rope(kind):
   x, p, got = _attention_case(
       1, qk_norm=norm_factory(kind, 1e-6, jnp.float32, axis="kv"), rotary=rotary_spec(K))
   assert p["query_norm"]["scale"].shape == (K,)  # one gain per head dim, shared by heads
-  want = _np_attention(x, p, CAUSAL, qk_norm=kind, rope=True)
+  want = np_attention_layer(x, p, CAUSAL[:, None], qk_norm=kind, inv_freq=rope_theta(K))
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_attention_logit_softcap():
   x, p, got = _attention_case(2, logit_softcap=0.5)
-  np.testing.assert_allclose(got, _np_attention(x, p, CAUSAL, softcap=0.5),
+  np.testing.assert_allclose(got, np_attention_layer(x, p, CAUSAL[:, None], softcap=0.5),
                              rtol=1e-5, atol=1e-5)
   # The cap binds: without it the output differs.
-  assert np.abs(got - _np_attention(x, p, CAUSAL)).max() > 1e-3
+  assert np.abs(got - np_attention_layer(x, p, CAUSAL[:, None])).max() > 1e-3
 
 
 @pytest.mark.parametrize("width", [1, K], ids=["headwise", "elementwise"])
 def test_attention_gate(width):
   x, p, got = _attention_case(3, gate_width=width)
   assert p["gate"]["kernel"].shape == (D, H, width)
-  np.testing.assert_allclose(got, _np_attention(x, p, CAUSAL, gate=True),
+  np.testing.assert_allclose(got, np_attention_layer(x, p, CAUSAL[:, None], gate=True),
                              rtol=1e-5, atol=1e-5)
 
 
 def test_max_attention_logit_is_the_largest_allowed_logit():
-  x = _rand(4, B, L, D)
+  x = rand(4, B, L, D)
   attn = Attention(num_heads=H, num_kv_heads=N, head_dim=K)
   mask = jnp.asarray(CAUSAL[:, None])
   p = _perturbed(attn.init(jax.random.PRNGKey(4), jnp.asarray(x), mask=mask)["params"])
   _, sown = attn.apply({"params": p}, jnp.asarray(x), mask=mask, mutable=["intermediates"])
   got = float(sown["intermediates"]["max_attention_logit"][0])
-  q, k = _np_dense(x, p["query"]), np.repeat(_np_dense(x, p["key"]), H // N, axis=2)
+  q, k = np_dense(x, p["query"]), np.repeat(np_dense(x, p["key"]), H // N, axis=2)
   logits = np.einsum("blhk,bshk->bhls", q, k) / math.sqrt(K)
   want = np.where(CAUSAL[:, None], logits, -np.inf).max()
   assert logits.max() > want  # a masked (future) key holds a larger one
@@ -138,7 +90,7 @@ def test_max_attention_logit_is_the_largest_allowed_logit():
 
 
 def test_dyt_against_numpy():
-  x = _rand(5, B, L, D, scale=3.0)
+  x = rand(5, B, L, D, scale=3.0)
   p = _perturbed(DyT().init(jax.random.PRNGKey(0), jnp.asarray(x))["params"])
   assert p["alpha"].shape == ()
   got = DyT().apply({"params": p}, jnp.asarray(x))
@@ -157,7 +109,7 @@ def test_parallel_block_formula(norm_position):
       norm_type="rmsnorm", num_layers=2, d_model=D, num_heads=H, num_kv_heads=N,
       d_ff=24, activation="gelu", position="none"))
   spec = layer_spec(cfg, "decoder", cross_attention=False)
-  x = jnp.asarray(_rand(6, B, L, D, scale=2.0))
+  x = jnp.asarray(rand(6, B, L, D, scale=2.0))
   mask = jnp.asarray(CAUSAL[:, None])
   args = (mask, None, jnp.broadcast_to(jnp.arange(L), (B, L)), None, None, None)
   layer = TransformerLayer(spec)

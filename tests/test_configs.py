@@ -32,7 +32,7 @@ def test_every_preset_loads_locked_and_validates(file, preset):
   config = load_config(f"{file}:{preset}")
   with pytest.raises(AttributeError):
     config.model.nrom = "rmsnorm"  # locked: a typo cannot add a field
-  model_cfg = run_config.validate_run_config(config)  # no data read, nothing compiled
+  model_cfg = run_config.resolve(config).model  # no data read, nothing compiled
   assert model_cfg.vocab_size >= config.data.vocab_size
   assert model_cfg.dtype == (config.compute_dtype or config.model.dtype)
 
@@ -40,7 +40,7 @@ def test_every_preset_loads_locked_and_validates(file, preset):
 @pytest.mark.parametrize("file,preset", TINY_PRESETS)
 def test_tiny_presets_build_the_model(file, preset):
   config = load_config(f"{file}:{preset}")
-  model_cfg = run_config.validate_run_config(config)
+  model_cfg = run_config.resolve(config).model
   model = build_model(model_cfg)
   inputs = dummy_inputs(model_cfg, 2, config.train.seq_len)
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), **inputs))
@@ -70,18 +70,18 @@ def test_unknown_preset_lists_the_presets():
 def test_compute_dtype_is_the_one_dtype_field_and_model_dtype_its_deprecated_alias():
   config = tiny_config()
   assert config.compute_dtype == "float32" and config.model.dtype is None
-  assert run_config.validate_run_config(config).dtype == "float32"
+  assert run_config.resolve(config).model.dtype == "float32"
   config.compute_dtype = "bfloat16"
-  assert run_config.validate_run_config(config).dtype == "bfloat16"
-  assert run_config.validate_run_config(load_config("lm.py:llama_7b")).dtype == "bfloat16"
+  assert run_config.resolve(config).model.dtype == "bfloat16"
+  assert run_config.resolve(load_config("lm.py:llama_7b")).model.dtype == "bfloat16"
   legacy = tiny_config(overrides={"model.dtype": "bfloat16"})  # still accepted
-  assert run_config.validate_run_config(legacy).dtype == "bfloat16"
+  assert run_config.resolve(legacy).model.dtype == "bfloat16"
   legacy.compute_dtype = "float32"  # the default: the alias decides
-  assert run_config.validate_run_config(legacy).dtype == "bfloat16"
+  assert run_config.resolve(legacy).model.dtype == "bfloat16"
   legacy.model.dtype = "float32"
   legacy.compute_dtype = "bfloat16"
   with pytest.raises(ConfigError, match="compute_dtype='bfloat16' and model.dtype="):
-    run_config.validate_run_config(legacy)
+    run_config.resolve(legacy)
   # A checkpoint's config written with model.dtype resumes under compute_dtype.
   old = {"model.dtype": "float32", "compute_dtype": None, "model.d_model": 32}
   new = run_config.flatten_config(tiny_config())
@@ -102,7 +102,7 @@ def test_overrides_of_every_type_parse():
   assert (c.model.activation, c.model.num_layers, c.model.use_bias) == ("swiglu", 3, True)
   assert c.optim.learning_rate == 2e-4 and isinstance(c.optim.learning_rate, float)
   assert c.finetune.init_checkpoint == "/runs/x" and c.seed == 7
-  assert run_config.validate_run_config(c).activation == "swiglu"
+  assert run_config.resolve(c).model.activation == "swiglu"
 
 
 def test_override_through_the_real_command(tmp_path_factory):

@@ -174,11 +174,11 @@ def test_bad_task_split_and_tokenizer(data_dir):
   cfg = data_config("tfx_shakespeare", data_dir)
   tok = tokenizer_lib.ByteTokenizer()
   with pytest.raises(ConfigError, match="choices: lm, translate, mlm"):
-    pipeline.make_dataset(cfg, "summarize", "train", batch_size=2, seq_len=8,
-                          seed=0, tokenizer=tok)
+    pipeline.make_dataset(cfg, tasks.get("summarize").rows, "train", batch_size=2,
+                          seq_len=8, seed=0, tokenizer=tok)
   with pytest.raises(ConfigError, match="test, train, validation"):
-    pipeline.make_dataset(cfg, "lm", "dev", batch_size=2, seq_len=8, seed=0,
-                          tokenizer=tok)
+    pipeline.make_dataset(cfg, tasks.get("lm").rows, "dev", batch_size=2, seq_len=8,
+                          seed=0, tokenizer=tok)
   with pytest.raises(ConfigError, match="sentencepiece, byte"):
     tokenizer_lib.load_tokenizer("wordpiece", 100, "tfx_shakespeare", data_dir)
 
@@ -232,7 +232,7 @@ KEYS = {
 
 def make(task, data_dir, seed=0, batch_size=4, seq_len=32, **kwargs):
   cfg = data_config(TASK_DATA[task], data_dir)
-  return pipeline.make_dataset(cfg, task, kwargs.pop("split", "train"),
+  return pipeline.make_dataset(cfg, tasks.get(task).rows, kwargs.pop("split", "train"),
                                batch_size=batch_size, seq_len=seq_len,
                                seed=seed, tokenizer=tokenizer_lib.ByteTokenizer(),
                                **kwargs)
@@ -297,7 +297,7 @@ def test_seed_determines_order(task, data_dir):
 
 def test_mlm_masking_rate(data_dir):
   cfg = data_config("tfx_shakespeare", data_dir, mask_rate=0.2)
-  ds = pipeline.make_dataset(cfg, "mlm", "train", batch_size=8, seq_len=128,
+  ds = pipeline.make_dataset(cfg, tasks.get("mlm").rows, "train", batch_size=8, seq_len=128,
                              seed=0, tokenizer=tokenizer_lib.ByteTokenizer())
   chosen = replaced_mask = replaced_other = maskable = 0
   for batch in take(iter(ds), 10):
@@ -320,7 +320,7 @@ def test_shards_are_disjoint_and_cover(data_dir):
   seen = []
   for shard in range(3):
     ds = pipeline.make_dataset(
-        data_config("memory", data_dir), "classify", "train", batch_size=4,
+        data_config("memory", data_dir), tasks.get("classify").rows, "train", batch_size=4,
         seq_len=16, seed=0, tokenizer=tokenizer_lib.ByteTokenizer(),
         shard_index=shard, shard_count=3, num_epochs=1,
         source=[dict(e, label=0) for e in examples])
@@ -354,7 +354,7 @@ def test_robust_to_empty_undecodable_and_overlong_inputs(data_dir):
   cfg = data_config("robust", data_dir)
   tok = tokenizer_lib.ByteTokenizer()
   for task in ("lm", "mlm", "classify"):
-    ds = pipeline.make_dataset(cfg, task, "train", batch_size=2, seq_len=64,
+    ds = pipeline.make_dataset(cfg, tasks.get(task).rows, "train", batch_size=2, seq_len=64,
                                seed=0, tokenizer=tok, num_epochs=1,
                                shuffle=False, source=source)
     batches = list(ds)
@@ -369,7 +369,8 @@ def test_robust_to_empty_undecodable_and_overlong_inputs(data_dir):
   assert counts["truncated (longer than seq_len)"] >= 1
   pairs = [{"en": b"", "de": b"leer"}, {"en": b"\xff ok", "de": b"gut"},
            {"en": b"y " * 500, "de": b"z " * 500}]
-  ds = pipeline.make_dataset(data_config("robust_pairs", data_dir, source_key="en", target_key="de"), "translate",
+  ds = pipeline.make_dataset(data_config("robust_pairs", data_dir, source_key="en", target_key="de"),
+                             tasks.get("translate").rows,
                              "train", batch_size=4, seq_len=16, seed=0,
                              tokenizer=tok, num_epochs=1, source=pairs)
   (batch,) = list(ds)
@@ -378,7 +379,7 @@ def test_robust_to_empty_undecodable_and_overlong_inputs(data_dir):
 
 def test_wrong_feature_key_is_a_config_error(data_dir):
   cfg = data_config("tfx_shakespeare", data_dir, text_key="sentence")
-  it = iter(pipeline.make_dataset(cfg, "lm", "train", batch_size=2, seq_len=8,
+  it = iter(pipeline.make_dataset(cfg, tasks.get("lm").rows, "train", batch_size=2, seq_len=8,
                                   seed=0,
                                   tokenizer=tokenizer_lib.ByteTokenizer()))
   with pytest.raises(ConfigError, match="'sentence'"):

@@ -8,11 +8,13 @@ contents are checked in test_data.py).
 import collections
 import hashlib
 import json
+import math
 import os
 
 import ml_collections
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 import tensorflow_datasets as tfds
 
 from tfx_jax.data import baselines
@@ -21,6 +23,7 @@ from tfx_jax.data import shakespeare
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
+from tfx_jax import tasks
 
 
 def data_config(name, data_dir=None, **overrides):
@@ -107,6 +110,19 @@ def numpy_entropy(ids):
   return float(-(p * np.log(p)).sum())
 
 
+def test_unigram_entropy_matches_scipy():
+  rng = np.random.default_rng(15)
+  counts = rng.integers(0, 50, 100)
+  counts[[3, 17]] = 0
+  assert baselines.entropy_nats(counts) == pytest.approx(scipy_stats.entropy(counts), rel=1e-12)
+  assert baselines.entropy_nats([5, 0, 5]) == pytest.approx(math.log(2))
+  assert baselines.entropy_nats(np.bincount([4, 4, 4])) == 0.0
+  with pytest.raises(ValueError):
+    baselines.entropy_nats([0, 0])
+  with pytest.raises(ValueError):
+    baselines.entropy_nats([3, -1])
+
+
 TEXTS = ["To be, or not to be", "", "that is the question:",
          "Whether 'tis nobler in the mind to suffer", "   \n"]
 
@@ -116,15 +132,15 @@ def test_lm_and_mlm_entropy_match_numpy():
   source = [{"text": t.encode()} for t in TEXTS]
   lm_ids = [i for t in TEXTS if t.strip() for i in tok.encode(t) + [tok.eos_id]]
   cfg = data_config("memory")
-  assert baselines.unigram_entropy(cfg, tok, "lm", source=source) == (
+  assert baselines.unigram_entropy(cfg, tok, tasks.get("lm").targets, source=source) == (
       pytest.approx(numpy_entropy(lm_ids), rel=1e-12))
   mlm_ids = [i for t in TEXTS if t.strip() for i in tok.encode(t)]
-  assert baselines.unigram_entropy(cfg, tok, "mlm", source=source) == (
+  assert baselines.unigram_entropy(cfg, tok, tasks.get("mlm").targets, source=source) == (
       pytest.approx(numpy_entropy(mlm_ids), rel=1e-12))
   # Uniform over k labels: log k.
   labelled = [{"text": b"x", "label": i % 4} for i in range(8)] + [
       {"text": b"x", "label": -1}]
-  assert baselines.unigram_entropy(cfg, tok, "classify", source=labelled) == (
+  assert baselines.unigram_entropy(cfg, tok, tasks.get("classify").targets, source=labelled) == (
       pytest.approx(np.log(4)))
 
 
@@ -137,10 +153,10 @@ def test_translate_entropy_matches_numpy():
   source = [{"en": en.encode(), "de": de.encode()} for en, de in pairs]
   ids = [i for en, de in pairs if en for i in tok.encode(de) + [tok.eos_id]]
   cfg = data_config("memory", source_key="en", target_key="de")
-  assert baselines.unigram_entropy(cfg, tok, "translate", source=source) == (
+  assert baselines.unigram_entropy(cfg, tok, tasks.get("translate").targets, source=source) == (
       pytest.approx(numpy_entropy(ids), rel=1e-12))
   with pytest.raises(ConfigError, match="choices: lm, translate, mlm"):
-    baselines.unigram_entropy(cfg, tok, "summarize", source=source)
+    baselines.unigram_entropy(cfg, tok, tasks.get("summarize").targets, source=source)
 
 
 def test_different_tokenizers_get_different_keys(tmp_path):
@@ -197,7 +213,7 @@ def test_entropy_is_computed_once_and_kept_with_the_data(gcc_data_dir,
   cfg = data_config("tfx_gcc_translate/de", gcc_data_dir)
   tok = CountingTokenizer()
   CountingTokenizer.calls = 0
-  first = baselines.unigram_entropy(cfg, tok, "translate")
+  first = baselines.unigram_entropy(cfg, tok, tasks.get("translate").targets)
   train = sources.open_source("tfx_gcc_translate/de", "train", gcc_data_dir)
   assert CountingTokenizer.calls == 2 * len(train)  # Each side of each pair once.
   expected = numpy_entropy(np.concatenate([
@@ -219,7 +235,7 @@ def test_entropy_is_computed_once_and_kept_with_the_data(gcc_data_dir,
   def must_not_count(*args, **kwargs):
     raise AssertionError("recomputed a cached entropy")
   monkeypatch.setattr(baselines, "target_counts", must_not_count)
-  assert baselines.unigram_entropy(cfg, tok, "translate") == first
+  assert baselines.unigram_entropy(cfg, tok, tasks.get("translate").targets) == first
   assert CountingTokenizer.calls == 0
   monkeypatch.undo()
 
@@ -228,7 +244,7 @@ def test_entropy_is_computed_once_and_kept_with_the_data(gcc_data_dir,
                         tokenizer="sentencepiece", vocab_size=400)
   spm = tokenizer_lib.tokenizer_from_config(spm_cfg)
   assert os.path.dirname(spm.model_path) == os.path.dirname(path)
-  other = baselines.unigram_entropy(spm_cfg, spm, "translate")
+  other = baselines.unigram_entropy(spm_cfg, spm, tasks.get("translate").targets)
   with open(path) as f:
     cache = json.load(f)
   assert len(cache) == 2 and cache[key]["entropy_nats"] == first

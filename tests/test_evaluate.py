@@ -10,8 +10,6 @@ with a slow argmax reference; length extrapolation runs once per position scheme
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import pathlib
@@ -22,77 +20,58 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from tfx_jax import cli, evaluate, generate, metrics, trained_run, search, texts, trainer
+from tfx_jax import evaluate, generate, metrics, trained_run, search, texts
 from tfx_jax.model_config import Position
-from helpers import compilation_cache, tiny_config
+from helpers import run_command, train
 
 # ml_collections loads config files with the deprecated importlib load_module().
-pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
+              pytest.mark.usefixtures("shared_compilation_cache")]
 
 MAX_BATCHES = 2  # evaluate --max_batches: the same batches as eval.num_batches
 NUM_SAMPLES = 2  # decoded samples written to TensorBoard during training
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _shared_compilation_cache(tmp_path_factory):
-  with compilation_cache(tmp_path_factory.getbasetemp() / "jax_cache"):
-    yield
-
-
-def command(module, *args) -> tuple[int, str, str]:
-  """``python -m tfx_jax.<module> ARGS`` in this process: (exit code, stdout, stderr)."""
-  argv = [module.__name__, *[str(a) for a in args]]
-  out, err = io.StringIO(), io.StringIO()
-  code = 0
-  try:
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-      cli.run_main(module.main, module.FLAGS, argv)
-  except SystemExit as e:
-    code = 0 if e.code is None else e.code
-  return code, out.getvalue(), err.getvalue()
-
-
 def ok(module, *args) -> str:
-  code, out, err = command(module, *args)
+  code, out, err = run_command(module, args)
   assert code == 0, err
   return out
 
 
 def fails(module, *args) -> str:
   """Runs a command that must exit 2 with a one-paragraph message; returns stderr."""
-  code, out, err = command(module, *args)
+  code, out, err = run_command(module, args)
   assert code == 2, (out, err)
   assert err.startswith("error: ") and "Traceback" not in err, err
   return err
 
 
-def train(spec: str, workdir: pathlib.Path, overrides: dict | None = None):
+def finished_run(spec: str, workdir: pathlib.Path, *overrides: dict):
   """(workdir, TensorBoard scalars) of a finished tiny run."""
-  result = trainer.train_and_evaluate(tiny_config(spec, overrides), str(workdir))
-  assert result.status == "finished"
+  assert train(spec, workdir, *overrides).status == "finished"
   return workdir, metrics.read_scalars(workdir / "tensorboard")
 
 
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
-  return train("lm.py:tiny", tmp_path_factory.mktemp("lm") / "run",
-               {"eval.num_samples": NUM_SAMPLES})
+  return finished_run("lm.py:tiny", tmp_path_factory.mktemp("lm") / "run",
+                      {"eval.num_samples": NUM_SAMPLES})
 
 
 @pytest.fixture(scope="module")
 def translate_run(tmp_path_factory):
-  return train("translate.py:tiny", tmp_path_factory.mktemp("translate") / "run",
-               {"eval.num_bleu_examples": 4, "eval.num_samples": NUM_SAMPLES})
+  return finished_run("translate.py:tiny", tmp_path_factory.mktemp("translate") / "run",
+                      {"eval.num_bleu_examples": 4, "eval.num_samples": NUM_SAMPLES})
 
 
 @pytest.fixture(scope="module")
 def mlm_run(tmp_path_factory):
-  return train("mlm.py:tiny", tmp_path_factory.mktemp("mlm") / "run")
+  return finished_run("mlm.py:tiny", tmp_path_factory.mktemp("mlm") / "run")
 
 
 @pytest.fixture(scope="module")
 def classify_run(tmp_path_factory):
-  return train("finetune.py:tiny", tmp_path_factory.mktemp("classify") / "run")
+  return finished_run("finetune.py:tiny", tmp_path_factory.mktemp("classify") / "run")
 
 
 def evaluated(workdir: pathlib.Path, *args) -> tuple[dict, list[str], list[str], str]:
@@ -285,7 +264,7 @@ def test_length_extrapolation_for_every_position_scheme(position, tmp_path):
                "checkpoint.every_steps": 2}
   if position == "learned":
     overrides["model.max_len"] = LEARNED_MAX_LEN
-  workdir, _ = train("lm.py:tiny", tmp_path / "run", overrides)
+  workdir, _ = finished_run("lm.py:tiny", tmp_path / "run", overrides)
   if position != "rope":
     err = fails(evaluate, "--workdir", workdir, "--lengths", "1x,2x", "--rope_scaling",
                 "linear", "--rope_scaling_factor", 2)

@@ -10,6 +10,7 @@ purpose: pre at 1e-3 is the best of all on test but not on validation.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import typing
@@ -19,8 +20,9 @@ from scipy import stats as scipy_stats
 
 from tfx_jax import metrics
 from tfx_jax import status as status_lib
-from tfx_jax.report import analysis, build
+from tfx_jax.report import analysis, build, schema
 from tfx_jax.sweep import adaptive
+from tfx_jax.sweep_record import SweepRecord
 
 UNIGRAM = 5.7  # the planted dataset's unigram entropy (nats)
 STALLED = 5.69  # not below UNIGRAM by the 0.05 margin
@@ -88,14 +90,14 @@ def _analyze(sweep_dir, **options):
 
 def test_each_point_is_chosen_on_validation_and_compared_on_test(sweep_dir):
   _, report = _analyze(sweep_dir)
-  points = {p["values"]["model.norm_position"]: p for p in report["points"]}
+  points = {p.values["model.norm_position"]: p for p in report.points}
   # pre at 1e-3 has test loss 0.1, but the selection never reads test: 1e-2
   # has the better validation mean (2.083 against 2.45).
-  assert points["pre"]["chosen"] == {"optim.learning_rate": 1e-2}
+  assert points["pre"].chosen == {"optim.learning_rate": 1e-2}
   # post at 1e-2 stalled on every seed: 1e-3 is chosen.
-  assert points["post"]["chosen"] == {"optim.learning_rate": 1e-3}
-  assert points["pre"]["compared"][0]["eval/loss"] == pytest.approx(2.10)  # test split
-  assert report["report_split"] == "test" and report["reserved_seed"] is None
+  assert points["post"].chosen == {"optim.learning_rate": 1e-3}
+  assert points["pre"].compared[0]["eval/loss"] == pytest.approx(2.10)  # test split
+  assert report.report_split == "test" and report.reserved_seed is None
 
 
 def test_a_rate_at_which_some_seeds_stall_is_not_chosen_for_the_others(tmp_path):
@@ -104,39 +106,39 @@ def test_a_rate_at_which_some_seeds_stall_is_not_chosen_for_the_others(tmp_path)
   1e-3's 2.45, where every seed learned."""
   losses = {**LOSSES, ("pre", 1e-2): [(1.0, 1.1), (STALLED, 5.7), (1.0, 1.1)]}
   _, report = _analyze(_write_sweep(tmp_path / "tuned", losses))
-  pre = next(p for p in report["points"] if p["values"]["model.norm_position"] == "pre")
-  assert pre["chosen"] == {"optim.learning_rate": 1e-3}
-  by_lr = {r["tuned"]["optim.learning_rate"]: r for r in pre["tuned"]}
-  assert by_lr[1e-2]["selection_mean"] == pytest.approx(1.0)  # the learned runs' mean
-  assert by_lr[1e-2]["selection_failed"] == 1
-  assert by_lr[1e-2]["selection_score"][0] == pytest.approx((2.0 + math.log(1024)) / 3)
+  pre = next(p for p in report.points if p.values["model.norm_position"] == "pre")
+  assert pre.chosen == {"optim.learning_rate": 1e-3}
+  by_lr = {r.tuned["optim.learning_rate"]: r for r in pre.tuned}
+  assert by_lr[1e-2].selection_mean == pytest.approx(1.0)  # the learned runs' mean
+  assert by_lr[1e-2].selection_failed == 1
+  assert by_lr[1e-2].selection_score[0] == pytest.approx((2.0 + math.log(1024)) / 3)
   # Learned runs better by more than the failure costs still win.
   losses[("pre", 1e-2)] = [(1.0, 1.1), (STALLED, 5.7), (1.0, 1.1), (1.0, 1.1), (1.0, 1.1)]
   losses[("pre", 1e-3)] = LOSSES[("pre", 1e-3)] + [(2.4, 0.1), (2.4, 0.1)]
   for key in ("post", 1e-3), ("post", 1e-2):
     losses[key] = LOSSES[key] + LOSSES[key][:2]
   _, report = _analyze(_write_sweep(tmp_path / "five", losses, seeds=range(5)))
-  pre = next(p for p in report["points"] if p["values"]["model.norm_position"] == "pre")
-  assert pre["chosen"] == {"optim.learning_rate": 1e-2}  # (4 + 6.93) / 5 = 2.19 < 2.43
-  assert sorted(pre["compared"]) == [0, 2, 3, 4]  # the stalled seed is counted, not compared
+  pre = next(p for p in report.points if p.values["model.norm_position"] == "pre")
+  assert pre.chosen == {"optim.learning_rate": 1e-2}  # (4 + 6.93) / 5 = 2.19 < 2.43
+  assert sorted(pre.compared) == [0, 2, 3, 4]  # the stalled seed is counted, not compared
 
 
 def test_a_point_that_never_learned_is_a_failed_verdict_not_a_missing_one(tmp_path):
   losses = {**LOSSES, ("post", 1e-3): [(STALLED, 5.7)] * 3}
   root = _write_sweep(tmp_path / "tuned", losses)
   _, report = _analyze(root)
-  assert report["comparisons"] == []
-  (row,) = report["failed"]
-  assert row["verdict"] == "base failed"  # post is the base of this sweep
-  assert row["text"] == ("pre vs post: base failed: post never learned (6 stalled of 6 "
-                         "runs, at every learning rate); pre learned in 6 of 6")
+  assert list(report.comparisons) == []
+  (row,) = report.failed
+  assert row.verdict == "base failed"  # post is the base of this sweep
+  assert row.text == ("pre vs post: base failed: post never learned (6 stalled of 6 "
+                      "runs, at every learning rate); pre learned in 6 of 6")
   from tfx_jax.report import collect
   record, summaries = collect.collect(root)
-  assert f"- {row['text']}" in build.render(record, summaries, report, {})
+  assert f"- {row.text}" in build.render(record, summaries, report, {})
   # Both sides failing is said too.
   losses.update({("pre", 1e-3): [(STALLED, 5.7)] * 3, ("pre", 1e-2): [(STALLED, 5.7)] * 3})
   _, report = _analyze(_write_sweep(tmp_path / "both", losses))
-  assert [r["verdict"] for r in report["failed"]] == ["both failed"]
+  assert [r.verdict for r in report.failed] == ["both failed"]
 
 
 def test_a_metric_without_l0_chooses_the_fewest_failures_first():
@@ -151,14 +153,14 @@ def test_a_choice_at_the_end_of_the_grid_is_flagged(sweep_dir):
   from tfx_jax.report import collect
   record, summaries = collect.collect(sweep_dir)
   _, report = _analyze(sweep_dir)
-  edges = {p["values"]["model.norm_position"]: p["chosen_at_edge"] for p in report["points"]}
+  edges = {p.values["model.norm_position"]: p.chosen_at_edge for p in report.points}
   assert edges == {"post": {"optim.learning_rate": "lowest"},
                    "pre": {"optim.learning_rate": "highest"}}
   text = build.render(record, summaries, report, {})
   assert "post (learning_rate = 0.001, the lowest tried); pre (learning_rate = 0.01" in text
-  record = {**record, "tune": {"optim.learning_rate": [1e-4, 1e-3, 1e-2]}}
-  assert analysis.grid_edges(record, {"optim.learning_rate": 1e-3}) == {}
-  assert analysis.grid_edges({"tune": {"model.norm_position": ["pre", "post"]}},
+  record = dataclasses.replace(record, tune={"optim.learning_rate": (1e-4, 1e-3, 1e-2)})
+  assert analysis.grid_edges(record.tune, {"optim.learning_rate": 1e-3}) == {}
+  assert analysis.grid_edges({"model.norm_position": ["pre", "post"]},
                              {"model.norm_position": "pre"}) == {}
 
 
@@ -170,50 +172,50 @@ def test_verdicts_on_other_metrics_are_listed_when_the_selection_metric_is_not_c
                       test_metrics=lambda loss: {"eval/bleu": 40.0 - 10.0 * loss})
   record, summaries = collect.collect(root)
   _, report = _analyze(root)
-  (row,) = report["comparisons"]
-  assert row["metric"] == "eval/bleu"
-  assert row["text"].startswith("pre vs post eval/bleu: better by 4.600 [")
-  assert f"- {row['text']}" in build.render(record, summaries, report, {})
+  (row,) = report.comparisons
+  assert row.metric == "eval/bleu"
+  assert row.text.startswith("pre vs post eval/bleu: better by 4.600 [")
+  assert f"- {row.text}" in build.render(record, summaries, report, {})
 
 
 def test_stalled_runs_are_counted_and_never_averaged(sweep_dir):
   _, report = _analyze(sweep_dir)
-  post = next(p for p in report["points"] if p["values"]["model.norm_position"] == "post")
-  assert post["counts"] == {"learned": 3, "stalled": 3, "diverged": 0}
-  by_lr = {r["tuned"]["optim.learning_rate"]: r for r in post["tuned"]}
-  assert by_lr[1e-2]["counts"]["stalled"] == 3 and by_lr[1e-2]["selection_mean"] is None
+  post = next(p for p in report.points if p.values["model.norm_position"] == "post")
+  assert post.counts.to_json() == {"learned": 3, "stalled": 3, "diverged": 0}
+  by_lr = {r.tuned["optim.learning_rate"]: r for r in post.tuned}
+  assert by_lr[1e-2].counts.stalled == 3 and by_lr[1e-2].selection_mean is None
   # A wider margin does not change a run far below the unigram entropy.
   _, wide = _analyze(sweep_dir, stall_margin=1.0)
-  post = next(p for p in wide["points"] if p["values"]["model.norm_position"] == "post")
-  assert post["counts"]["learned"] == 3
+  post = next(p for p in wide.points if p.values["model.norm_position"] == "post")
+  assert post.counts.learned == 3
 
 
 def test_the_comparison_is_paired_on_test_with_a_verdict(sweep_dir):
   _, report = _analyze(sweep_dir)
-  row = next(r for r in report["comparisons"] if r["metric"] == "eval/loss")
+  row = next(r for r in report.comparisons if r.metric == "eval/loss")
   pre = [2.10, 2.12, 2.28]
   post = [2.55, 2.62, 2.71]
   res = scipy_stats.ttest_rel(pre, post)
   ci = res.confidence_interval(0.95)
-  assert row["method"] == "paired" and row["split"] == "test"
-  assert (row["low"], row["high"]) == pytest.approx((ci.low, ci.high))
-  assert row["p"] == pytest.approx(res.pvalue)
-  assert row["verdict"] == "better"
-  assert row["text"].startswith("pre vs post: better by 0.460 nats")
-  assert "3 seeds paired, learning rate tuned per point" in row["text"]
+  assert row.interval.method == "paired" and row.split == "test"
+  assert (row.interval.low, row.interval.high) == pytest.approx((ci.low, ci.high))
+  assert row.interval.p_value == pytest.approx(res.pvalue)
+  assert row.verdict == "better"
+  assert row.text.startswith("pre vs post: better by 0.460 nats")
+  assert "3 seeds paired, learning rate tuned per point" in row.text
 
 
 def test_sensitivity_counts_failed_runs_as_the_initial_loss(sweep_dir):
   _, report = _analyze(sweep_dir)
-  sens = {s["point"]["model.norm_position"]: s for s in report["sensitivity"]}
+  sens = {s.point["model.norm_position"]: s for s in report.sensitivity}
   l0 = math.log(1024)
   post_means = [2.6, None]  # 1e-2 stalled: counts as l0
   best = 2.6
   want = sum(min(m if m is not None else l0, l0) - best for m in post_means) / 2
-  assert sens["post"]["sensitivity"] == pytest.approx(want)
+  assert sens["post"].sensitivity == pytest.approx(want)
   pre_means = [2.45, (2.0 + 2.05 + 2.2) / 3]
   want = sum(m - min(pre_means) for m in pre_means) / 2
-  assert sens["pre"]["sensitivity"] == pytest.approx(want)
+  assert sens["pre"].sensitivity == pytest.approx(want)
 
 
 def test_report_files_open_with_verdicts_and_show_the_choice(sweep_dir):
@@ -233,37 +235,43 @@ def test_report_files_open_with_verdicts_and_show_the_choice(sweep_dir):
 def test_without_a_test_split_the_first_seed_is_reserved_for_the_choice(sweep_dir):
   from tfx_jax.report import collect
   record, summaries = collect.collect(sweep_dir)
-  record["report_split"] = "validation"
+  record = dataclasses.replace(record, report_split="validation")
   baselines = {name: analysis.Baseline(UNIGRAM, math.log(1024)) for name in summaries}
   report = analysis.analyze(record, summaries, baselines)
-  assert report["reserved_seed"] == 0
-  pre = next(p for p in report["points"] if p["values"]["model.norm_position"] == "pre")
-  assert sorted(pre["compared"]) == [1, 2]  # seed 0 only chose
-  by_lr = {r["tuned"]["optim.learning_rate"]: r for r in pre["tuned"]}
-  assert by_lr[1e-3]["selection_mean"] == pytest.approx(2.40)
-  assert by_lr[1e-2]["selection_mean"] == pytest.approx(2.00)
+  assert report.reserved_seed == 0
+  pre = next(p for p in report.points if p.values["model.norm_position"] == "pre")
+  assert sorted(pre.compared) == [1, 2]  # seed 0 only chose
+  by_lr = {r.tuned["optim.learning_rate"]: r for r in pre.tuned}
+  assert by_lr[1e-3].selection_mean == pytest.approx(2.40)
+  assert by_lr[1e-2].selection_mean == pytest.approx(2.00)
 
 
-def test_until_resolved_adds_the_same_seed_to_both_sides_of_an_unresolved_comparison():
-  record = _record([_entry(n, lr, s) for n in ("post", "pre") for lr in LRS
-                    for s in (0, 1)], seeds=(0, 1))
-  report = {"select_by": "eval/loss", "points": [
-      {"key": [0], "chosen": {"optim.learning_rate": 1e-3}, "values": {}},
-      {"key": [1], "chosen": {"optim.learning_rate": 1e-2}, "values": {}}],
-      "comparisons": [{"axis_index": 0, "value_index": 1, "context_key": [None],
-                       "verdict": "unresolved", "metric": "eval/loss"}]}
+def test_until_resolved_adds_the_same_seed_to_both_sides_of_an_unresolved_comparison(
+    sweep_dir):
+  record = SweepRecord.from_json(_record([_entry(n, lr, s) for n in ("post", "pre")
+                                          for lr in LRS for s in (0, 1)], seeds=(0, 1)))
+  # The planted sweep's report: post chose 1e-3, pre 1e-2; its one loss
+  # comparison made unresolved.
+  _, planted = _analyze(sweep_dir)
+  loss = next(c for c in planted.comparisons if c.metric == "eval/loss")
+  report = dataclasses.replace(planted, comparisons=(
+      dataclasses.replace(loss, verdict="unresolved"),))
+  assert report.chosen() == {(0,): {"optim.learning_rate": 1e-3},
+                             (1,): {"optim.learning_rate": 1e-2}}
   added = adaptive.add_seeds(record, report, max_seeds=3)
-  assert sorted((e["name"], e["seed"]) for e in added) == [
+  assert sorted((e.name, e.seed) for e in added) == [
       ("norm_position-post_learning_rate-0.001_s2", 2),
       ("norm_position-pre_learning_rate-0.01_s2", 2)]
-  assert all(e["overrides"]["seed"] == 2 and e["state"] == "pending" for e in added)
+  assert all(e.overrides["seed"] == 2 and e.state == "pending" for e in added)
   assert adaptive.add_seeds(record, report, max_seeds=3) == []  # at the budget
   # A resumed invocation rebuilds the added runs from sweep.json.
-  rebuilt = _record([_entry(n, lr, s) for n in ("post", "pre") for lr in LRS
-                     for s in (0, 1)], seeds=(0, 1))
-  adaptive.restore_added(rebuilt, record)
-  assert [e["name"] for e in rebuilt["runs"][-2:]] == [e["name"] for e in added]
-  report["comparisons"][0]["verdict"] = "better"
+  rebuilt = SweepRecord.from_json(_record([_entry(n, lr, s) for n in ("post", "pre")
+                                           for lr in LRS for s in (0, 1)], seeds=(0, 1)))
+  adaptive.restore_added(rebuilt, SweepRecord.from_json(json.loads(json.dumps(
+      record.to_json()))))
+  assert [e.name for e in rebuilt.runs[-2:]] == [e.name for e in added]
+  report = dataclasses.replace(report, comparisons=(
+      dataclasses.replace(loss, verdict="better"),))
   assert adaptive.add_seeds(rebuilt, report, max_seeds=10) == []  # resolved
 
 
@@ -273,8 +281,8 @@ def test_effects_are_set_against_model_size_where_an_axis_changes_it():
   size_values = [{"model.d_model": 32, "model.num_heads": 2},
                  {"model.d_model": 64, "model.num_heads": 4}]
   act_values = [{"model.activation": "gelu"}, {"model.activation": "swiglu"}]
-  record = {"name": "scale", "seeds": [0, 1, 2], "select_by": "eval/loss",
-            "report_split": "validation", "tune": {},
+  record = {"name": "scale", "config": "configs/lm.py:tiny", "seeds": [0, 1, 2],
+            "select_by": "eval/loss", "report_split": "validation", "tune": {},
             "axes": [{"label": "model.d_model+model.num_heads", "values": size_values,
                       "reference": 0},
                      {"label": "model.activation", "values": act_values, "reference": 0}],
@@ -291,12 +299,13 @@ def test_effects_are_set_against_model_size_where_an_axis_changes_it():
         summaries[name] = {"state": "finished", "final": {"eval/loss": loss},
                            "lengths": {}, "num_params": 1000 * (si + 1) + ai}
   baselines = {name: analysis.Baseline(None, None) for name in summaries}
+  record = SweepRecord.from_json(record)
   report = analysis.analyze(record, summaries, baselines)
-  assert analysis.size_axes(record, report["points"]) == [0]
-  scale = sorted(report["scale"], key=lambda r: r["num_params"])
-  assert [r["axis"] for r in scale] == ["model.activation"] * 2
-  assert [r["diff"] for r in scale] == pytest.approx([-0.05, -0.10])
-  assert [r["num_params"] for r in scale] == [1001, 2001]
+  assert analysis.size_axes(record, report.points) == [0]
+  scale = sorted(report.scale, key=lambda r: r.num_params)
+  assert [r.axis for r in scale] == ["model.activation"] * 2
+  assert [r.diff for r in scale] == pytest.approx([-0.05, -0.10])
+  assert [r.num_params for r in scale] == [1001, 2001]
 
 
 def test_a_tuned_sweep_without_axes_gets_its_sensitivity_plot(tmp_path):
@@ -324,3 +333,15 @@ def test_a_tuned_sweep_without_axes_gets_its_sensitivity_plot(tmp_path):
   assert data["points"][0]["counts"] == {"learned": 4, "stalled": 0, "diverged": 2}
   png = "sensitivity_optim.learning_rate_base.png"
   assert (root / png).stat().st_size > 5000 and f"]({png})" in report
+
+
+def test_a_tuned_report_reads_back_from_its_json(sweep_dir):
+  """The tuned sections (each tuned value's seeds and score, the sensitivity
+  curves with failed seeds as None, the test split) survive report.json."""
+  _, report = _analyze(sweep_dir)
+  data = json.loads(json.dumps(report.to_json()))
+  assert schema.Report.from_json(data) == report
+  post = data["points"][0]
+  assert post["tuned"][1]["seeds"]["0"]["test"] == {"eval/loss": 5.7,
+                                                     "eval/perplexity": math.exp(5.7)}
+  assert data["sensitivity"][0]["curve"][1]["seeds"] == {"0": None, "1": None, "2": None}

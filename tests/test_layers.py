@@ -2,9 +2,10 @@
 
 Each formula (norms, FFN variants, sinusoidal table, RoPE, attention with
 GQA/MQA, ALiBi slopes, T5 buckets, DeepNorm constants and init, the four
-residual placements) is recomputed here with loops over NumPy arrays or
-Python floats and compared with the Flax code. Everything runs eagerly: on a
-2-core CPU an XLA compile costs more than these tiny computations.
+residual placements) is recomputed with loops over NumPy arrays or Python
+floats, here or in references.py (those other test modules share), and
+compared with the Flax code. Everything runs eagerly: on a 2-core CPU an XLA
+compile costs more than these tiny computations.
 """
 
 import math
@@ -22,12 +23,10 @@ from tfx_jax.layers.positions import (T5RelativeBias, alibi_bias, alibi_slopes, 
                                       rotary_spec, sinusoidal, t5_bucket)
 from tfx_jax.model_config import deepnorm_constants, model_config_from_dict
 from tfx_jax.models import build_model, layer_spec
+from references import (jnp_rope, np_attention, np_layernorm, np_rmsnorm, np_rope, rand,
+                        rope_theta)
 
 ALL_ACTIVATIONS = ("relu", "gelu", "swish", "glu", "reglu", "geglu", "swiglu", "bilinear")
-
-
-def _rand(seed, *shape, scale=1.0):
-  return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
 def _params(variables):
@@ -37,58 +36,40 @@ def _params(variables):
 
 
 # ------------------------------------------------------------------ norms
-def _np_layernorm(x, g, b, eps):
-  out = np.empty_like(x, dtype=np.float64)
-  for idx in np.ndindex(x.shape[:-1]):
-    row = x[idx].astype(np.float64)
-    mean = row.sum() / row.size
-    var = ((row - mean) ** 2).sum() / row.size  # biased variance
-    out[idx] = (row - mean) / math.sqrt(var + eps) * g + b
-  return out
-
-
-def _np_rmsnorm(x, g, eps):
-  out = np.empty_like(x, dtype=np.float64)
-  for idx in np.ndindex(x.shape[:-1]):
-    row = x[idx].astype(np.float64)
-    out[idx] = row / math.sqrt((row**2).sum() / row.size + eps) * g
-  return out
-
-
 @pytest.mark.parametrize("eps", [1e-6, 1e-2])
 def test_layernorm_matches_numpy(eps):
-  x = _rand(0, 2, 3, 8, scale=3.0) + 1.5
+  x = rand(0, 2, 3, 8, scale=3.0) + 1.5
   module = LayerNorm(eps=eps)
   assert set(module.init(jax.random.PRNGKey(0), x)["params"]) == {"scale", "bias"}
   # Non-trivial gain and bias, so both enter the check.
-  variables = {"params": {"scale": jnp.asarray(_rand(1, 8)), "bias": jnp.asarray(_rand(2, 8))}}
+  variables = {"params": {"scale": jnp.asarray(rand(1, 8)), "bias": jnp.asarray(rand(2, 8))}}
   got = np.asarray(module.apply(variables, x))
-  want = _np_layernorm(x, np.asarray(variables["params"]["scale"]),
-                       np.asarray(variables["params"]["bias"]), eps)
+  want = np_layernorm(x, np.asarray(variables["params"]["scale"]),
+                      np.asarray(variables["params"]["bias"]), eps)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("eps", [1e-6, 1e-2])
 def test_rmsnorm_matches_numpy(eps):
-  x = _rand(3, 2, 3, 8, scale=3.0) + 1.5
+  x = rand(3, 2, 3, 8, scale=3.0) + 1.5
   module = RMSNorm(eps=eps)
   # No bias, no mean subtraction.
   assert set(module.init(jax.random.PRNGKey(0), x)["params"]) == {"scale"}
-  variables = {"params": {"scale": jnp.asarray(_rand(4, 8))}}
+  variables = {"params": {"scale": jnp.asarray(rand(4, 8))}}
   got = np.asarray(module.apply(variables, x))
-  want = _np_rmsnorm(x, np.asarray(variables["params"]["scale"]), eps)
+  want = np_rmsnorm(x, np.asarray(variables["params"]["scale"]), eps)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_norms_compute_statistics_in_float32_for_bfloat16():
   # bfloat16 inputs with a large mean (spacing 8 near 1000) and a small spread:
   # statistics taken in bfloat16 would be off by a good part of the spread.
-  x = jnp.asarray(_rand(5, 2, 4, 16, scale=10.0) + 1000.0, jnp.bfloat16)
+  x = jnp.asarray(rand(5, 2, 4, 16, scale=10.0) + 1000.0, jnp.bfloat16)
   x32 = np.asarray(x, np.float32)  # the values the norm actually sees
   for module, ref in ((LayerNorm(dtype=jnp.bfloat16),
-                       lambda p: _np_layernorm(x32, p["scale"], p["bias"], 1e-6)),
+                       lambda p: np_layernorm(x32, p["scale"], p["bias"], 1e-6)),
                       (RMSNorm(dtype=jnp.bfloat16),
-                       lambda p: _np_rmsnorm(x32, p["scale"], 1e-6))):
+                       lambda p: np_rmsnorm(x32, p["scale"], 1e-6))):
     variables = module.init(jax.random.PRNGKey(0), x)
     got = module.apply(variables, x)
     assert got.dtype == jnp.bfloat16
@@ -119,14 +100,14 @@ def _np_act(name, x):
 def test_ffn_matches_numpy(activation, use_bias):
   act, gated = activation_fn(activation)
   assert gated == (activation in ("glu", "reglu", "geglu", "swiglu", "bilinear"))
-  x = _rand(6, 2, 3, 8, scale=2.0)
+  x = rand(6, 2, 3, 8, scale=2.0)
   module = FeedForward(d_ff=12, act=act, gated=gated, use_bias=use_bias)
   variables = module.init(jax.random.PRNGKey(1), x)
   p = _params(variables)
   assert ("wv" in p) == gated
   if use_bias:  # zero-initialised: make them matter
     for seed, name in enumerate(sorted(p)):
-      p[name]["bias"] = _rand(40 + seed, *p[name]["bias"].shape)
+      p[name]["bias"] = rand(40 + seed, *p[name]["bias"].shape)
   got = np.asarray(module.apply({"params": p}, x))
 
   def dense(name, h):
@@ -165,27 +146,13 @@ def test_sinusoidal_uses_given_positions():
 
 
 # ------------------------------------------------------------------- RoPE
-def _np_rope(x, positions, base):
-  """Half-split layout: pair i is (x_i, x_{i+d/2}), rotated by t * base^(-2i/d)."""
-  B, L, H, d = x.shape
-  out = np.zeros_like(x, dtype=np.float64)
-  for b, l, h in np.ndindex(B, L, H):
-    t = positions[b, l]
-    for i in range(d // 2):
-      theta = base ** (-2.0 * i / d)
-      c, s = math.cos(t * theta), math.sin(t * theta)
-      x1, x2 = float(x[b, l, h, i]), float(x[b, l, h, i + d // 2])
-      out[b, l, h, i] = x1 * c - x2 * s
-      out[b, l, h, i + d // 2] = x1 * s + x2 * c
-  return out
-
-
 @pytest.mark.parametrize("base", [10000.0, 500.0])
 def test_rope_matches_numpy_rotation(base):
-  x = _rand(7, 2, 5, 3, 8)
+  x = rand(7, 2, 5, 3, 8)
   positions = np.asarray([[0, 1, 2, 3, 4], [7, 3, 0, 11, 30]])
   got = np.asarray(rope(jnp.asarray(x), jnp.asarray(positions), rotary_spec(8, base)))
-  np.testing.assert_allclose(got, _np_rope(x, positions, base), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got, np_rope(x, positions, rope_theta(8, base)),
+                             rtol=1e-5, atol=1e-5)
   # A rotation preserves the norm of every head vector.
   np.testing.assert_allclose(np.linalg.norm(got, axis=-1), np.linalg.norm(x, axis=-1),
                              rtol=1e-5)
@@ -194,8 +161,8 @@ def test_rope_matches_numpy_rotation(base):
 def test_rope_scores_depend_only_on_offset():
   """R_i R_j^T = R_(i-j): q.k after rotation depends only on i - j."""
   d = 16
-  q = _rand(8, 1, 1, 1, d)
-  k = _rand(9, 1, 1, 1, d)
+  q = rand(8, 1, 1, 1, d)
+  k = rand(9, 1, 1, 1, d)
 
   def score(i, j):
     qi = rope(jnp.asarray(q), jnp.asarray([[i]]), rotary_spec(d))
@@ -214,7 +181,7 @@ def test_rope_scores_depend_only_on_offset():
 def test_rope_half_split_equals_interleaved_up_to_permutation():
   """The paper's interleaved pairs (x0,x1),(x2,x3).. give the same q.k scores."""
   d = 8
-  q, k = _rand(10, d), _rand(11, d)
+  q, k = rand(10, d), rand(11, d)
 
   def interleaved(x, t):
     out = np.zeros(d)
@@ -237,44 +204,25 @@ def test_rope_half_split_equals_interleaved_up_to_permutation():
 
 
 # --------------------------------------------------------------- attention
-def _np_attention(q, k, v, mask=None, bias=None):
-  """softmax(Q K^T / sqrt(d) + bias) V per head; query head h uses kv head h // (H/N)."""
-  B, L, H, K = q.shape
-  N = k.shape[2]
-  G = H // N
-  out = np.zeros((B, L, H, K))
-  for b, h in np.ndindex(B, H):
-    n = h // G
-    s = q[b, :, h].astype(np.float64) @ k[b, :, n].T.astype(np.float64) / math.sqrt(K)
-    if bias is not None:
-      s = s + bias[b, h if bias.shape[1] > 1 else 0]
-    if mask is not None:
-      s = np.where(mask[b, 0], s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p = p / p.sum(-1, keepdims=True)
-    out[b, :, h] = p @ v[b, :, n]
-  return out
-
-
 @pytest.mark.parametrize("num_kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
 def test_dot_product_attention_matches_numpy(num_kv_heads):
   B, L, S, H, K = 2, 5, 7, 4, 8
-  q = _rand(12, B, L, H, K)
-  k = _rand(13, B, S, num_kv_heads, K)
-  v = _rand(14, B, S, num_kv_heads, K)
-  bias = _rand(15, B, H, L, S)
+  q = rand(12, B, L, H, K)
+  k = rand(13, B, S, num_kv_heads, K)
+  v = rand(14, B, S, num_kv_heads, K)
+  bias = rand(15, B, H, L, S)
   mask = np.random.default_rng(16).random((B, 1, L, S)) < 0.7
   mask[..., 0] = True  # every query sees at least one key
   for m, bb in [(None, None), (mask, None), (mask, bias), (None, bias[:, :1])]:
     got = dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v),
                                 None if m is None else jnp.asarray(m),
                                 None if bb is None else jnp.asarray(bb))
-    np.testing.assert_allclose(np.asarray(got), _np_attention(q, k, v, m, bb),
+    np.testing.assert_allclose(np.asarray(got), np_attention(q, k, v, m, bb),
                                rtol=1e-5, atol=1e-5)
 
 
 def test_fully_masked_rows_stay_finite():
-  q, k, v = _rand(17, 1, 3, 2, 4), _rand(18, 1, 3, 2, 4), _rand(19, 1, 3, 2, 4)
+  q, k, v = rand(17, 1, 3, 2, 4), rand(18, 1, 3, 2, 4), rand(19, 1, 3, 2, 4)
   mask = np.zeros((1, 1, 3, 3), bool)
   mask[0, 0, 0, 0] = True  # rows 1 and 2 are padding queries
   out = dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v),
@@ -287,8 +235,8 @@ def test_fully_masked_rows_stay_finite():
     (2, None, True)], ids=["mha", "gqa", "mqa", "gqa-rope", "cross"])
 def test_attention_module_matches_numpy(num_kv_heads, rope_base, cross):
   B, L, S, D, H, K = 2, 5, 6, 16, 4, 4
-  x = _rand(20, B, L, D)
-  kv = _rand(21, B, S, D) if cross else None
+  x = rand(20, B, L, D)
+  kv = rand(21, B, S, D) if cross else None
   positions = np.broadcast_to(np.arange(L), (B, L))
   mask = np.tril(np.ones((L, L), bool))[None, None].repeat(B, 0) if not cross else None
   module = Attention(num_heads=H, num_kv_heads=num_kv_heads, head_dim=K,
@@ -299,7 +247,7 @@ def test_attention_module_matches_numpy(num_kv_heads, rope_base, cross):
   variables = module.init(jax.random.PRNGKey(2), *args, **kw)
   p = _params(variables)
   for name in p:  # random biases so that they are checked too
-    p[name]["bias"] = _rand(len(name), *p[name]["bias"].shape)
+    p[name]["bias"] = rand(len(name), *p[name]["bias"].shape)
   got = np.asarray(module.apply({"params": p}, *args, **kw))
 
   src = x if not cross else kv
@@ -307,8 +255,9 @@ def test_attention_module_matches_numpy(num_kv_heads, rope_base, cross):
   q, k, v = proj("query", x), proj("key", src), proj("value", src)
   assert k.shape[2] == num_kv_heads
   if rope_base is not None:
-    q, k = _np_rope(q, positions, rope_base), _np_rope(k, positions, rope_base)
-  heads = _np_attention(q, k, v, mask)
+    inv_freq = rope_theta(K, rope_base)
+    q, k = np_rope(q, positions, inv_freq), np_rope(k, positions, inv_freq)
+  heads = np_attention(q, k, v, mask)
   want = np.einsum("blhk,hkd->bld", heads, p["out"]["kernel"]) + p["out"]["bias"]
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
@@ -538,7 +487,7 @@ def test_residual_formula(norm_position, norm_type):
       activation="swiglu", position="rope"))
   spec = layer_spec(cfg, "decoder", cross_attention=False)
   B, L = 2, 5
-  x = jnp.asarray(_rand(30, B, L, 16, scale=2.0))
+  x = jnp.asarray(rand(30, B, L, 16, scale=2.0))
   mask = jnp.asarray(np.tril(np.ones((L, L), bool))[None, None].repeat(B, 0))
   pos = jnp.broadcast_to(jnp.arange(L), (B, L))
   layer = TransformerLayer(spec)
@@ -548,7 +497,7 @@ def test_residual_formula(norm_position, norm_type):
   # Random norm gains/biases so that a swapped or missing norm is visible.
   for name in p:
     if name.endswith("norm"):
-      p[name] = {k: _rand(len(name) + len(k), *v.shape) for k, v in p[name].items()}
+      p[name] = {k: rand(len(name) + len(k), *v.shape) for k, v in p[name].items()}
   got, _ = layer.apply({"params": p}, x, *args)
 
   norm_cls = LayerNorm if norm_type == "layernorm" else RMSNorm
@@ -582,13 +531,6 @@ def test_rope_gradient_is_the_inverse_rotation():
   positions = jnp.asarray(r.integers(0, 50, size=(2, 7)))
   w = jnp.asarray(r.normal(size=x.shape), jnp.float32)
 
-  def plain(x):
-    d = x.shape[-1]
-    angle = positions[..., None] * 10000.0 ** (-jnp.arange(0, d // 2) * 2.0 / d)
-    cos, sin = jnp.cos(angle)[:, :, None], jnp.sin(angle)[:, :, None]
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-
   got = jax.grad(lambda x: jnp.sum(jnp.sin(rope(x, positions, rotary_spec(8))) * w))(x)
-  want = jax.grad(lambda x: jnp.sum(jnp.sin(plain(x)) * w))(x)
+  want = jax.grad(lambda x: jnp.sum(jnp.sin(jnp_rope(x, positions, rope_theta(8))) * w))(x)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -10,6 +10,7 @@ import optax
 import pytest
 
 from tfx_jax import optim
+from tfx_jax.tasks import losses
 
 
 def _cfg(**overrides):
@@ -23,13 +24,13 @@ def _cfg(**overrides):
 
 
 def _schedule(cfg, d_model=512, num_train_steps=1000):
-  return optim.make_schedule(cfg, d_model=d_model,
-                             num_train_steps=num_train_steps)
+  resolved, _ = optim.resolve(cfg, num_train_steps=num_train_steps)
+  return optim.make_schedule(resolved, d_model=d_model)
 
 
 def _optimizer(cfg, d_model=512, num_train_steps=1000):
-  return optim.make_optimizer(cfg, d_model=d_model,
-                              num_train_steps=num_train_steps)
+  resolved, _ = optim.resolve(cfg, num_train_steps=num_train_steps)
+  return optim.make_optimizer(resolved, d_model=d_model)
 
 
 def _lr(schedule, count):
@@ -220,7 +221,7 @@ def test_cross_entropy_matches_reference_and_excludes_padding():
   targets = rng.integers(0, 7, size=(2, 5))
   weights = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.float32)
   for smoothing in (0.0, 0.1):
-    loss_sum, weight_sum = optim.label_smoothed_cross_entropy(
+    loss_sum, weight_sum = losses.label_smoothed_cross_entropy(
         jnp.asarray(logits, jnp.bfloat16).astype(jnp.float32), targets,
         weights, smoothing)
     ref = _ce_reference(np.asarray(jnp.asarray(logits, jnp.bfloat16),
@@ -230,8 +231,8 @@ def test_cross_entropy_matches_reference_and_excludes_padding():
   # Garbage at padded positions does not change the result.
   noisy = logits.copy()
   noisy[0, 3:] = 1e4
-  a = optim.label_smoothed_cross_entropy(logits, targets, weights, 0.1)
-  b = optim.label_smoothed_cross_entropy(noisy, targets, weights, 0.1)
+  a = losses.label_smoothed_cross_entropy(logits, targets, weights, 0.1)
+  b = losses.label_smoothed_cross_entropy(noisy, targets, weights, 0.1)
   np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
 
 
@@ -239,7 +240,7 @@ def test_zero_smoothing_is_plain_cross_entropy():
   rng = np.random.default_rng(1)
   logits = jnp.asarray(rng.normal(size=(3, 4, 11)), jnp.float32)
   targets = jnp.asarray(rng.integers(0, 11, size=(3, 4)))
-  loss_sum, weight_sum = optim.label_smoothed_cross_entropy(
+  loss_sum, weight_sum = losses.label_smoothed_cross_entropy(
       logits, targets, None, 0.0)
   plain = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
   np.testing.assert_allclose(loss_sum, jnp.sum(plain), rtol=1e-6)
@@ -250,7 +251,7 @@ def test_smoothed_loss_reaches_zero_at_the_target_distribution():
   vocab, smoothing = 6, 0.2
   q = np.full(vocab, smoothing / (vocab - 1))
   q[2] = 1 - smoothing
-  loss_sum, _ = optim.label_smoothed_cross_entropy(
+  loss_sum, _ = losses.label_smoothed_cross_entropy(
       jnp.log(jnp.asarray(q, jnp.float32))[None], jnp.array([2]), None,
       smoothing)
   assert abs(float(loss_sum)) < 1e-5
@@ -262,7 +263,7 @@ def test_padded_vocab_gets_no_smoothing_mass():
   logits[:, 6:] = -1e9  # two padding entries of the vocabulary
   targets = rng.integers(0, 6, size=(4,))
   weights = np.ones(4, np.float32)
-  loss_sum, _ = optim.label_smoothed_cross_entropy(
+  loss_sum, _ = losses.label_smoothed_cross_entropy(
       logits, targets, weights, 0.1, vocab_size=6)
   ref = _ce_reference(logits, targets, weights, 0.1, 6)
   np.testing.assert_allclose(loss_sum, ref, rtol=1e-5)
@@ -271,7 +272,7 @@ def test_padded_vocab_gets_no_smoothing_mass():
 def test_cross_entropy_is_stable_for_large_bf16_logits():
   # Values exactly representable in bfloat16.
   logits = jnp.array([[8192, -8192, 0], [-4096, 4096, 1024]], jnp.bfloat16)
-  loss_sum, _ = optim.label_smoothed_cross_entropy(
+  loss_sum, _ = losses.label_smoothed_cross_entropy(
       logits, jnp.array([0, 2]), None, 0.0)
   # Row 0 is certain and right (loss 0); row 1 is off by 4096 - 1024.
   np.testing.assert_allclose(loss_sum, 3072.0, rtol=1e-6)
@@ -280,7 +281,7 @@ def test_cross_entropy_is_stable_for_large_bf16_logits():
 def test_base_config_optim_section_builds():
   from tfx_jax import config_base
   config = config_base.base_config()
-  opt = optim.make_optimizer(config.optim, d_model=64, num_train_steps=200)
+  opt = _optimizer(config.optim, d_model=64, num_train_steps=200)
   params = {"w": jnp.ones((2, 2))}
   updates, _ = jax.jit(opt.update)(params, opt.init(params), params)
   assert jnp.all(jnp.isfinite(updates["w"]))
@@ -319,8 +320,8 @@ def test_cross_entropy_and_gradient_equal_the_one_hot_formula(smoothing, vocab_s
              * jnp.log(low + 1e-20))
     return jnp.sum((optax.softmax_cross_entropy(z, q) - norm) * weights)
 
-  ours = lambda z: optim.label_smoothed_cross_entropy(z, targets, weights, smoothing,
-                                                      vocab_size)[0]
+  ours = lambda z: losses.label_smoothed_cross_entropy(z, targets, weights, smoothing,
+                                                       vocab_size)[0]
   np.testing.assert_allclose(ours(logits), reference(logits), rtol=1e-6, atol=1e-5)
   np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(reference)(logits),
                              rtol=1e-5, atol=1e-6)

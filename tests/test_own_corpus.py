@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow_datasets as tfds
 
-from tfx_jax import metrics, run_setup, trained_run, trainer
+from tfx_jax import metrics, run_setup, trained_run
 from tfx_jax.data import baselines
 from tfx_jax.data import file_readers
 from tfx_jax.data import files_corpus
@@ -29,31 +29,23 @@ from tfx_jax.data import repairs
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
-from helpers import ROOT, cli_flags, compilation_cache, run_cli, subprocess_env
-from helpers import tiny_config
+from tfx_jax import tasks
+from helpers import ROOT, cli_flags, subprocess_env, tiny_config, train, train_cli
 
 # ml_collections loads config files with the deprecated importlib load_module().
 # Its tests start several busy processes at once: the "processes" group
 # (conftest.py).
 pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
-              pytest.mark.xdist_group("processes")]
+              pytest.mark.xdist_group("processes"),
+              pytest.mark.usefixtures("shared_compilation_cache")]
 
 STEPS = {"train.num_steps": 4, "eval.every_steps": 4, "checkpoint.every_steps": 4}
 _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "pi", "da", "gu", "fe")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _shared_compilation_cache(tmp_path_factory):
-  tfds.disable_progress_bar()
-  cache = tmp_path_factory.getbasetemp() / "jax_cache"
-  # The training command (run_cli) keeps its compiled steps in the same cache.
-  with compilation_cache(cache), pytest.MonkeyPatch.context() as patch:
-    patch.setenv("TFX_JAX_COMPILATION_CACHE", str(cache))
-    yield
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
+  tfds.disable_progress_bar()
   return str(tmp_path_factory.mktemp("tfds"))
 
 
@@ -119,15 +111,6 @@ def files_overrides(data_dir, train_files, **data):
           **{f"data.{k}": v for k, v in data.items()}}
 
 
-def train(spec, workdir, overrides) -> trainer.RunResult:
-  return trainer.train_and_evaluate(tiny_config(spec, {**STEPS, **overrides}), str(workdir))
-
-
-def cli(spec, workdir, overrides):
-  return run_cli(["--config", f"{ROOT / 'configs' / spec}", "--workdir", str(workdir),
-                  *cli_flags({**STEPS, **overrides})])
-
-
 def manifest(data_dir, data_cfg) -> dict:
   name = sources.dataset_name(data_cfg)
   return files_corpus.manifest(sources.dataset_version(name), data_dir)
@@ -151,7 +134,7 @@ def test_lm_on_a_text_folder_from_the_command_line_with_sentencepiece(
   folder = write_text_folder(tmp_path / "my_corpus")
   overrides = files_overrides(data_dir, folder / "*.txt", tokenizer="sentencepiece",
                               vocab_size=384, text_layout="paragraphs")
-  code, out, err = cli("lm.py:tiny", tmp_path / "run", overrides)
+  code, out, err = train_cli("lm.py:tiny", tmp_path / "run", STEPS, overrides)
   assert code == 0, err[-3000:]
   assert "Finished at step 4" in out
   config = tiny_config("lm.py:tiny", {**STEPS, **overrides})
@@ -166,9 +149,28 @@ def test_lm_on_a_text_folder_from_the_command_line_with_sentencepiece(
   tok = tokenizer_lib.tokenizer_from_config(config.data)
   assert tok.model_path == str(model) and tok.vocab_size == 384
   # The unigram baseline works on it, cached next to the tokenizer.
-  entropy = baselines.unigram_entropy(config.data, tok, "lm")
+  entropy = baselines.unigram_entropy(config.data, tok, tasks.get("lm").targets)
   assert 2.0 < entropy < math.log(384)
   assert key in (model.parent / baselines.CACHE_FILE).read_text()
+
+
+def test_a_corpus_too_small_for_data_vocab_size_gets_the_tokenizer_it_supports(
+    tmp_path, data_dir, caplog):
+  """A few small files hold fewer than data.vocab_size pieces: SentencePiece
+  trains all it finds (not "Vocabulary size too high"), a warning names that
+  size, and the ids fit the model's embedding of model.vocab_size rows."""
+  folder = write_text_folder(tmp_path / "small", num_files=8)
+  config = tiny_config("lm.py:tiny", files_overrides(
+      data_dir, folder / "*.txt", tokenizer="sentencepiece", vocab_size=1024))
+  with caplog.at_level("WARNING"):
+    tok = tokenizer_lib.tokenizer_from_config(config.data)
+  assert 300 < tok.vocab_size < 1024
+  assert "data.vocab_size=1024 is more than" in caplog.text
+  assert f"has {tok.vocab_size} pieces" in caplog.text
+  text = (folder / "doc00.txt").read_text()
+  ids = tok.encode(text)
+  assert max(ids) < tok.vocab_size <= config.model.vocab_size
+  assert tok.decode(ids) == text
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
@@ -178,7 +180,7 @@ def test_lm_on_json_lines_and_parquet(fmt, tmp_path, data_dir):
   path = write(tmp_path / f"corpus.{fmt}", records)
   overrides = files_overrides(data_dir, path, text_key="body")
   workdir = tmp_path / "run"
-  check_finished(workdir, train("lm.py:tiny", workdir, overrides))
+  check_finished(workdir, train("lm.py:tiny", workdir, STEPS, overrides))
   config = tiny_config("lm.py:tiny", overrides)
   info = manifest(data_dir, config.data)
   assert info["examples"] == {"train": 36, "validation": 2, "test": 2}
@@ -191,13 +193,13 @@ def test_lm_on_json_lines_and_parquet(fmt, tmp_path, data_dir):
     seen += [source[i]["text"].decode() for i in range(len(source))]
   assert sorted(seen) == sorted(bodies)
   tok = tokenizer_lib.tokenizer_from_config(config.data)
-  assert baselines.unigram_entropy(config.data, tok, "lm") > 0
+  assert baselines.unigram_entropy(config.data, tok, tasks.get("lm").targets) > 0
 
 
 def test_mlm_on_a_text_folder(tmp_path, data_dir):
   folder = write_text_folder(tmp_path / "texts", num_files=12)
   workdir = tmp_path / "run"
-  scalars = check_finished(workdir, train("mlm.py:tiny", workdir,
+  scalars = check_finished(workdir, train("mlm.py:tiny", workdir, STEPS,
                                           files_overrides(data_dir, folder / "*.txt")))
   assert "eval/accuracy" in scalars
 
@@ -207,14 +209,14 @@ def test_translate_on_json_lines_pairs(tmp_path, data_dir):
   overrides = files_overrides(data_dir, path, source_key="translation.xx",
                               target_key="translation.yy")
   workdir = tmp_path / "run"
-  check_finished(workdir, train("translate.py:tiny", workdir, overrides))
+  check_finished(workdir, train("translate.py:tiny", workdir, STEPS, overrides))
   config = tiny_config("translate.py:tiny", overrides)
   name = sources.dataset_name(config.data)
   assert set(sources.features(name, data_dir).keys()) == {"source", "target"}
   example = sources.open_source(name, "validation", data_dir)[0]
   assert example["target"].decode().split() == example["source"].decode().split()[::-1]
   tok = tokenizer_lib.tokenizer_from_config(config.data)
-  assert baselines.unigram_entropy(config.data, tok, "translate") > 0
+  assert baselines.unigram_entropy(config.data, tok, tasks.get("translate").targets) > 0
 
 
 def test_classify_with_labels(tmp_path, data_dir):
@@ -224,7 +226,7 @@ def test_classify_with_labels(tmp_path, data_dir):
                                  label_key="genre", validation_files=str(valid_path)),
                "model.num_classes": 3}
   workdir = tmp_path / "run"
-  scalars = check_finished(workdir, train("finetune.py:tiny", workdir, overrides))
+  scalars = check_finished(workdir, train("finetune.py:tiny", workdir, STEPS, overrides))
   assert "eval/accuracy" in scalars
   config = tiny_config("finetune.py:tiny", overrides)
   name = sources.dataset_name(config.data)
@@ -233,11 +235,11 @@ def test_classify_with_labels(tmp_path, data_dir):
   assert info["held_out"] == ["test"]  # validation comes from its files
   assert info["examples"] == {"train": 57, "validation": 9, "test": 3}
   tok = tokenizer_lib.tokenizer_from_config(config.data)
-  entropy = baselines.unigram_entropy(config.data, tok, "classify")
+  entropy = baselines.unigram_entropy(config.data, tok, tasks.get("classify").targets)
   assert abs(entropy - 1.0986) < 0.01  # ln 3: balanced labels
   # Fewer classes than labels is refused before anything is compiled.
   with pytest.raises(ConfigError, match=r"model.num_classes=2 .* \(3\)"):
-    train("finetune.py:tiny", tmp_path / "run2", {**overrides, "model.num_classes": 2})
+    train("finetune.py:tiny", tmp_path / "run2", STEPS, {**overrides, "model.num_classes": 2})
 
 
 def test_readers_of_each_format(tmp_path):
@@ -349,12 +351,12 @@ def test_a_resumed_run_refuses_a_changed_corpus_and_reads_the_old_by_key(
   folder = write_text_folder(tmp_path / "texts", num_files=10)
   overrides = files_overrides(data_dir, folder / "*.txt")
   workdir = tmp_path / "run"
-  check_finished(workdir, train("lm.py:tiny", workdir, overrides))
+  check_finished(workdir, train("lm.py:tiny", workdir, STEPS, overrides))
   key = sources.data_version(tiny_config("lm.py:tiny", overrides).data)
   (folder / "doc02.txt").write_text("A rewritten document.\n")
   more = {**overrides, "train.num_steps": 8, "eval.every_steps": 8}
   with pytest.raises(ConfigError) as error:
-    train("lm.py:tiny", workdir, more)
+    train("lm.py:tiny", workdir, STEPS, more)
   message = str(error.value)
   assert f"modified {folder / 'doc02.txt'}" in message and key in message
   assert f"--config.data.name=files:{key}" in message
@@ -362,7 +364,7 @@ def test_a_resumed_run_refuses_a_changed_corpus_and_reads_the_old_by_key(
   run = trained_run.load_run(workdir)
   assert run.config.data.name == f"files:{key}"
   # Resumed on that corpus, by its key.
-  result = train("lm.py:tiny", workdir, {**more, "data.name": f"files:{key}"})
+  result = train("lm.py:tiny", workdir, STEPS, {**more, "data.name": f"files:{key}"})
   assert (result.status, result.step) == ("finished", 8)
   assert "Resumed from step 4" in capsys.readouterr().out
 
@@ -430,7 +432,7 @@ def test_bad_input_exits_2_naming_the_problem_before_anything_is_built(
     flags = {**files_overrides(str(data_dir), ""), **overrides}
     if flags["data.train_files"] is None:
       del flags["data.train_files"]
-    code, _, err = cli("lm.py:tiny", tmp_path / "run", flags)
+    code, _, err = train_cli("lm.py:tiny", tmp_path / "run", STEPS, flags)
     assert code == 2 and "Traceback" not in err, (overrides, err[-2000:])
     for part in expected:
       assert part in err, (part, err[-2000:])
@@ -450,7 +452,7 @@ def test_translate_needs_pairs_and_text_files_hold_no_labels(tmp_path, data_dir)
   for spec, extra, message in cases:
     overrides = {**files_overrides(data_dir, folder / "*.txt"), **extra}
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
-      train(spec, tmp_path / "run", overrides)
+      train(spec, tmp_path / "run", STEPS, overrides)
 
 
 # -------------------------------------------------------------------- sweep

@@ -24,36 +24,21 @@ import pytest
 from tfx_jax import checkpoint as ckpt_lib
 from tfx_jax import metrics
 from tfx_jax import status as status_lib
-from tfx_jax import run_config, run_setup, trainer
-from helpers import (ROOT, cli_flags, compilation_cache, run_cli, subprocess_env, tiny_config,
+from tfx_jax import run_config, run_setup
+from helpers import (ROOT, cli_flags, run_cli, subprocess_env, tiny_config, train, train_cli,
                      train_command)
 
 # ml_collections loads config files with the deprecated importlib load_module().
 # Its tests start several busy processes at once: the "processes" group
 # (conftest.py).
 pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
-              pytest.mark.xdist_group("processes")]
+              pytest.mark.xdist_group("processes"),
+              pytest.mark.usefixtures("shared_compilation_cache")]
 
 STEPS = 30
 RUN = {"train.num_steps": STEPS}
 COMPARED = ("train/loss", "train/grad_norm", "train/learning_rate", "eval/loss",
             "eval/perplexity")
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-  return tmp_path_factory.getbasetemp() / "jax_cache"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _shared_compilation_cache(cache_dir):
-  with compilation_cache(cache_dir):
-    yield
-
-
-def train(workdir, overrides: dict | None = None) -> trainer.RunResult:
-  return trainer.train_and_evaluate(tiny_config("lm.py:tiny", {**RUN, **(overrides or {})}),
-                                    str(workdir))
 
 
 def scalars(workdir) -> dict:
@@ -73,7 +58,7 @@ def read_status(workdir) -> dict:
 def reference(tmp_path_factory):
   """Scalars and result of one uninterrupted 30-step run."""
   workdir = tmp_path_factory.mktemp("reference") / "run"
-  result = train(workdir)
+  result = train("lm.py:tiny", workdir, RUN)
   assert result.status == "finished"
   return scalars(workdir), result
 
@@ -138,7 +123,7 @@ def poison_step(monkeypatch, bad_step: int):
 # -------------------------------------------------------------- determinism
 def test_same_config_and_seed_give_identical_metrics(reference, tmp_path):
   reference_scalars, reference_result = reference
-  result = train(tmp_path / "run")
+  result = train("lm.py:tiny", tmp_path / "run", RUN)
   assert_same_run(scalars(tmp_path / "run"), reference_scalars)
   assert result.metrics == reference_result.metrics
 
@@ -146,7 +131,7 @@ def test_same_config_and_seed_give_identical_metrics(reference, tmp_path):
 def test_seed_changes_initialisation_and_data_order():
   def init_and_first_batch(seed):
     config = tiny_config("lm.py:tiny", {"seed": seed})
-    setup = run_setup.ShardedRun(config, run_config.validate_run_config(config))
+    setup = run_setup.ShardedRun(r := run_config.resolve(config), r.model)
     params = jax.device_get(setup.init_state().params)
     tokenizer = run_setup.load_tokenizer(config)
     batch = next(iter(run_setup.make_data(config, tokenizer, "train", train=True)))
@@ -175,7 +160,7 @@ def test_sigint_checkpoints_the_current_step_and_resumes_exactly(reference, tmp_
 
   hook_training_data(monkeypatch, interrupt)
   handler = signal.getsignal(signal.SIGINT)
-  result = train(workdir)
+  result = train("lm.py:tiny", workdir, RUN)
   assert signal.getsignal(signal.SIGINT) is handler  # restored
   assert (result.status, result.step) == ("preempted", 6)
   status = read_status(workdir)
@@ -183,16 +168,16 @@ def test_sigint_checkpoints_the_current_step_and_resumes_exactly(reference, tmp_
       "preempted", 6, "received SIGINT")
   assert checkpoint_steps(workdir) == [6]
   monkeypatch.undo()
-  assert train(workdir).status == "finished"
+  assert train("lm.py:tiny", workdir, RUN).status == "finished"
   assert_same_run(scalars(workdir), reference[0])
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_and_the_same_command_resumes(reference, tmp_path, cache_dir):
+def test_sigterm_checkpoints_and_the_same_command_resumes(reference, tmp_path, jax_cache_dir):
   workdir = tmp_path / "run"
   # Long enough that SIGTERM lands mid-run; steps past 30 are not compared.
   command = train_command("lm.py:tiny", workdir, {"train.num_steps": 100})
-  env = subprocess_env(cache_dir)
+  env = subprocess_env(jax_cache_dir)
   with open(tmp_path / "stderr", "w") as stderr:
     child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              stderr=stderr, text=True)
@@ -228,7 +213,7 @@ def test_sigterm_checkpoints_and_the_same_command_resumes(reference, tmp_path, c
 
 
 @pytest.mark.slow
-def test_kill_9_at_any_moment_resumes_exactly(reference, tmp_path, cache_dir):
+def test_kill_9_at_any_moment_resumes_exactly(reference, tmp_path, jax_cache_dir):
   """kill -9 during start-up, between steps and while a checkpoint is written.
 
   Where a kill lands depends on the machine's speed (on a fast one, the first
@@ -242,7 +227,7 @@ def test_kill_9_at_any_moment_resumes_exactly(reference, tmp_path, cache_dir):
   stdout = tmp_path / "stdout"
   command = train_command("lm.py:tiny", workdir, {
       **RUN, "checkpoint.every_steps": 1, "checkpoint.max_to_keep": 2})
-  env = subprocess_env(cache_dir)
+  env = subprocess_env(jax_cache_dir)
   rng = random.Random(0)
 
   def complete_checkpoints() -> list[int]:
@@ -326,11 +311,8 @@ def test_nonfinite_stop_reports_the_step_and_exits_non_zero(bad_step, tmp_path,
   # Step 4 is checked at once (a checkpoint step); step 3 one step late.
   poison_step(monkeypatch, bad_step)
   workdir = tmp_path / "run"
-  code, out, _ = run_cli(["--config", f"{ROOT / 'configs/lm.py'}:tiny", "--workdir",
-                          str(workdir), *cli_flags({
-                              **RUN, "train.log_every_steps": 5,
-                              "checkpoint.every_steps": 2,
-                              "train.on_nonfinite": "stop"})])
+  code, out, _ = train_cli("lm.py:tiny", workdir, RUN, {
+      "train.log_every_steps": 5, "checkpoint.every_steps": 2, "train.on_nonfinite": "stop"})
   assert code == 1
   status = read_status(workdir)
   assert (status["state"], status["step"]) == ("diverged", bad_step)
@@ -342,9 +324,9 @@ def test_nonfinite_stop_reports_the_step_and_exits_non_zero(bad_step, tmp_path,
 def test_nonfinite_skip_skips_the_update_and_continues(tmp_path, monkeypatch):
   poison_step(monkeypatch, 4)
   workdir = tmp_path / "run"
-  result = train(workdir, {"train.num_steps": 8, "train.on_nonfinite": "skip",
-                           "checkpoint.every_steps": 1, "checkpoint.max_to_keep": 10,
-                           "eval.every_steps": 8})
+  result = train("lm.py:tiny", workdir, RUN, {
+      "train.num_steps": 8, "train.on_nonfinite": "skip", "checkpoint.every_steps": 1,
+      "checkpoint.max_to_keep": 10, "eval.every_steps": 8})
   assert (result.status, result.step) == ("finished", 8)
   assert all(math.isfinite(v) for v in result.metrics.values())
   status = read_status(workdir)
@@ -372,7 +354,7 @@ def test_crash_writes_failed_status_with_the_reason(tmp_path, monkeypatch):
   hook_training_data(monkeypatch, crash)
   workdir = tmp_path / "run"
   with pytest.raises(OSError):
-    train(workdir, {"checkpoint.every_steps": 1})
+    train("lm.py:tiny", workdir, RUN, {"checkpoint.every_steps": 1})
   status = read_status(workdir)
   assert (status["state"], status["step"]) == ("failed", 3)
   assert status["reason"] == "OSError: input file vanished"
@@ -388,11 +370,11 @@ def test_restart_after_a_crash_before_the_first_checkpoint_logs_each_step_once(
   hook_training_data(monkeypatch, crash)
   workdir = tmp_path / "run"
   with pytest.raises(OSError):
-    train(workdir)
+    train("lm.py:tiny", workdir, RUN)
   assert not checkpoint_steps(workdir)
   assert [s for s, _ in scalars(workdir)["train/loss"]] == [1, 2, 3, 4]
   monkeypatch.undo()
-  assert train(workdir).status == "finished"
+  assert train("lm.py:tiny", workdir, RUN).status == "finished"
   assert_same_run(scalars(workdir), reference[0])
 
 

@@ -17,6 +17,7 @@ plot's rows, intervals and verdict markers are checked on what it draws
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import re
@@ -29,7 +30,9 @@ import pytest
 
 from tfx_jax import metrics
 from tfx_jax import status as status_lib
-from tfx_jax.report import build, forest, stats, style
+from tfx_jax import sweep_record as records
+from tfx_jax.report import build, forest, schema, stats, style
+from tfx_jax.sweep_record import AxisRecord, RunEntry
 
 # eval/loss per (norm_position, position) and seed; None: the run diverged.
 LOSSES = {
@@ -413,12 +416,12 @@ def test_plain_tick_labels():
 
 
 def test_forest_panels_hold_every_comparison_with_its_interval_and_verdict(sweep_dir):
-  record = json.loads((sweep_dir / "sweep.json").read_text())
-  report = json.loads((sweep_dir / "report.json").read_text())
+  record = records.read(sweep_dir)
+  report = schema.read(sweep_dir)
   panels = forest.forest_panels(record, report)
   # One panel per compared metric, the selection metric first.
   assert [p.metric for p in panels] == ["eval/loss", "ppl@1x", "ppl@2x"]
-  assert sum(len(p.rows) for p in panels) == len(report["comparisons"])
+  assert sum(len(p.rows) for p in panels) == len(report.comparisons)
   loss = panels[0]
   assert loss.margin == 0.01 and loss.lower_is_better
   assert (loss.level, loss.tost_level) == pytest.approx((0.95, 0.90))
@@ -458,8 +461,8 @@ def test_forest_panels_hold_every_comparison_with_its_interval_and_verdict(sweep
 def test_forest_rows_name_the_tuning_and_single_seeds(tmp_path):
   root = tmp_path / "one_seed"
   _write(root, _one_seed_sweep)
-  record = json.loads((root / "sweep.json").read_text())
-  report = json.loads((root / "report.json").read_text())
+  record = records.read(root)
+  report = schema.read(root)
   (panel,) = forest.forest_panels(record, report)
   (row,) = panel.rows
   assert row.label == ("model.norm_position: post vs pre "
@@ -472,15 +475,14 @@ def test_per_point_tables_of_a_tuned_sweep_read_the_chosen_runs_only():
   """Lengths and layer tables show each point at its chosen tuned value: the
   runs at the other values (and a point that learned nothing keeps all)."""
   from tfx_jax.report.points import at_chosen
-  runs = lambda *lrs: [({"name": f"r{lr}", "tuned": {"optim.learning_rate": lr}}, {"lr": lr})
-                       for lr in lrs]
+  runs = lambda *lrs: [(RunEntry(f"r{lr}", 0, (), {}, tuned={"optim.learning_rate": lr}),
+                        {"lr": lr}) for lr in lrs]
   points = {(0,): runs(1e-3, 1e-2, 1e-3), (1,): runs(1e-3, 1e-2)}
-  report = {"points": [{"key": [0], "chosen": {"optim.learning_rate": 1e-3}},
-                       {"key": [1], "chosen": None}]}
-  picked = at_chosen(points, report)
+  chosen = {(0,): {"optim.learning_rate": 1e-3}, (1,): None}  # Report.chosen()
+  picked = at_chosen(points, chosen)
   assert [s["lr"] for _, s in picked[(0,)]] == [1e-3, 1e-3]
   assert picked[(1,)] == points[(1,)]
-  assert at_chosen(points, {"points": []}) == points  # nothing tuned
+  assert at_chosen(points, {}) == points  # nothing tuned
 
 
 def test_values_of_an_axis_over_several_fields_name_their_field():
@@ -488,31 +490,63 @@ def test_values_of_an_axis_over_several_fields_name_their_field():
   from tfx_jax.report.points import context_label, value_label
   rows = [{}, {"model.dropout": 0.0}, {"train.label_smoothing": 0.0},
           {"model.num_heads": 1, "model.d_ff": 256}]
-  axis = {"label": "model.dropout+train.label_smoothing", "values": rows,
-          "fields": ["model.dropout", "train.label_smoothing", "model.num_heads",
-                     "model.d_ff"], "reference": 0}
+  axis = AxisRecord("model.dropout+train.label_smoothing",
+                    ("model.dropout", "train.label_smoothing", "model.num_heads",
+                     "model.d_ff"), tuple(rows), 0)
   assert [value_label(v, axis) for v in rows] == [
       "base", "dropout=0", "label_smoothing=0", "num_heads=1,d_ff=256"]
-  single = _axis("model.activation", ["gelu", "swiglu"])
-  assert value_label(single["values"][1], single) == "swiglu"
-  record = {"axes": [single, axis]}
-  assert context_label(record, (None, 1), 0) == "dropout=0"
-  assert context_label(record, (1, None), 1) == "activation=swiglu"
+  single = AxisRecord.from_json(_axis("model.activation", ["gelu", "swiglu"]))
+  assert value_label(single.values[1], single) == "swiglu"
+  axes = [single, axis]
+  assert context_label(axes, (None, 1), 0) == "dropout=0"
+  assert context_label(axes, (1, None), 1) == "activation=swiglu"
 
 
-def test_the_headline_lists_the_equivalence_margins_in_one_order():
+def test_the_headline_lists_the_equivalence_margins_in_one_order(sweep_dir):
   """The selection metric's margin first, then the others by name, whatever
   order the comparisons come in (the text must not follow the hash seed)."""
   metrics_ = ["eval/ppl@8x", "eval/loss", "eval/ppl@2x", "eval/ppl@4x", "eval/ppl@1x"]
   margins = {"eval/loss": 0.02, "eval/ppl@1x": 1.0, "eval/ppl@2x": 2.0,
              "eval/ppl@4x": 4.0, "eval/ppl@8x": 8.0}
+  record, synthetic = records.read(sweep_dir), schema.read(sweep_dir)
+  comparison = synthetic.comparisons[0]  # a comparison to vary
   texts = set()
   for shift in range(len(metrics_)):
     order = metrics_[shift:] + metrics_[:shift]
-    report = {"comparisons": [{"metric": m, "margin": margins[m]} for m in order],
-              "select_by": "eval/loss", "options": {"alpha": 0.05},
-              "report_split": "test"}
-    texts.add("\n".join(build.headline({}, report, {"forest": "forest.png"})))
+    report = dataclasses.replace(
+        synthetic, comparisons=tuple(dataclasses.replace(comparison, metric=m,
+                                                         margin=margins[m])
+                                     for m in order),
+        select_by="eval/loss", options=schema.Options(alpha=0.05), report_split="test")
+    texts.add("\n".join(build.headline(record, report, {"forest": "forest.png"})))
   (text,) = texts
   assert ("(±0.02 for eval/loss, ±1 for eval/ppl@1x, ±2 for eval/ppl@2x, "
           "±4 for eval/ppl@4x, ±8 for eval/ppl@8x)") in text
+
+
+def test_report_json_is_the_report_serialised_and_reads_back(sweep_dir):
+  """report.json is ``Report.to_json``; ``Report.from_json`` gives the same
+  report back (seeds, which JSON keys as strings, as ints again), and reads a
+  report.json of an earlier version, which lacked the newer keys."""
+  data = json.loads((sweep_dir / "report.json").read_text())
+  report = schema.Report.from_json(data)
+  assert json.loads(json.dumps(report.to_json())) == data
+  assert schema.Report.from_json(json.loads(json.dumps(report.to_json()))) == report
+  post_alibi = report.point((1, 1))
+  assert sorted(post_alibi.compared) == [0, 2]  # seed 1 diverged
+  assert post_alibi.counts == schema.Counts(learned=2, stalled=0, diverged=1)
+  row = next(c for c in report.comparisons if c.context == "position=rope")
+  assert (row.axis, row.value, row.interval.method) == ("model.norm_position", "post", "paired")
+  # Every outcome is counted: the counts hold exactly the outcomes stats knows.
+  assert [f.name for f in dataclasses.fields(schema.Counts)] == list(stats.OUTCOMES)
+  older = json.loads(json.dumps(data))
+  del older["failed"]
+  for point in older["points"]:
+    del point["chosen_at_edge"]
+    for row in point["tuned"]:
+      del row["selection_failed"], row["selection_score"]
+  for row in older["comparisons"]:
+    del row["counts"], row["base_counts"], row["seeds_needed"]
+  old = schema.Report.from_json(older)
+  assert old.failed == () and old.comparisons[0].seeds_needed is None
+  assert [c.text for c in old.comparisons] == [c.text for c in report.comparisons]

@@ -19,31 +19,7 @@ from tfx_jax.errors import ConfigError
 from tfx_jax.layers.positions import rope, rotary_spec, yarn_attention_factor
 from tfx_jax.model_config import model_config_from_dict
 from tfx_jax.models import position_scheme
-
-
-def _rand(seed, *shape):
-  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def _np_rope(x, positions, inv_freq, dims, scale=1.0):
-  """Pairs (x_i, x_{i+r/2}), i < r/2, rotated by t * inv_freq[i] and multiplied
-  by ``scale``; dimensions >= r copied."""
-  B, L, H, _ = x.shape
-  out = x.astype(np.float64).copy()
-  half = dims // 2
-  for b, l, h in np.ndindex(B, L, H):
-    t = positions[b, l]
-    for i in range(half):
-      c, s = math.cos(t * inv_freq[i]), math.sin(t * inv_freq[i])
-      x1, x2 = float(x[b, l, h, i]), float(x[b, l, h, i + half])
-      out[b, l, h, i] = scale * (x1 * c - x2 * s)
-      out[b, l, h, i + half] = scale * (x1 * s + x2 * c)
-  return out
-
-
-def _theta(dims, base):
-  """base^(-2i/r) over the rotated width r, one Python float at a time."""
-  return [base ** (-2.0 * i / dims) for i in range(dims // 2)]
+from references import jnp_rope, np_rope, rand, rope_theta
 
 
 def _np_yarn(dims, base, factor, original):
@@ -55,7 +31,7 @@ def _np_yarn(dims, base, factor, original):
   if low == high:
     high += 0.001
   out = []
-  for i, theta in enumerate(_theta(dims, base)):
+  for i, theta in enumerate(rope_theta(dims, base)):
     ramp = min(max((i - low) / (high - low), 0.0), 1.0)
     keep = 1.0 - ramp
     out.append(theta / factor * (1.0 - keep) + theta * keep)
@@ -67,20 +43,20 @@ def _np_yarn(dims, base, factor, original):
 def test_unscaled_frequencies_are_over_the_rotated_width(dims, base):
   spec = rotary_spec(dims, base)
   assert spec.dims == dims and spec.attention_factor == 1.0
-  np.testing.assert_allclose(spec.inv_freq, _theta(dims, base), rtol=1e-12)
+  np.testing.assert_allclose(spec.inv_freq, rope_theta(dims, base), rtol=1e-12)
 
 
 @pytest.mark.parametrize("factor", [1.0, 2.0, 8.0])
 def test_linear_divides_every_frequency(factor):
   spec = rotary_spec(16, 10000.0, "linear", factor)
-  np.testing.assert_allclose(spec.inv_freq, [t / factor for t in _theta(16, 10000.0)],
+  np.testing.assert_allclose(spec.inv_freq, [t / factor for t in rope_theta(16, 10000.0)],
                              rtol=1e-12)
   assert spec.attention_factor == 1.0
 
 
 def test_linear_scaling_is_position_interpolation():
   """Chen et al. 2023: the scaled model at position t is the unscaled one at t / s."""
-  x = _rand(1, 1, 6, 2, 8)
+  x = rand(1, 1, 6, 2, 8)
   positions = np.asarray([[0, 1, 5, 9, 20, 63]])
   scaled = rope(jnp.asarray(x), jnp.asarray(positions), rotary_spec(8, scaling="linear",
                                                                    factor=4.0))
@@ -92,11 +68,11 @@ def test_linear_scaling_is_position_interpolation():
 @pytest.mark.parametrize("dims,factor", [(8, 2.0), (16, 4.0), (64, 8.0)])
 def test_ntk_raises_the_base(dims, factor):
   spec = rotary_spec(dims, 10000.0, "ntk", factor)
-  want = _theta(dims, 10000.0 * factor ** (dims / (dims - 2)))
+  want = rope_theta(dims, 10000.0 * factor ** (dims / (dims - 2)))
   np.testing.assert_allclose(spec.inv_freq, want, rtol=1e-12)
   assert spec.attention_factor == 1.0
   # The highest frequency is kept, the lowest interpolated by exactly s.
-  theta = _theta(dims, 10000.0)
+  theta = rope_theta(dims, 10000.0)
   assert spec.inv_freq[0] == pytest.approx(theta[0], rel=1e-12)
   assert spec.inv_freq[-1] == pytest.approx(theta[-1] / factor, rel=1e-12)
 
@@ -117,7 +93,7 @@ def test_yarn_frequencies_and_attention_factor(dims, base, factor, original):
                              rtol=1e-12)
   want = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
   assert spec.attention_factor == pytest.approx(want, rel=1e-15)
-  theta = _theta(dims, base)
+  theta = rope_theta(dims, base)
   # Every frequency lies between its interpolated and its original value.
   for got, t in zip(spec.inv_freq, theta):
     assert t / factor * (1 - 1e-12) <= got <= t * (1 + 1e-12)
@@ -159,10 +135,10 @@ def test_partial_rotation_matches_numpy(head_dim, fraction):
   spec = position_scheme(cfg).rotary
   dims = int(head_dim * fraction)
   assert spec.dims == cfg.rope_dims == dims
-  x = _rand(2, 2, 5, 3, head_dim)
+  x = rand(2, 2, 5, 3, head_dim)
   positions = np.asarray([[0, 1, 2, 3, 4], [7, 3, 0, 11, 30]])
   got = np.asarray(rope(jnp.asarray(x), jnp.asarray(positions), spec))
-  np.testing.assert_allclose(got, _np_rope(x, positions, _theta(dims, 10000.0), dims),
+  np.testing.assert_allclose(got, np_rope(x, positions, rope_theta(dims, 10000.0)),
                              rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(got[..., dims:], x[..., dims:])
 
@@ -173,10 +149,10 @@ def test_scaled_partial_rotation_matches_numpy(scaling, factor, original):
   """The scaled frequencies over the rotated width; YaRN's factor multiplies the
   rotated dimensions (cos and sin), never the ones passed through."""
   spec = rotary_spec(8, 10000.0, scaling, factor, original)
-  x = _rand(3, 2, 4, 2, 12)
+  x = rand(3, 2, 4, 2, 12)
   positions = np.asarray([[0, 5, 17, 40], [3, 2, 1, 0]])
   got = np.asarray(rope(jnp.asarray(x), jnp.asarray(positions), spec))
-  want = _np_rope(x, positions, spec.inv_freq, 8, scale=spec.attention_factor)
+  want = np_rope(x, positions, spec.inv_freq, scale=spec.attention_factor)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(got[..., 8:], x[..., 8:])
   if scaling == "yarn":
@@ -195,12 +171,7 @@ def test_scaled_partial_gradient_is_the_transposed_rotation(dims):
   w = jnp.asarray(r.normal(size=x.shape), jnp.float32)
 
   def plain(x):
-    angle = positions[..., None] * jnp.asarray(spec.inv_freq, jnp.float32)
-    cos = spec.attention_factor * jnp.cos(angle)[:, :, None]
-    sin = spec.attention_factor * jnp.sin(angle)[:, :, None]
-    h = dims // 2
-    x1, x2, rest = x[..., :h], x[..., h:dims], x[..., dims:]
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
+    return jnp_rope(x, positions, spec.inv_freq, scale=spec.attention_factor)
 
   got = jax.grad(lambda x: jnp.sum(jnp.sin(rope(x, positions, spec)) * w))(x)
   want = jax.grad(lambda x: jnp.sum(jnp.sin(plain(x)) * w))(x)
@@ -211,7 +182,7 @@ def test_scaled_scores_depend_only_on_offset():
   """Every scaling keeps RoPE relative: q.k depends on i - j only."""
   for spec in (rotary_spec(8, scaling="ntk", factor=4.0),
                rotary_spec(4, scaling="yarn", factor=4.0, original_max_len=8)):
-    q, k = _rand(8, 1, 1, 1, 8), _rand(9, 1, 1, 1, 8)
+    q, k = rand(8, 1, 1, 1, 8), rand(9, 1, 1, 1, 8)
 
     def score(i, j, spec=spec, q=q, k=k):
       qi = rope(jnp.asarray(q), jnp.asarray([[i]]), spec)

@@ -9,9 +9,9 @@ import sys
 import jax
 import pytest
 
-from tfx_jax import run_config, run_setup, sharding, tasks
+from tfx_jax import run_config, run_setup, sharding
+from tfx_jax import tasks
 from tfx_jax.config_base import load_config_file
-from tfx_jax.data import rows as rows_lib
 from tfx_jax.errors import ConfigError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def no_devices(monkeypatch):
 def test_an_8_device_mesh_validates_without_devices(no_devices):
   config = _lm_tiny()
   config.mesh.fsdp = 8
-  assert run_config.validate_run_config(config).family == "decoder_only"
+  assert run_config.resolve(config).model.family == "decoder_only"
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -45,7 +45,7 @@ def test_mesh_sizes_are_checked_without_devices(no_devices, field, value, messag
   config = _lm_tiny()
   config.mesh[field] = value
   with pytest.raises(ConfigError, match=message):
-    run_config.validate_run_config(config)
+    run_config.resolve(config)
 
 
 def test_a_batch_that_explicit_mesh_sizes_cannot_split_fails_without_devices(no_devices):
@@ -53,7 +53,7 @@ def test_a_batch_that_explicit_mesh_sizes_cannot_split_fails_without_devices(no_
   config.mesh.data, config.mesh.fsdp = 2, 4
   config.train.batch_size = 12
   with pytest.raises(ConfigError, match=r"train.batch_size=12 .*mesh.data x mesh.fsdp = 8"):
-    run_config.validate_run_config(config)
+    run_config.resolve(config)
 
 
 def test_the_mesh_is_checked_against_the_devices_when_a_run_starts():
@@ -111,11 +111,10 @@ def test_every_task_loss_and_row_builder_takes_only_its_own_settings():
 
 
 def test_a_row_format_is_bound_to_the_settings_its_builder_names():
-  bound = rows_lib.FORMATS["lm"].bind(tok="T", keys="K", seq_len=8, counts="C", seed=1,
-                                      mask_rate=0.2, n_classes=None, target_seq_len=8)
+  bound = tasks.get("lm").rows.bind(tok="T", keys="K", seq_len=8, counts="C", seed=1,
+                                    mask_rate=0.2, n_classes=None, target_seq_len=8)
   assert bound.keywords == {"tok": "T", "keys": "K", "seq_len": 8, "counts": "C"}
-  assert set(rows_lib.FORMATS) == set(tasks.TASKS)
-  assert all(tasks.TASKS[n].rows is f for n, f in rows_lib.FORMATS.items())
+  assert all(task.rows.name == name for name, task in tasks.TASKS.items())
 
 
 def test_a_resume_compares_the_dataset_version_apart_from_the_name():

@@ -9,7 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from tfx_jax import metrics, run_setup, tasks, texts, trainer
+from tfx_jax import metrics, run_setup, texts, trainer
+from tfx_jax import tasks
+from tfx_jax.tasks import translate
 from tfx_jax.data import rows as rows_lib
 from tfx_jax.data import tokenizer as tokenizer_lib
 from helpers import tiny_config
@@ -142,10 +144,10 @@ def test_translation_sources_keep_their_eos_at_inference_as_in_training():
   seq_len = 8
   long_text = "a source much longer than eight bytes"
   ids = texts.encode_sources(tok, [long_text, "ab"], seq_len, rows=3)
-  row = rows_lib.translate_rows({"en": long_text, "de": "x"}, 0, tok=tok,
-                                keys=type("K", (), {"source_key": "en", "target_key": "de"}),
-                                seq_len=seq_len, target_seq_len=seq_len,
-                                counts=rows_lib.Counts("test"))[0]
+  row = translate.translate_rows({"en": long_text, "de": "x"}, 0, tok=tok,
+                                 keys=type("K", (), {"source_key": "en", "target_key": "de"}),
+                                 seq_len=seq_len, target_seq_len=seq_len,
+                                 counts=rows_lib.Counts("test"))[0]
   np.testing.assert_array_equal(ids[0], row["inputs"])
   assert ids[0, -1] == tok.eos_id
   assert list(ids[1, :3]) == tok.encode("ab") + [tok.eos_id] and not ids[1, 3:].any()

@@ -41,7 +41,7 @@ _SETUP = textwrap.dedent("""
       c.train.update(batch_size=8, seq_len=16, num_steps=3)
       c.optim.update(warmup_steps=1, learning_rate=1e-2)
       c.mesh.update(mesh)
-      return run_setup.ShardedRun(c, run_config.validate_run_config(c))
+      return run_setup.ShardedRun(r := run_config.resolve(c), r.model)
 
     def batches(n):
       rng = np.random.default_rng(0)

@@ -269,19 +269,6 @@ def test_lr_sensitivity_hand_computed_with_a_failed_run():
 
 
 # ---------------------------------------------------------------- run outcomes
-def test_unigram_entropy_matches_scipy():
-  rng = np.random.default_rng(15)
-  counts = rng.integers(0, 50, 100)
-  counts[[3, 17]] = 0
-  assert stats.unigram_entropy(counts) == pytest.approx(scipy_stats.entropy(counts), rel=1e-12)
-  assert stats.unigram_entropy([5, 0, 5]) == pytest.approx(math.log(2))
-  assert stats.unigram_entropy(np.bincount([4, 4, 4])) == 0.0
-  with pytest.raises(ValueError):
-    stats.unigram_entropy([0, 0])
-  with pytest.raises(ValueError):
-    stats.unigram_entropy([3, -1])
-
-
 def test_classify_run_edges():
   h = 4.0
   assert stats.classify_run(3.0, diverged=False, unigram_entropy=h) == "learned"

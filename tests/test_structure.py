@@ -59,7 +59,12 @@ def import_graph() -> dict[str, set[str]]:
                    for a in node.names]
       for target in targets:
         if target.split(".")[0] == "tfx_jax":
-          edges.update(m for m in _with_parents(target, modules) if m != name)
+          # The packages that hold this module ran their __init__ before it:
+          # importing a sibling (tfx_jax.hf.rules from tfx_jax.hf.llama) does not
+          # run tfx_jax.hf again, so it is no edge to it; a name read from it
+          # (`from tfx_jax.hf import X`, target tfx_jax.hf itself) still is.
+          edges.update(m for m in _with_parents(target, modules) if m != name and (
+              m == target or not name.startswith(m + ".")))
     graph[name] = edges
   return graph
 

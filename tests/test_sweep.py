@@ -7,6 +7,7 @@ compilation cache. One 2x2 sweep with 2 seeds (``grid``) serves most tests.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -24,7 +25,8 @@ from tfx_jax import status as status_lib
 from tfx_jax.sweep import cli
 from tfx_jax.sweep import local
 from tfx_jax.sweep import spec as spec_lib
-from helpers import ROOT, TINY, subprocess_env
+from tfx_jax.sweep_record import SweepRecord
+from helpers import ROOT, TINY, subprocess_env, sweep_in_process
 
 # ml_collections loads config files with the deprecated importlib load_module().
 # Its tests start several busy processes at once: the "processes" group
@@ -53,16 +55,7 @@ def sweep(args, env, timeout=600) -> subprocess.CompletedProcess:
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def in_process(args, capsys) -> tuple[int, str, str]:
-  """The sweep command in this process (validation and dry runs start nothing)."""
-  cwd = os.getcwd()
-  os.chdir(ROOT)
-  try:
-    code = cli.main([str(a) for a in args])
-  finally:
-    os.chdir(cwd)
-  out = capsys.readouterr()
-  return code, out.out, out.err
+in_process = sweep_in_process  # validation and dry runs start nothing
 
 
 def final_scalars(workdir: pathlib.Path, tag: str) -> list[tuple[int, float]]:
@@ -193,7 +186,7 @@ def test_bad_zip_and_sweep_file(tmp_path, capsys):
 def test_an_evaluation_runs_only_where_its_condition_holds(tmp_path, capsys):
   """``Evaluation(args, when=...)``: the RoPE run gets the scaled evaluation,
   the others only the plain one; locally, in SLURM scripts and in sweep.json."""
-  from tfx_jax.sweep import slurm, state as state_lib  # pylint: disable=import-outside-toplevel
+  from tfx_jax.sweep import slurm  # pylint: disable=import-outside-toplevel
   file = tmp_path / "pos.py"
   file.write_text(textwrap.dedent("""
       from tfx_jax.sweep import Evaluation, Sweep
@@ -213,12 +206,14 @@ def test_an_evaluation_runs_only_where_its_condition_holds(tmp_path, capsys):
   sweep = cli.declared_sweep(cli._parser().parse_args([str(file)]), {})
   axes, runs = spec_lib.expand(sweep)
   record = cli.build_record(sweep, axes, runs, "cmd", None)
-  assert [len(r["evaluations"]) for r in record["runs"]] == [2, 1]
-  assert record["evaluations"][1]["when"] == {"model.position": "rope"}
+  assert [len(r.evaluations) for r in record.runs] == [2, 1]
+  assert record.evaluations[1].when == {"model.position": "rope"}
   # A sweep.json entry without its own list (older sweeps) falls back to the record's.
-  bare = {k: v for k, v in record["runs"][1].items() if k != "evaluations"}
-  assert state_lib.run_evaluations(record, bare) == [["--lengths", "1x,2x"]]
-  script = slurm.render_script(tmp_path / "runs" / "pos", record, record["runs"], "python",
+  older = record.to_json()
+  del older["runs"][1]["evaluations"]
+  assert [list(e) for e in SweepRecord.from_json(older).runs[1].evaluations] == [
+      ["--lengths", "1x,2x"]]
+  script = slurm.render_script(tmp_path / "runs" / "pos", record, record.runs, "python",
                                tmp_path)
   rope_task, alibi_task = script.split("# position-alibi_s0")
   assert "sweep-1.done" in rope_task and "sweep-1.done" not in alibi_task
@@ -226,6 +221,80 @@ def test_an_evaluation_runs_only_where_its_condition_holds(tmp_path, capsys):
   code, _, err = in_process([f"{file}:other", "--workdir", tmp_path / "runs"], capsys)
   assert code == 2 and "when model.norm_type: no axis, tuned field or override" in err
   assert "'model.position'" in err and not (tmp_path / "runs").exists()
+
+
+def test_sweep_json_is_the_record_serialised_and_reads_back(tmp_path):
+  """A record with every part (tuned runs, conditional evaluations, added
+  seeds, SLURM jobs, margins) reads back from its JSON as it was, override
+  values in their own types."""
+  from tfx_jax import sweep_record  # pylint: disable=import-outside-toplevel
+  sweep = cli.declared_sweep(cli._parser().parse_args(
+      ["--config", "configs/lm.py:tiny", "--axis", "model.activation=relu,swiglu",
+       "--tune", "optim.learning_rate=1e-3,3e-3", "--seeds", "0,1"]),
+      {"train.num_steps": "30", "model.use_bias": "false"})
+  axes, runs = spec_lib.expand(sweep)
+  record = cli.build_record(sweep, axes, runs, "cmd", None,
+                            sweep_record.ReportOptions(stall_margin=0.1))
+  record.added.append(sweep_record.AddedRun("x_s2", 2, record.runs[0].name))
+  record.slurm_jobs.append(sweep_record.SlurmJob("17", "now", "--time=1:00:00",
+                                                 ("a_s0", "b_s0")))
+  record.runs[0].observe(sweep_record.RunProgress("finished", 30, "", 1.5))
+  sweep_record.write(tmp_path, record)
+  again = sweep_record.read(tmp_path)
+  assert dataclasses.replace(again, updated="") == record
+  overrides = again.runs[-1].overrides
+  assert overrides["optim.learning_rate"] == 3e-3 and isinstance(
+      overrides["optim.learning_rate"], float)
+  assert overrides["train.num_steps"] == 30 and overrides["model.use_bias"] is False
+  # The keys a reader of sweep.json (the README, a script) knows.
+  data = json.loads((tmp_path / "sweep.json").read_text())
+  assert {"name", "config", "overrides", "seeds", "axes", "runs", "command", "tune",
+          "select_by", "report_split", "report_options", "slurm_jobs", "added"} <= set(data)
+  assert {"name", "seed", "values", "tuned", "overrides", "state", "step", "reason",
+          "attempts", "wall_seconds", "compile_seconds"} <= set(data["runs"][0])
+
+
+def test_a_sweep_written_by_an_earlier_version_resumes_and_reports(tmp_path, capsys):
+  """sweep.json as the first sweeps wrote it (no tuning, no per-run
+  evaluations, no added seeds or margins): the same command reads it, keeps
+  its runs' attempts and times, finds them finished and writes the report."""
+  names = ["activation-relu_s0", "activation-swiglu_s0"]
+  sweep_dir = tmp_path / "runs" / "old"
+  for name, loss in zip(names, (5.0, 4.5)):
+    workdir = sweep_dir / name
+    workdir.mkdir(parents=True)
+    with metrics.MetricWriter(workdir / "tensorboard") as w:
+      w.write_scalars(20, {"eval/loss": loss, "train/loss": loss})
+    status_lib.write_status(workdir, "finished", 20)
+  old = {
+      "name": "old", "description": "", "config": "configs/lm.py:tiny", "overrides": {},
+      "seeds": [0], "evaluations": [],
+      "axes": [{"label": "model.activation", "fields": ["model.activation"],
+                "values": [{"model.activation": "relu"}, {"model.activation": "swiglu"}],
+                "reference": 0}],
+      "base_values": {"model.activation": "relu"}, "command": "python -m tfx_jax.sweep ...",
+      "cwd": str(ROOT), "created": "2025-01-31T12:00:00+00:00", "slurm_jobs": [],
+      "runs": [{"name": name, "seed": 0, "values": [{"model.activation": act}],
+                "overrides": {"model.activation": act, "seed": 0}, "state": "running",
+                "step": 10, "reason": "", "attempts": 1, "wall_seconds": 12.5,
+                "compile_seconds": 2.0}
+               for name, act in zip(names, ("relu", "swiglu"))],
+      "updated": "2025-01-31T12:05:00+00:00"}
+  (sweep_dir / "sweep.json").write_text(json.dumps(old))
+  code, out, err = in_process(["--config", "configs/lm.py:tiny", "--axis",
+                               "model.activation=relu,swiglu", "--name", "old",
+                               "--workdir", tmp_path / "runs"], capsys)
+  assert code == 0, out + err
+  assert "nothing to run" in out and "2 finished" in out
+  record = json.loads((sweep_dir / "sweep.json").read_text())
+  assert record["created"] == old["created"]
+  assert [(r["state"], r["attempts"], r["wall_seconds"]) for r in record["runs"]] == [
+      ("finished", 1, 12.5)] * 2
+  assert record["report_split"] == "validation" and record["tune"] == {}
+  report = json.loads((sweep_dir / "report.json").read_text())
+  assert [p["values"] for p in report["points"]] == [{"model.activation": "relu"},
+                                                     {"model.activation": "swiglu"}]
+  assert "| swiglu | 1 | 1 | 0 | 0 | 4.5000 |" in (sweep_dir / "report.md").read_text()
 
 
 # ------------------------------------------------------------- running it

@@ -20,29 +20,14 @@ from tfx_jax import status as status_lib
 from tfx_jax import run_setup, trainer
 from tfx_jax.data.sources import embedded_datasets
 from tfx_jax.errors import ConfigError
-from helpers import ROOT, cli_flags, compilation_cache, run_cli, tiny_config
+from helpers import train, train_cli
 
 # ml_collections loads config files with the deprecated importlib load_module().
-pytestmark = pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
+              pytest.mark.usefixtures("shared_compilation_cache")]
 
 TRAIN_TAGS = ("train/loss", "train/learning_rate", "train/grad_norm",
               "train/tokens_per_sec")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _shared_compilation_cache(tmp_path_factory):
-  with compilation_cache(tmp_path_factory.getbasetemp() / "jax_cache"):
-    yield
-
-
-def train(spec: str, workdir, overrides: dict | None = None) -> trainer.RunResult:
-  return trainer.train_and_evaluate(tiny_config(spec, overrides), str(workdir))
-
-
-def cli(spec: str, workdir, overrides: dict | None = None):
-  """The training command, in this process: (exit code, stdout, stderr)."""
-  return run_cli(["--config", f"{ROOT / 'configs' / spec}", "--workdir", str(workdir),
-                  *cli_flags(overrides)])
 
 
 def checkpoint_steps(workdir: pathlib.Path) -> list[int]:
@@ -159,8 +144,8 @@ def test_finished_run_started_again_does_nothing(lm_run, monkeypatch, capsys):
 def test_incompatible_config_in_an_existing_workdir(lm_run, monkeypatch):
   workdir, _, _ = lm_run
   monkeypatch.setattr(run_setup, "ShardedRun", must_not_run)
-  code, _, err = cli("lm.py:tiny", workdir, {"model.d_model": 64, "train.batch_size": 8,
-                                             "optim.learning_rate": 1e-2})
+  code, _, err = train_cli("lm.py:tiny", workdir, {"model.d_model": 64, "train.batch_size": 8,
+                                                   "optim.learning_rate": 1e-2})
   assert code == 2 and "Traceback" not in err
   assert "model.d_model: saved 32 -> new 64" in err
   assert "train.batch_size: saved 4 -> new 8" in err
@@ -194,13 +179,13 @@ def test_unwritable_workdir_fails_before_any_work(tmp_path, monkeypatch):
   with pytest.raises(ConfigError, match="not writable") as error:
     train("lm.py:tiny", workdir)
   assert str(workdir) in str(error.value)
-  code, _, err = cli("lm.py:tiny", workdir)
+  code, _, err = train_cli("lm.py:tiny", workdir)
   assert code == 2 and "not writable" in err and "Traceback" not in err
 
 
 def test_unknown_dataset_lists_the_available_ones(tmp_path, monkeypatch):
   monkeypatch.setattr(run_setup, "ShardedRun", must_not_run)
-  code, _, err = cli("lm.py:tiny", tmp_path / "run", {"data.name": "tfx_shakespaere"})
+  code, _, err = train_cli("lm.py:tiny", tmp_path / "run", {"data.name": "tfx_shakespaere"})
   assert code == 2 and "Traceback" not in err
   assert "data.name='tfx_shakespaere'" in err
   for name in embedded_datasets():

@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 from absl import flags
 
-from tfx_jax.errors import ConfigError, did_you_mean
+from tfx_jax.errors import ConfigError
 
 
-def new_flags() -> flags.FlagValues:
+# {id(flag registry): explain(argv) -> message or None}: how a command that takes
+# ``--config.*`` overrides names a bad one (``config_base.unknown_override``);
+# declared by the command, so this module stays below everything it serves.
+_EXPLAIN: dict[int, Callable[[list[str]], str | None]] = {}
+
+
+def new_flags(explain: Callable[[list[str]], str | None] | None = None
+              ) -> flags.FlagValues:
   """A command's own flag registry.
 
   Each command module defines its flags here rather than in absl's global
   registry, so importing several commands in one process (tests, notebooks,
-  the trainer importing the text library) never clashes.
+  the trainer importing the text library) never clashes. ``explain(argv)``
+  names what is wrong with the arguments when the flags fail to parse (e.g.
+  an override of a field the config does not have, with a suggestion).
   """
   fv = flags.FlagValues()
+  if explain is not None:
+    _EXPLAIN[id(fv)] = explain
   flags.DEFINE_integer("verbosity", -1, "absl logging verbosity: -1 warnings only, "
                        "0 info.", flag_values=fv)
   return fv
@@ -42,7 +54,8 @@ def run_main(main, flag_values: flags.FlagValues, argv=None) -> None:
   try:
     remaining = flag_values(argv)
   except (flags.Error, KeyError, TypeError, ValueError, AttributeError) as e:
-    print(f"error: {_unknown_field(argv) or _clean(str(e))}", file=sys.stderr)
+    explain = _EXPLAIN.get(id(flag_values))
+    print(f"error: {(explain and explain(argv)) or _clean(str(e))}", file=sys.stderr)
     sys.exit(2)
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()  # absl logging reads the global registry
@@ -62,44 +75,6 @@ def exit_code(main, *args) -> int:
   except ConfigError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-
-
-def _unknown_field(argv) -> str | None:
-  """Names an override path that is not a config field, with a suggestion."""
-  config = _config_from_argv(argv)
-  if config is None:
-    return None
-  for arg in argv[1:]:
-    if not arg.startswith("--config."):
-      continue
-    path = arg[len("--config."):].split("=", 1)[0].split(".")
-    node, seen = config, []
-    for key in path:
-      keys = list(node.keys()) if hasattr(node, "keys") else []
-      if key not in keys:
-        where = ".".join(["config"] + seen)
-        hint = did_you_mean(key, keys, prefix="".join(f"{k}." for k in seen))
-        return (f"{'.'.join(seen + [key])!r} is not a config field.{hint} "
-                f"Fields of {where}: {', '.join(sorted(keys))}.")
-      node, seen = node[key], seen + [key]
-  return None
-
-
-def _config_from_argv(argv):
-  """Loads the ``--config file[:preset]`` named in ``argv`` (None if it fails)."""
-  from tfx_jax.config_base import load_config_file
-  spec_arg = None
-  for i, arg in enumerate(argv):
-    if arg == "--config" and i + 1 < len(argv):
-      spec_arg = argv[i + 1]
-    elif arg.startswith("--config="):
-      spec_arg = arg.split("=", 1)[1]
-  if not spec_arg:
-    return None
-  try:
-    return load_config_file(spec_arg)
-  except Exception:  # pylint: disable=broad-except
-    return None
 
 
 def _clean(msg: str) -> str:

@@ -7,7 +7,6 @@ locked (a typo fails with a suggestion) and overridden from the command line
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import pathlib
 from typing import Any, Mapping
@@ -15,7 +14,8 @@ from typing import Any, Mapping
 import ml_collections
 from ml_collections import config_dict
 
-from tfx_jax.errors import ConfigError
+from tfx_jax import typed_config
+from tfx_jax.errors import ConfigError, did_you_mean
 from tfx_jax.model_config import ModelConfig
 
 
@@ -25,103 +25,22 @@ def model_defaults() -> ml_collections.ConfigDict:
   ``model.dtype`` is the deprecated name of the top-level ``compute_dtype``
   (the one computation-dtype field): still accepted, unset by default.
   """
-  model = ml_collections.ConfigDict(
-      {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name != "dtype"})
+  model = typed_config.defaults(ModelConfig, skip=("dtype",))
   model.dtype = config_dict.placeholder(str)
   return model
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """Defaults for every section; config files change what they need, then lock."""
+  """Defaults for every section, generated from the section dataclasses of
+  ``run_config`` (their fields, types and comments say what each one means);
+  config files change what they need, then lock."""
+  from tfx_jax.run_config import SECTIONS  # pylint: disable=import-outside-toplevel
   c = ml_collections.ConfigDict()
   c.seed = 0
-  c.task = "lm"  # lm | translate | mlm | classify
+  c.task = "lm"  # lm | translate | mlm | classify (tfx_jax/tasks)
   c.model = model_defaults()
-
-  c.data = ml_collections.ConfigDict()
-  c.data.name = "tfx_shakespeare"
-  c.data.data_dir = config_dict.placeholder(str)
-  c.data.tokenizer = "sentencepiece"  # sentencepiece | byte | hf
-  # data.tokenizer=hf: an HF tokenizer file (SentencePiece model or tokenizer.json),
-  # as python -m tfx_jax.convert from-hf copies it into the run's workdir.
-  c.data.tokenizer_file = config_dict.placeholder(str)
-  c.data.vocab_size = 4096
-  c.data.mask_rate = 0.15
-  # The split is read as this many grain pipelines (strided shards), divided
-  # among the processes; each process reads only its own. The global batch is
-  # one sub-batch per shard, so a fixed count gives the same batches on any
-  # number of processes that divides it or is a multiple of it. 0: one shard
-  # per process when the run starts (a resumed run keeps its checkpoint's).
-  c.data.num_shards = 0
-  c.data.text_key = config_dict.placeholder(str)
-  c.data.source_key = config_dict.placeholder(str)
-  c.data.target_key = config_dict.placeholder(str)
-  c.data.label_key = config_dict.placeholder(str)
-  # data.name=files: your own corpus (tfx_jax/data/files_corpus.py). Comma-
-  # separated glob patterns of .txt/.text, .jsonl/.json or .parquet files; the
-  # *_key fields above name their JSON fields / Parquet columns (text_key
-  # default: "text"). A split without files is held out of train_files by
-  # document: holdout_fraction of its documents each, ranked by a hash of
-  # (holdout_seed, document), so a run's seed does not change the splits.
-  c.data.train_files = config_dict.placeholder(str)
-  c.data.validation_files = config_dict.placeholder(str)
-  c.data.test_files = config_dict.placeholder(str)
-  c.data.text_layout = "file"  # file | paragraphs: a .txt document per file or blank-line block
-  c.data.holdout_fraction = 0.05
-  c.data.holdout_seed = 0
-
-  c.train = ml_collections.ConfigDict()
-  c.train.num_steps = 1000
-  c.train.batch_size = 32
-  c.train.seq_len = 128
-  c.train.log_every_steps = 50
-  c.train.label_smoothing = 0.0
-  # z-loss (PaLM: 1e-4): the objective + z_loss * log^2 Z of the output softmax,
-  # averaged over tokens, logged as train/z_loss (train/output_log_z, the mean
-  # log Z, is logged always).
-  c.train.z_loss = 0.0
-  c.train.on_nonfinite = "stop"  # stop | skip
-  # Per-layer gradient, parameter and update norms as TensorBoard scalars
-  # (layer_stats/<kind>_norm/<stack>_<NN>) and each layer's largest
-  # self-attention logit (layer_stats/max_attention_logit/<stack>_<NN>),
-  # computed inside the jitted step.
-  c.train.log_layer_stats = False
-
-  c.eval = ml_collections.ConfigDict()
-  c.eval.every_steps = 200
-  c.eval.num_batches = 8
-  c.eval.batch_size = 32
-  c.eval.num_bleu_examples = 64  # translation: BLEU on a fixed validation subset
-  c.eval.num_samples = 3  # decoded samples written to TensorBoard text
-
-  c.checkpoint = ml_collections.ConfigDict()
-  c.checkpoint.every_steps = 500
-  c.checkpoint.max_to_keep = 3
-
-  c.optim = ml_collections.ConfigDict()
-  c.optim.optimizer = "adamw"  # adam | adamw | adafactor
-  c.optim.learning_rate = 1e-3
-  c.optim.schedule = "cosine"  # inverse_sqrt | cosine | linear | constant
-  c.optim.warmup_steps = 100
-  c.optim.scale_by_d_model = False  # the Transformer paper's d_model^-0.5 factor
-  c.optim.b1 = 0.9
-  c.optim.b2 = 0.98
-  c.optim.eps = 1e-9
-  c.optim.weight_decay = 0.0
-  c.optim.grad_clip_norm = 1.0
-  c.optim.decay_steps = 0  # cosine, linear: 0 = train.num_steps
-  c.optim.min_lr_ratio = 0.1
-  c.optim.accumulate_steps = 1
-
-  c.finetune = ml_collections.ConfigDict()
-  c.finetune.init_checkpoint = config_dict.placeholder(str)  # a workdir or checkpoints dir
-  c.finetune.lambda_pt = 0.5  # L = L_FT + lambda * L_PT (decoder_only)
-
-  # Mesh axis sizes (-1: all remaining devices) and logical -> mesh axis rules.
-  c.mesh = ml_collections.ConfigDict()
-  c.mesh.data = -1
-  c.mesh.fsdp = 1
-  c.mesh.tensor = 1
+  for name, kind in SECTIONS.items():
+    c[name] = typed_config.defaults(kind)
   # The computation dtype, float32 | bfloat16; parameters, optimizer state and
   # the loss's softmax statistics stay float32.
   c.compute_dtype = "float32"
@@ -181,3 +100,93 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
     return module.get_config(preset) if preset else module.get_config()
   except (ValueError, KeyError) as e:
     raise ConfigError(f"--config {spec}: {e}") from None
+
+
+# ------------------------------------------------------------- overrides
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+
+
+def find_field(config, path: str) -> tuple[Any, str]:
+  """(the ConfigDict holding ``path``'s last key, that key).
+
+  A key that is not there is a ConfigError with a suggestion and the fields of
+  the section it was looked up in: the one "did you mean" of the command line,
+  the sweep and the benchmarks.
+  """
+  node, seen = config, []
+  keys = path.split(".")
+  for i, key in enumerate(keys):
+    fields = list(node.keys()) if hasattr(node, "keys") else []
+    if key not in fields:
+      where = ".".join(["config"] + seen)
+      hint = did_you_mean(key, fields, prefix="".join(f"{k}." for k in seen))
+      raise ConfigError(f"{'.'.join(seen + [key])!r} is not a config field.{hint} "
+                        f"Fields of {where}: {', '.join(sorted(fields))}.")
+    if i == len(keys) - 1:
+      return node, key
+    node, seen = node[key], seen + [key]
+  raise AssertionError(path)
+
+
+def coerce(config, path: str, value: Any) -> Any:
+  """``value`` (a command-line string or a Python value) as ``path``'s type,
+  as ``--config.a.b=v`` parses it."""
+  node, key = find_field(config, path)
+  if hasattr(node[key], "keys"):
+    raise ConfigError(f"{path!r} is a section, not a field; set one of its fields: "
+                      f"{', '.join(sorted(node[key].keys()))}.")
+  kind = node.get_type(key)
+  if not isinstance(value, str) or kind is str:
+    return value
+  text = value.strip()
+  try:
+    if kind is bool:
+      if text.lower() not in _TRUE + _FALSE:
+        raise ValueError
+      return text.lower() in _TRUE
+    if kind is int:
+      return int(text)
+    if kind is float:
+      return float(text)
+  except ValueError:
+    raise ConfigError(f"{path}={value!r} is not a valid {kind.__name__}.") from None
+  return value
+
+
+def apply_overrides(config, overrides: Mapping[str, Any]) -> None:
+  """Sets each dotted path of ``overrides`` on the locked ``config``, typed."""
+  for path, value in overrides.items():
+    node, key = find_field(config, path)
+    typed = coerce(config, path, value)
+    try:
+      setattr(node, key, typed)
+    except (TypeError, ValueError) as e:
+      kind = node.get_type(key).__name__
+      raise ConfigError(f"{path}={value!r} does not fit the field's type "
+                        f"({kind}): {e}") from None
+
+
+def unknown_override(argv: list[str]) -> str | None:
+  """What is wrong with a ``--config.a.b=v`` of ``argv`` whose path is not a field
+  of the ``--config`` file named there (a suggestion and the section's fields);
+  None when every path is a field or the config file does not load."""
+  spec = None
+  for i, arg in enumerate(argv):
+    if arg == "--config" and i + 1 < len(argv):
+      spec = argv[i + 1]
+    elif arg.startswith("--config="):
+      spec = arg.split("=", 1)[1]
+  if not spec:
+    return None
+  try:
+    config = load_config_file(spec)
+  except Exception:  # pylint: disable=broad-except
+    return None
+  for arg in argv[1:]:
+    if arg.startswith("--config."):
+      try:
+        find_field(config, arg[len("--config."):].split("=", 1)[0])
+      except ConfigError as e:
+        return str(e)
+  return None

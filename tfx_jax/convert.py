@@ -36,7 +36,7 @@ from tfx_jax import run_config, run_setup
 from tfx_jax.cli import exit_code
 from tfx_jax.config_base import base_config
 from tfx_jax.errors import ConfigError
-from tfx_jax.hf.registry import ARCHITECTURES, Architecture, architecture_for
+from tfx_jax.hf import ARCHITECTURES, Architecture, architecture_for
 from tfx_jax.model_config import ModelConfig, is_windowed, model_config_from_dict
 
 # HF tokenizer files, in order of preference: SentencePiece models, then tokenizer.json.
@@ -241,8 +241,8 @@ def import_run(hf_dir, workdir) -> pathlib.Path:
   cfg, params = from_hf(hf_dir)
   config = imported_run_config(arch, cfg, _copy_tokenizer(hf_dir, workdir, hf_cfg))
   (workdir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
-  model_cfg = run_config.resolve_model_config(config)
-  sharded = run_setup.ShardedRun(config, model_cfg)
+  run = run_config.resolve(config)
+  sharded = run_setup.ShardedRun(run, run.model)
   state = sharded.init_state()
   state = state.replace(params=jax.device_put(params, sharded.state_shardings.params))
   with ckpt_lib.Checkpointer(workdir / "checkpoints") as ckpt:
@@ -256,7 +256,7 @@ def export_run(workdir, out_dir, step: int | None = None) -> Architecture:
   from tfx_jax import trained_run
   # Checked on the config first: nothing is restored or written for a variant
   # HF cannot represent.
-  export_architecture(run_config.resolve_model_config(trained_run.load_config(workdir)))
+  export_architecture(run_config.resolve_model(trained_run.load_config(workdir)))
   run = trained_run.load_run(workdir, step)
   special = None
   tok_dir = pathlib.Path(workdir) / "tokenizer"

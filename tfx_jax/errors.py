@@ -23,3 +23,20 @@ def did_you_mean(word: str, choices: Iterable[str], *, prefix: str = "") -> str:
   """
   close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.4)
   return f" Did you mean {prefix + close[0]!r}?" if close else ""
+
+
+class InactiveSetting(ConfigError):
+  """A setting that has no effect where it is set (``field`` at a value other than
+  ``default`` while another field makes it unused, e.g. a RoPE scaling factor with
+  ``rope_scaling='none'``).
+
+  A single run refuses it: a user who set it expected it to act. In a sweep,
+  where one shared setting meets every point, the points at which it is
+  inactive run with the field at ``default`` instead, which computes the same
+  thing, and the sweep says so for those runs.
+  """
+
+  def __init__(self, field: str, default, message: str):
+    super().__init__(message)
+    self.field = field
+    self.default = default

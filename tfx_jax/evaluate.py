@@ -95,7 +95,7 @@ def _rope_scaled(workdir, multiples):
                       "too (e.g. --lengths 1x,2x,4x).")
   config = load_config(workdir)
   return scoring.with_rope_scaling(
-      run_config.validate_run_config(config), int(config.train.seq_len),
+      run_config.resolve(config).model, int(config.train.seq_len),
       _ROPE_SCALING.value, _ROPE_FACTOR.value, _ROPE_ORIGINAL.value)
 
 

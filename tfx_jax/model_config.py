@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Annotated, Any, Literal, Mapping, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, Mapping, get_args
 
-from tfx_jax.errors import ConfigError, did_you_mean
+from tfx_jax import typed_config
+from tfx_jax.errors import ConfigError, InactiveSetting
 
 Family = Literal["encoder_decoder", "decoder_only", "encoder_only"]
 NormPosition = Literal["post", "pre", "sandwich", "deepnorm"]
@@ -224,35 +225,6 @@ def deepnorm_constants(family: str, num_encoder_layers: int,
 _FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
 
 
-# The valid values of each string field, from its Literal type.
-_CHOICES = {name: get_args(kind) for name, kind in get_type_hints(ModelConfig).items()
-            if get_origin(kind) is Literal}
-
-
-def _check_type(name: str, value: Any) -> Any:
-  default = _FIELDS[name].default
-  kind = type(default)
-  if kind is bool:
-    if not isinstance(value, bool):
-      raise ConfigError(f"model.{name} must be true or false, got {value!r}.")
-  elif kind is int:
-    if isinstance(value, bool) or not isinstance(value, int):
-      raise ConfigError(f"model.{name} must be an integer, got {value!r}.")
-  elif kind is float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise ConfigError(f"model.{name} must be a number, got {value!r}.")
-    value = float(value)
-    if not math.isfinite(value):
-      raise ConfigError(f"model.{name} must be finite, got {value!r}.")
-  elif kind is str:
-    choices = _CHOICES[name]
-    if value not in choices:
-      raise ConfigError(
-          f"model.{name}={value!r} is not a valid choice; choose one of: "
-          f"{', '.join(choices)}.")
-  return value
-
-
 def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
   """Checks cross-field constraints; returns ``cfg`` unchanged if valid."""
 
@@ -295,7 +267,8 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
     for name in ("rope_fraction", "rope_scaling", "rope_scaling_factor",
                  "rope_original_max_len"):
       if getattr(cfg, name) != _FIELDS[name].default:
-        raise ConfigError(
+        raise InactiveSetting(
+            f"model.{name}", _FIELDS[name].default,
             f"model.{name}={getattr(cfg, name)!r} needs model.position='rope' (position "
             f"is {cfg.position!r}); leave it at {_FIELDS[name].default!r} or use rope.")
   if not 0.0 < cfg.rope_fraction <= 1.0:
@@ -309,7 +282,8 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
     raise ConfigError(
         f"model.rope_scaling_factor must be >= 1, got {cfg.rope_scaling_factor}.")
   if cfg.rope_scaling == "none" and cfg.rope_scaling_factor != 1.0:
-    raise ConfigError(
+    raise InactiveSetting(
+        "model.rope_scaling_factor", 1.0,
         f"model.rope_scaling_factor={cfg.rope_scaling_factor} has no effect with "
         "model.rope_scaling='none'; choose one of: "
         f"{', '.join(get_args(RopeScaling)[1:])}.")
@@ -320,7 +294,8 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         "length the model was trained at (YaRN scales each frequency by how many "
         "turns it makes over that length).")
   if cfg.rope_scaling != "yarn" and cfg.rope_original_max_len:
-    raise ConfigError(
+    raise InactiveSetting(
+        "model.rope_original_max_len", 0,
         f"model.rope_original_max_len={cfg.rope_original_max_len} is read by "
         f"model.rope_scaling='yarn' only (rope_scaling is {cfg.rope_scaling!r}); "
         "leave it at 0.")
@@ -334,7 +309,9 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         f"model.t5_num_buckets must be >= 4, got {cfg.t5_num_buckets}.")
   if cfg.family != "encoder_decoder" and (cfg.num_encoder_layers or
                                            cfg.num_decoder_layers):
-    raise ConfigError(
+    raise InactiveSetting(
+        "model.num_encoder_layers" if cfg.num_encoder_layers else "model.num_decoder_layers",
+        0,
         "model.num_encoder_layers / model.num_decoder_layers apply to "
         f"family='encoder_decoder' only (family is {cfg.family!r}); "
         "set model.num_layers instead.")
@@ -352,7 +329,8 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
   positive("attention_window", allow_zero=True)
   positive("global_every", allow_zero=True)
   if cfg.global_every and not cfg.attention_window:
-    raise ConfigError(
+    raise InactiveSetting(
+        "model.global_every", 0,
         f"model.global_every={cfg.global_every} chooses which layers attend fully "
         "among windowed ones; set model.attention_window > 0 as well (0 = every "
         "layer attends fully).")
@@ -376,21 +354,10 @@ def model_config_from_dict(d: Mapping[str, Any] | Any, *,
 
   Raises :class:`ConfigError` naming the field, the value and the valid
   choices for unknown keys, wrong types, out-of-range values and incompatible
-  combinations. Nothing is traced or compiled here.
+  combinations (:class:`InactiveSetting` for a setting that would have no
+  effect). Nothing is traced or compiled here.
   """
-  if hasattr(d, "to_dict"):
-    d = d.to_dict()
-  values = {}
-  for key, value in dict(d).items():
-    if key not in _FIELDS:
-      hint = did_you_mean(key, _FIELDS)
-      raise ConfigError(
-          f"model.{key} is not a model field.{hint} Valid fields: "
-          f"{', '.join(sorted(_FIELDS))}.")
-    if value is None:  # an unset placeholder: keep the default
-      continue
-    values[key] = _check_type(key, value)
-  return validate(ModelConfig(**values), seq_len=seq_len)
+  return validate(typed_config.read(ModelConfig, "model", d), seq_len=seq_len)
 
 
 def position_capacity(cfg: ModelConfig) -> int | None:

@@ -1,8 +1,10 @@
-"""Learning-rate schedules, optimizers and the label-smoothed loss.
+"""The ``optim`` section: learning-rate schedules and optimizers.
 
-Everything is built from the `optim` section of a run config; the fields read
-are listed in `make_schedule` and `make_optimizer`. Invalid values raise
-`ConfigError` naming the field, the value and the valid choices.
+:class:`OptimConfig` holds the section's fields with their types and choices;
+:func:`resolve` checks it once (every rule, and the values derived from the
+run's length) and the builders below take the resolved section and check
+nothing again. Invalid values raise ``ConfigError`` naming the field, the value
+and the valid choices.
 
 Step convention: optax calls a schedule with `count`, the number of updates
 already applied (0 for the first update). The formulas below are written, as in
@@ -15,30 +17,49 @@ rate (e.g. `d_model^-0.5 * warmup^-1.5` for the Transformer schedule) and
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from tfx_jax.errors import ConfigError
+from tfx_jax import typed_config
+from tfx_jax.errors import ConfigError, InactiveSetting
 
-
-OPTIMIZERS = ("adam", "adamw", "adafactor")
-SCHEDULES = ("inverse_sqrt", "cosine", "linear", "constant")
+Optimizer = Literal["adam", "adamw", "adafactor"]
+Schedule = Literal["inverse_sqrt", "cosine", "linear", "constant"]
+OPTIMIZERS = get_args(Optimizer)
+SCHEDULES = get_args(Schedule)
 
 # Leaf names that never get weight decay, whatever their rank: with scan over
 # layers a bias or norm scale of shape [D] is stored stacked as [layers, D], so
 # rank alone does not identify them.
 NO_DECAY_NAMES = ("bias", "scale")
 
+# Where the decay's end is derived (decay_steps = 0: the run's length) and the
+# warmup would not end before it, the warmup is capped at this share of the run.
+DERIVED_WARMUP_SHARE = 0.1
 
-def _choice(cfg: Any, field: str, choices: tuple[str, ...]) -> str:
-  value = getattr(cfg, field)
-  if value not in choices:
-    raise ConfigError(
-        f"optim.{field}={value!r} is not valid; choose one of {list(choices)}")
-  return value
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+  """``config.optim``. After :func:`resolve`, ``decay_steps`` is the step at
+  which the decay ends (never 0) and ``warmup_steps`` the warmup the run uses."""
+
+  optimizer: Optimizer = "adamw"
+  learning_rate: float = 1e-3
+  schedule: Schedule = "cosine"
+  warmup_steps: int = 100
+  scale_by_d_model: bool = False  # the Transformer paper's d_model^-0.5 factor
+  b1: float = 0.9
+  b2: float = 0.98
+  eps: float = 1e-9
+  weight_decay: float = 0.0
+  grad_clip_norm: float = 1.0  # 0 = off
+  decay_steps: int = 0  # cosine, linear: the step the decay ends; 0 = train.num_steps
+  min_lr_ratio: float = 0.1  # cosine: the rate ends at min_lr_ratio x peak
+  accumulate_steps: int = 1  # gradients of k micro-batches per update; 1 = off
 
 
 def _check(ok: bool, field: str, value: Any, requirement: str) -> None:
@@ -46,58 +67,70 @@ def _check(ok: bool, field: str, value: Any, requirement: str) -> None:
     raise ConfigError(f"optim.{field}={value!r} is not valid: {requirement}")
 
 
-def check_config(optim_cfg: Any, *, num_train_steps: int) -> None:
-  """Every check of the ``optim`` section, without building anything.
+def resolve(section: Any, *, num_train_steps: int) -> tuple[OptimConfig, tuple[str, ...]]:
+  """The ``optim`` section read, checked and completed for a run of
+  ``num_train_steps`` updates: (resolved section, notes for the run's log).
 
-  ``make_schedule`` and ``make_optimizer`` call it first; the run config's
-  validation calls it alone (``run_config.validate_run_config``).
+  ``decay_steps`` 0 becomes the run's length. Where that derived end does not
+  come after ``warmup_steps`` (a short run of a preset with a long warmup, e.g.
+  ``--config.train.num_steps=30`` with a warmup of 30), the warmup is capped at
+  a tenth of the run and a note says so; a ``decay_steps`` the user set that
+  does not come after the warmup is an error naming both fields.
   """
-  kind = _choice(optim_cfg, "schedule", SCHEDULES)
-  _choice(optim_cfg, "optimizer", OPTIMIZERS)
-  lr = float(optim_cfg.learning_rate)
-  warmup = int(optim_cfg.warmup_steps)
+  cfg = section if isinstance(section, OptimConfig) else typed_config.read(
+      OptimConfig, "optim", section)
+  kind, warmup, lr = cfg.schedule, cfg.warmup_steps, cfg.learning_rate
   _check(lr > 0, "learning_rate", lr, "must be > 0")
   _check(warmup >= 0, "warmup_steps", warmup, "must be >= 0")
-  if optim_cfg.scale_by_d_model:
+  _check(cfg.decay_steps >= 0, "decay_steps", cfg.decay_steps,
+         "must be >= 0 (0 = train.num_steps)")
+  if cfg.scale_by_d_model:
     _check(kind == "inverse_sqrt", "scale_by_d_model", True,
            f"only valid with schedule='inverse_sqrt' (got schedule={kind!r})")
     _check(warmup > 0, "warmup_steps", warmup,
            "must be > 0 when scale_by_d_model is set")
   if kind == "inverse_sqrt":
-    _check(warmup > 0, "warmup_steps", warmup,
-           "must be > 0 for schedule='inverse_sqrt'")
-  if kind in ("cosine", "linear"):
-    decay_steps = int(optim_cfg.decay_steps) or int(num_train_steps)
-    _check(decay_steps > warmup, "decay_steps", decay_steps,
-           f"must be > warmup_steps ({warmup}) for schedule={kind!r}")
+    _check(warmup > 0, "warmup_steps", warmup, "must be > 0 for schedule='inverse_sqrt'")
+  notes = []
+  decay_steps = cfg.decay_steps or int(num_train_steps)
+  if kind in ("cosine", "linear") and decay_steps <= warmup:
+    if cfg.decay_steps:
+      _check(False, "decay_steps", cfg.decay_steps,
+             f"must be > optim.warmup_steps ({warmup}) for schedule={kind!r}")
+    capped = int(decay_steps * DERIVED_WARMUP_SHARE)
+    notes.append(
+        f"optim.warmup_steps={warmup} does not end before the {kind} decay, which ends "
+        f"at train.num_steps={decay_steps} (optim.decay_steps=0); the warmup is capped "
+        f"at {capped} steps, a tenth of the run. Set optim.warmup_steps (or "
+        "optim.decay_steps) to choose.")
+    warmup = capped
   if kind == "cosine":
-    min_ratio = float(optim_cfg.min_lr_ratio)
-    _check(0.0 <= min_ratio <= 1.0, "min_lr_ratio", min_ratio, "must be in [0, 1]")
+    _check(0.0 <= cfg.min_lr_ratio <= 1.0, "min_lr_ratio", cfg.min_lr_ratio,
+           "must be in [0, 1]")
   for field in ("b1", "b2"):
-    value = float(getattr(optim_cfg, field))
+    value = getattr(cfg, field)
     _check(0.0 <= value < 1.0, field, value, "must be in [0, 1)")
-  _check(float(optim_cfg.eps) > 0, "eps", optim_cfg.eps, "must be > 0")
-  weight_decay = float(optim_cfg.weight_decay)
-  _check(weight_decay >= 0, "weight_decay", weight_decay, "must be >= 0")
-  _check(float(optim_cfg.grad_clip_norm) >= 0, "grad_clip_norm", optim_cfg.grad_clip_norm,
+  _check(cfg.eps > 0, "eps", cfg.eps, "must be > 0")
+  _check(cfg.weight_decay >= 0, "weight_decay", cfg.weight_decay, "must be >= 0")
+  _check(cfg.grad_clip_norm >= 0, "grad_clip_norm", cfg.grad_clip_norm,
          "must be >= 0 (0 = off)")
-  _check(int(optim_cfg.accumulate_steps) >= 1, "accumulate_steps",
-         optim_cfg.accumulate_steps, "must be >= 1 (1 = off)")
-  if optim_cfg.optimizer == "adam":
-    _check(weight_decay == 0, "weight_decay", weight_decay,
-           "optimizer='adam' has no weight decay; use optimizer='adamw' or "
-           "set weight_decay=0.0")
+  _check(cfg.accumulate_steps >= 1, "accumulate_steps", cfg.accumulate_steps,
+         "must be >= 1 (1 = off)")
+  if cfg.optimizer == "adam" and cfg.weight_decay:
+    raise InactiveSetting("optim.weight_decay", 0.0,
+                          f"optim.weight_decay={cfg.weight_decay!r} is not valid: "
+                          "optimizer='adam' has no weight decay; use optimizer='adamw' or "
+                          "set weight_decay=0.0")
+  return dataclasses.replace(cfg, warmup_steps=warmup, decay_steps=decay_steps), tuple(notes)
 
 
-def make_schedule(optim_cfg: Any, *, d_model: int,
-                  num_train_steps: int) -> optax.Schedule:
+def make_schedule(cfg: OptimConfig, *, d_model: int) -> optax.Schedule:
   """Returns the learning-rate schedule as a function of optax's update count.
 
-  Fields read: schedule, learning_rate, warmup_steps, scale_by_d_model, and
-  for "cosine" also decay_steps (0 = `num_train_steps`), min_lr_ratio; for
-  "linear" also decay_steps. `d_model` (the model width) is used only with
-  scale_by_d_model; `num_train_steps` (the number of optimizer updates) only
-  by "cosine" and "linear".
+  ``cfg`` is a resolved section (:func:`resolve`). Fields read: schedule,
+  learning_rate, warmup_steps, scale_by_d_model, and for "cosine" also
+  decay_steps, min_lr_ratio; for "linear" also decay_steps. `d_model` (the
+  model width) is used only with scale_by_d_model.
 
   With `step = count + 1` (see the module docstring) and
   `peak = learning_rate`:
@@ -118,11 +151,10 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
   - "constant": linear warmup to `peak` (no warmup if warmup_steps is 0),
     then constant.
   """
-  check_config(optim_cfg, num_train_steps=num_train_steps)
-  kind = optim_cfg.schedule
-  lr = float(optim_cfg.learning_rate)
-  warmup = int(optim_cfg.warmup_steps)
-  if optim_cfg.scale_by_d_model:
+  kind = cfg.schedule
+  lr = cfg.learning_rate
+  warmup = cfg.warmup_steps
+  if cfg.scale_by_d_model:
     d_model = int(d_model)
     if d_model <= 0:
       raise ConfigError(f"model.d_model={d_model!r} must be > 0")
@@ -133,7 +165,7 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
       return jnp.ones_like(step)
     return jnp.minimum(step / warmup, 1.0)
 
-  decay_steps = int(optim_cfg.decay_steps) or int(num_train_steps)
+  decay_steps = cfg.decay_steps
 
   if kind == "inverse_sqrt":
 
@@ -142,7 +174,7 @@ def make_schedule(optim_cfg: Any, *, d_model: int,
       return lr * jnp.minimum(step / warmup, jnp.sqrt(warmup / step))
 
   elif kind == "cosine":
-    min_ratio = float(optim_cfg.min_lr_ratio)
+    min_ratio = cfg.min_lr_ratio
 
     def schedule(count):
       step = jnp.asarray(count, jnp.float32) + 1.0
@@ -187,13 +219,13 @@ def decay_mask(params: Any) -> Any:
       params)
 
 
-def make_optimizer(optim_cfg: Any, *, d_model: int,
-                   num_train_steps: int) -> optax.GradientTransformation:
+def make_optimizer(cfg: OptimConfig, *, d_model: int) -> optax.GradientTransformation:
   """Returns clip -> optimizer (-> gradient accumulation) built from config.
 
-  Fields read: optimizer, grad_clip_norm (0 = off), weight_decay,
-  accumulate_steps (1 = off), b1, b2, eps (adam / adamw), plus the schedule
-  fields of `make_schedule` (which also takes `d_model`, `num_train_steps`).
+  ``cfg`` is a resolved section (:func:`resolve`). Fields read: optimizer,
+  grad_clip_norm (0 = off), weight_decay, accumulate_steps (1 = off), b1, b2,
+  eps (adam / adamw), plus the schedule fields of `make_schedule` (which also
+  takes `d_model`).
 
   - "adam": Adam without weight decay (weight_decay must be 0; use "adamw").
   - "adamw": Adam with decoupled weight decay (Loshchilov & Hutter), masked
@@ -209,20 +241,17 @@ def make_optimizer(optim_cfg: Any, *, d_model: int,
   applied once, so clipping acts on the averaged gradient and the schedule
   counts real updates, not micro-batches.
   """
-  schedule = make_schedule(optim_cfg, d_model=d_model,
-                           num_train_steps=num_train_steps)
-  name = optim_cfg.optimizer
-  weight_decay = float(optim_cfg.weight_decay)
-  clip = float(optim_cfg.grad_clip_norm)
-  accumulate = int(optim_cfg.accumulate_steps)
+  schedule = make_schedule(cfg, d_model=d_model)
+  name = cfg.optimizer
+  weight_decay = cfg.weight_decay
+  clip = cfg.grad_clip_norm
+  accumulate = cfg.accumulate_steps
 
   if name == "adam":
-    opt = optax.adam(schedule, b1=optim_cfg.b1, b2=optim_cfg.b2,
-                     eps=optim_cfg.eps)
+    opt = optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
   elif name == "adamw":
-    opt = optax.adamw(schedule, b1=optim_cfg.b1, b2=optim_cfg.b2,
-                      eps=optim_cfg.eps, weight_decay=weight_decay,
-                      mask=decay_mask)
+    opt = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
+                      weight_decay=weight_decay, mask=decay_mask)
   else:  # adafactor
     opt = optax.adafactor(
         schedule,
@@ -234,64 +263,3 @@ def make_optimizer(optim_cfg: Any, *, d_model: int,
   if accumulate > 1:
     opt = optax.MultiSteps(opt, every_k_schedule=accumulate)
   return opt
-
-
-def label_smoothed_cross_entropy(
-    logits: jax.Array,
-    targets: jax.Array,
-    weights: jax.Array | None = None,
-    smoothing: float = 0.0,
-    vocab_size: int | None = None,
-) -> tuple[jax.Array, jax.Array]:
-  """Weighted, label-smoothed cross entropy, summed over tokens.
-
-  Args:
-    logits: [..., V] (any float dtype; computed in float32).
-    targets: [...] int ids.
-    weights: [...] float, 0 at padding (None = all ones).
-    smoothing: epsilon of label smoothing, in [0, 1); a Python float (static
-      under jit).
-    vocab_size: number of real tokens when the logits' last axis is padded
-      (e.g. to a multiple of 128); the smoothing mass goes to real tokens
-      only. Defaults to `logits.shape[-1]`.
-
-  Returns:
-    (loss_sum, weight_sum): divide for the mean loss per real token.
-
-  Targets are `1 - smoothing` on the true id and `smoothing / (V - 1)` on each
-  other real id. As in the flax WMT example, the entropy of that target
-  distribution (a constant) is subtracted, so the loss is the KL divergence
-  to the smoothed targets: 0 is attainable and smoothing = 0 gives plain
-  cross entropy (the constant is then 0).
-  """
-  if not 0.0 <= smoothing < 1.0:
-    raise ConfigError(f"label_smoothing={smoothing!r} must be in [0, 1)")
-  padded_vocab = logits.shape[-1]
-  vocab = padded_vocab if vocab_size is None else int(vocab_size)
-  logits = logits.astype(jnp.float32)
-
-  confidence = 1.0 - smoothing
-  low_confidence = smoothing / (vocab - 1)
-  # Entropy of the soft targets; 0 * log(0) is taken as 0.
-  normalizer = -(confidence * jnp.log(confidence) +
-                 (vocab - 1) * low_confidence * jnp.log(low_confidence + 1e-20))
-
-  # -sum_j q_j log_softmax(z)_j = logsumexp(z) - sum_j q_j z_j (the q_j sum to
-  # 1), with q_t = confidence and q_j = low_confidence on the other real ids.
-  # Written this way no [.., V] one-hot or target array is built, and the
-  # backward pass is one softmax: at vocabulary 8192 this is the largest
-  # elementwise cost of a training step.
-  # A gather measured faster on CPU than a compare-and-select or a one-hot sum.
-  logit_t = jnp.take_along_axis(logits, targets[..., None].astype(jnp.int32),
-                                axis=-1)[..., 0]
-  target_term = confidence * logit_t
-  if smoothing:
-    real = (jnp.arange(padded_vocab) < vocab).astype(jnp.float32)
-    real_t = (targets < vocab).astype(jnp.float32)
-    target_term = (target_term - low_confidence * real_t * logit_t
-                   + low_confidence * jnp.sum(logits * real, axis=-1))
-  loss = jax.nn.logsumexp(logits, axis=-1) - target_term - normalizer
-  if weights is None:
-    weights = jnp.ones(targets.shape, jnp.float32)
-  weights = weights.astype(jnp.float32)
-  return jnp.sum(loss * weights), jnp.sum(weights)

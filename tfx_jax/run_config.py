@@ -1,19 +1,24 @@
-"""What a run config means, checked once and without devices.
+"""What a run config means, resolved and checked once, without devices.
 
-A locked ConfigDict (``configs/*.py`` plus ``--config.*`` overrides) becomes,
-here and nowhere else, a validated ``ModelConfig``; every other field is
-checked on the way. Nothing here looks at devices or processes, builds a
-mesh, an optimizer or a model, or compiles anything, so a run meant for an
-8-GPU node is checked on a laptop. ``train``, ``sweep``, ``evaluate`` and
-``summary`` call ``validate_run_config``; what depends on the machine (the
-mesh against the devices, the batch against the processes) is checked when a
-run starts (``run_setup.check_devices``).
+A locked ConfigDict (``configs/*.py`` plus ``--config.*`` overrides) is the
+file format and the command line; :func:`resolve` turns it, here and nowhere
+else, into a :class:`RunConfig`: one frozen dataclass per section
+(``ModelConfig``, ``DataConfig``, ``TrainConfig``, ``EvalConfig``,
+``CheckpointConfig``, ``OptimConfig``, ``FinetuneConfig``, ``MeshConfig``),
+every field typed and every rule checked, with the values derived from others
+filled in (the optimizer's decay end). The ConfigDict's defaults are generated
+from the same dataclasses (``config_base``). Nothing here looks at devices or
+processes, builds a mesh, an optimizer or a model, or compiles anything, so a
+run meant for an 8-GPU node is checked on a laptop. What depends on the
+machine (the mesh against the devices, the batch against the processes) is
+checked when a run starts (``run_setup.check_devices``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from absl import logging
 import flax
@@ -21,10 +26,15 @@ import flax
 from tfx_jax import optim
 from tfx_jax import sharding
 from tfx_jax import tasks
+from tfx_jax import typed_config
 from tfx_jax.data import files_corpus
-from tfx_jax.data import tokenizer as tokenizer_lib
+from tfx_jax.data.config import DataConfig
 from tfx_jax.errors import ConfigError
 from tfx_jax.model_config import DType, ModelConfig, model_config_from_dict
+from tfx_jax.optim import OptimConfig
+from tfx_jax.sharding import MeshConfig
+
+need = typed_config.need
 
 # Config fields a checkpoint must agree on to be resumed: they decide shapes,
 # data order or what is learned. Others (num_steps, eval, logging) may change.
@@ -32,8 +42,125 @@ RESUME_FIELDS = ("model.", "compute_dtype", "task", "seed", "data.name", "data.v
                  "data.tokenizer",
                  "data.vocab_size", "data.mask_rate", "train.batch_size",
                  "train.seq_len", "optim.optimizer", "optim.accumulate_steps")
-NONFINITE_CHOICES = ("stop", "skip")
+# stop: end the run as diverged; skip: drop the update and keep going.
+OnNonfinite = Literal["stop", "skip"]
+NONFINITE_CHOICES = get_args(OnNonfinite)
 DEFAULT_DTYPE = "float32"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """``config.train``."""
+
+  num_steps: int = 1000
+  batch_size: int = 32
+  seq_len: int = 128
+  log_every_steps: int = 50
+  label_smoothing: float = 0.0
+  # z-loss (PaLM: 1e-4): the objective + z_loss * log^2 Z of the output softmax,
+  # averaged over tokens, logged as train/z_loss (train/output_log_z, the mean
+  # log Z, is logged always).
+  z_loss: float = 0.0
+  on_nonfinite: OnNonfinite = "stop"
+  # Per-layer gradient, parameter and update norms as TensorBoard scalars
+  # (layer_stats/<kind>_norm/<stack>_<NN>) and each layer's largest
+  # self-attention logit (layer_stats/max_attention_logit/<stack>_<NN>),
+  # computed inside the jitted step.
+  log_layer_stats: bool = False
+
+  def check(self) -> TrainConfig:
+    for name in ("num_steps", "batch_size", "seq_len", "log_every_steps"):
+      need(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "must be > 0")
+    need(self.seq_len >= 2, "train.seq_len", self.seq_len, "must be >= 2")
+    need(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing", self.label_smoothing,
+         "must be in [0, 1)")
+    need(math.isfinite(self.z_loss) and self.z_loss >= 0, "train.z_loss", self.z_loss,
+         "must be a number >= 0 (0 = off; PaLM: 1e-4)")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  """``config.eval``."""
+
+  every_steps: int = 200
+  num_batches: int = 8
+  batch_size: int = 32
+  num_bleu_examples: int = 64  # translation: BLEU on a fixed validation subset
+  num_samples: int = 3  # decoded samples written to TensorBoard text
+
+  def check(self) -> EvalConfig:
+    for name in ("every_steps", "num_batches", "batch_size"):
+      need(getattr(self, name) > 0, f"eval.{name}", getattr(self, name), "must be > 0")
+    for name in ("num_bleu_examples", "num_samples"):
+      need(getattr(self, name) >= 0, f"eval.{name}", getattr(self, name), "must be >= 0")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  """``config.checkpoint``."""
+
+  every_steps: int = 500
+  max_to_keep: int = 3
+
+  def check(self) -> CheckpointConfig:
+    for name in ("every_steps", "max_to_keep"):
+      need(getattr(self, name) > 0, f"checkpoint.{name}", getattr(self, name), "must be > 0")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+  """``config.finetune``."""
+
+  init_checkpoint: str | None = None  # a workdir or checkpoints dir
+  lambda_pt: float = 0.5  # L = L_FT + lambda * L_PT (decoder_only)
+
+  def check(self) -> FinetuneConfig:
+    need(0.0 <= self.lambda_pt <= 1.0, "finetune.lambda_pt", self.lambda_pt,
+         "must be in [0, 1]")
+    return self
+
+
+# The sections besides ``model``, in the order of the config, with their types.
+SECTIONS = {"data": DataConfig, "train": TrainConfig, "eval": EvalConfig,
+            "checkpoint": CheckpointConfig, "optim": OptimConfig,
+            "finetune": FinetuneConfig, "mesh": MeshConfig}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """A run config resolved: typed sections, every rule checked.
+
+  ``notes`` are what the resolution adapted (said in the run's log);
+  ``source`` is the config as given (``config.json``), which evaluation,
+  generation and resumes read back.
+  """
+
+  seed: int
+  task: str
+  compute_dtype: DType
+  model: ModelConfig
+  data: DataConfig
+  train: TrainConfig
+  eval: EvalConfig
+  checkpoint: CheckpointConfig
+  optim: OptimConfig
+  finetune: FinetuneConfig
+  mesh: MeshConfig
+  notes: tuple[str, ...] = ()
+  source: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+  def to_dict(self) -> dict[str, Any]:
+    """The config as given (nested sections), as ``config.json`` holds it."""
+    return self.source
+
+  def with_data_name(self, name: str) -> RunConfig:
+    """The same run reading ``data.name`` = ``name`` (a pinned dataset version)."""
+    source = {**self.source, "data": {**self.source["data"], "name": name}}
+    return dataclasses.replace(self, data=dataclasses.replace(self.data, name=name),
+                               source=source)
 
 
 def flatten_config(config) -> dict[str, Any]:
@@ -84,8 +211,12 @@ def resume_view(flat: dict[str, Any]) -> dict[str, Any]:
   return out
 
 
-def resolve_model_config(config) -> ModelConfig:
-  """``config.model`` + ``compute_dtype`` (+ task checks) -> validated ModelConfig."""
+def resolve_model(config) -> ModelConfig:
+  """``config.model`` + ``compute_dtype`` + the task's needs -> ModelConfig.
+
+  For the commands that need only the model of a trained run (conversion);
+  :func:`resolve` checks everything else too.
+  """
   model = config.model.to_dict()
   model["dtype"] = compute_dtype(config)
   cfg = model_config_from_dict(model, seq_len=config.train.seq_len)
@@ -97,58 +228,40 @@ def resolve_model_config(config) -> ModelConfig:
   return cfg
 
 
-def _need(ok: bool, field: str, value: Any, what: str) -> None:
-  if not ok:
-    raise ConfigError(f"{field}={value!r} is not valid: {what}.")
-
-
-def validate_run_config(config) -> ModelConfig:
-  """Every check that can be made before devices, data or compilation.
-
-  Returns the validated model config; raises ConfigError naming the field.
-  """
-  cfg = resolve_model_config(config)
-  t = config.train
-  for name in ("num_steps", "batch_size", "seq_len", "log_every_steps"):
-    _need(t[name] > 0, f"train.{name}", t[name], "must be > 0")
-  _need(t.seq_len >= 2, "train.seq_len", t.seq_len, "must be >= 2")
-  _need(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing", t.label_smoothing,
-        "must be in [0, 1)")
-  _need(isinstance(t.z_loss, (int, float)) and math.isfinite(t.z_loss) and t.z_loss >= 0,
-        "train.z_loss", t.z_loss, "must be a number >= 0 (0 = off; PaLM: 1e-4)")
-  _need(t.on_nonfinite in NONFINITE_CHOICES, "train.on_nonfinite", t.on_nonfinite,
-        f"choose one of: {', '.join(NONFINITE_CHOICES)}")
-  for name in ("every_steps", "num_batches", "batch_size"):
-    _need(config.eval[name] > 0, f"eval.{name}", config.eval[name], "must be > 0")
-  for name in ("num_bleu_examples", "num_samples"):
-    _need(config.eval[name] >= 0, f"eval.{name}", config.eval[name], "must be >= 0")
-  for name in ("every_steps", "max_to_keep"):
-    _need(config.checkpoint[name] > 0, f"checkpoint.{name}", config.checkpoint[name],
-          "must be > 0")
-  _need(0.0 <= config.finetune.lambda_pt <= 1.0, "finetune.lambda_pt",
-        config.finetune.lambda_pt, "must be in [0, 1]")
-  optim.check_config(config.optim, num_train_steps=t.num_steps)
-  d = config.data
-  _need(d.tokenizer in tokenizer_lib.TOKENIZER_KINDS, "data.tokenizer", d.tokenizer,
-        f"choose one of: {', '.join(tokenizer_lib.TOKENIZER_KINDS)}")
-  _need(d.vocab_size > 0, "data.vocab_size", d.vocab_size, "must be > 0")
-  _need(d.num_shards >= 0, "data.num_shards", d.num_shards,
-        "must be >= 0 (0: one data shard per process)")
+def resolve(config) -> RunConfig:
+  """Every section of ``config`` read and checked, before devices, data or
+  compilation; raises ConfigError naming the field (exit 2 at the commands)."""
+  model = resolve_model(config)
+  sections = {name: typed_config.read(kind, name, config[name])
+              for name, kind in SECTIONS.items()}
+  for name in ("data", "train", "eval", "checkpoint", "finetune"):
+    sections[name].check()
+  train, data = sections["train"], sections["data"]
+  sections["optim"], notes = optim.resolve(sections["optim"],
+                                           num_train_steps=train.num_steps)
   rows = tasks.get(config.task).rows
   if rows.check_data is not None:
-    rows.check_data(d)
+    rows.check_data(data)
   # data.name=files: the fields, the task's needs and the patterns (no file read).
-  files_corpus.check_config(d, rows)
-  data, fsdp, _ = sharding.mesh_sizes(config.mesh)
+  files_corpus.check_config(data, rows)
+  n_data, n_fsdp, _ = sharding.mesh_sizes(sections["mesh"])
   for section in ("train", "eval"):
-    size = config[section].batch_size
-    if d.num_shards:
-      _need(size % d.num_shards == 0, f"{section}.batch_size", size,
-            f"must be divisible by the number of data shards "
-            f"(data.num_shards={d.num_shards})")
-    if data != -1 and fsdp != -1:  # else known once the devices are
-      _need(size % (data * fsdp) == 0, f"{section}.batch_size", size,
-            f"must be divisible by the batch axes of the mesh (mesh.data x mesh.fsdp "
-            f"= {data * fsdp})")
-  return cfg
+    size = sections[section].batch_size
+    if data.num_shards:
+      need(size % data.num_shards == 0, f"{section}.batch_size", size,
+           f"must be divisible by the number of data shards "
+           f"(data.num_shards={data.num_shards})")
+    if n_data != -1 and n_fsdp != -1:  # else known once the devices are
+      need(size % (n_data * n_fsdp) == 0, f"{section}.batch_size", size,
+           f"must be divisible by the batch axes of the mesh (mesh.data x mesh.fsdp "
+           f"= {n_data * n_fsdp})")
+  source = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+  return RunConfig(seed=typed_config.check_value("", "seed", int, config.seed),
+                   task=config.task, compute_dtype=model.dtype, model=model,
+                   notes=notes, source=source, **sections)
 
+
+def log_notes(run: RunConfig) -> None:
+  """Says in the run's log what the resolution adapted."""
+  for note in run.notes:
+    logging.warning("%s", note)

@@ -81,7 +81,7 @@ def check_batches(config, *, process_count: int, num_shards: int | None = None,
   shards_lib.assignment(num_shards, process_count, 0)  # The shards divide among processes.
   n_batch, n_devices = batch_axes
   for section in ("train", "eval"):
-    size = config[section].batch_size
+    size = getattr(config, section).batch_size
     for ok, what in ((size % process_count == 0,
                       f"the number of processes ({process_count})"),
                      (size % num_shards == 0,
@@ -143,7 +143,7 @@ def make_data(config, tokenizer, split: str, *, train: bool, num_shards: int | N
   shards, rows = shards_lib.assignment(num_shards, n, i)
   threads = max(1, min(16, os.cpu_count() or 1) // len(shards))
   datasets = [pipeline.make_dataset(
-      config.data, config.task, split, batch_size=batch // num_shards,
+      config.data, tasks.get(config.task).rows, split, batch_size=batch // num_shards,
       seq_len=config.train.seq_len, seed=int(config.seed) if train else EVAL_SEED,
       tokenizer=tokenizer, shard_index=s, shard_count=num_shards, shuffle=True,
       num_epochs=None if train else 1, read_threads=threads) for s in shards]
@@ -329,17 +329,16 @@ def state_initializer(config, model_cfg: ModelConfig, tx: optax.GradientTransfor
 
 
 class ShardedRun:
-  """The mesh, abstract sharded state and jitted steps of one run config."""
+  """The mesh, abstract sharded state and jitted steps of one resolved run
+  config (``run_config.RunConfig``) with the model ``model_cfg`` (its own, or
+  one changed for evaluation, e.g. RoPE scaled)."""
 
   def __init__(self, config, model_cfg: ModelConfig):
     self.config = config
     self.model_cfg = model_cfg
     self.mesh = sharding_lib.make_mesh(config.mesh)
-    t = config.train
-    self.tx = make_optimizer(config.optim, d_model=model_cfg.d_model,
-                             num_train_steps=t.num_steps)
-    self.schedule = make_schedule(config.optim, d_model=model_cfg.d_model,
-                                  num_train_steps=t.num_steps)
+    self.tx = make_optimizer(config.optim, d_model=model_cfg.d_model)
+    self.schedule = make_schedule(config.optim, d_model=model_cfg.d_model)
     self._init_boxed = init_boxed = state_initializer(config, model_cfg, self.tx)
     key = jax.random.PRNGKey(int(config.seed))
     boxed = jax.eval_shape(init_boxed, key)

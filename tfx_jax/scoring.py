@@ -17,11 +17,12 @@ import jax
 import numpy as np
 
 from tfx_jax import run_setup
-from tfx_jax import tasks
 from tfx_jax import texts
 from tfx_jax.errors import ConfigError
 from tfx_jax.models import build_model
 from tfx_jax.model_config import ModelConfig, position_capacity, validate
+from tfx_jax.tasks import losses
+from tfx_jax import tasks
 
 
 def score_split(run, split="validation", *, max_batches=0, beam_size=4, alpha=0.6):
@@ -133,7 +134,7 @@ def extrapolation(run, split: str, multiples: list[int], max_windows: int = 0):
   def nll(params, inputs, targets):
     out = model.apply({"params": params}, inputs)
     batch = {"targets": targets, "weights": np.ones(targets.shape, np.float32)}
-    _, sums = tasks.token_loss(out, batch)
+    _, sums = losses.token_loss(out, batch)
     return sums["nll"], sums["weight"]
 
   rows = []

@@ -9,6 +9,9 @@ runs on a laptop CPU and on many hosts.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Mapping
+
 import flax.linen as nn
 import jax
 import numpy as np
@@ -18,6 +21,15 @@ from tfx_jax.errors import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  """``config.mesh``: the size of each mesh axis; -1 = all remaining devices."""
+
+  data: int = -1
+  fsdp: int = 1
+  tensor: int = 1
 
 LOGICAL_RULES = (
     ("batch", BATCH_AXES),
@@ -34,10 +46,12 @@ LOGICAL_RULES = (
 )
 
 
-def mesh_sizes(mesh_cfg) -> tuple[int, int, int]:
+def mesh_sizes(mesh_cfg: MeshConfig | Mapping[str, Any]) -> tuple[int, int, int]:
   """(data, fsdp, tensor) as the config sets them, checked without devices:
   each a positive integer or -1 (all remaining devices), at most one -1."""
-  sizes = tuple(int(mesh_cfg[name]) for name in MESH_AXES)
+  get = mesh_cfg.__getitem__ if isinstance(mesh_cfg, Mapping) else (
+      lambda name: getattr(mesh_cfg, name))
+  sizes = tuple(int(get(name)) for name in MESH_AXES)
   for name, size in zip(MESH_AXES, sizes):
     if not (size > 0 or size == -1):
       raise ConfigError(f"mesh.{name}={size} is not valid: must be a positive integer "

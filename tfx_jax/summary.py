@@ -21,7 +21,14 @@ from tfx_jax.cli import new_flags, run_main
 from tfx_jax.errors import ConfigError
 from tfx_jax import run_config
 
-FLAGS = new_flags()
+
+def _explain(argv: list[str]) -> str | None:
+  """Names a ``--config.*`` override that is not a field (loaded only on an error)."""
+  from tfx_jax.config_base import unknown_override  # pylint: disable=import-outside-toplevel
+  return unknown_override(argv)
+
+
+FLAGS = new_flags(explain=_explain)
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file[:preset].", lock_config=True, flag_values=FLAGS)
 _DEPTH = flags.DEFINE_integer(
@@ -96,8 +103,7 @@ def sharding_report(config, model_cfg, mesh_shape: dict[str, int]) -> str:
   from tfx_jax import run_setup, sharding
   from tfx_jax.optim import make_optimizer
 
-  tx = make_optimizer(config.optim, d_model=model_cfg.d_model,
-                      num_train_steps=config.train.num_steps)
+  tx = make_optimizer(config.optim, d_model=model_cfg.d_model)
   boxed = jax.eval_shape(run_setup.state_initializer(config, model_cfg, tx),
                          jax.random.PRNGKey(0))
   is_box = lambda x: isinstance(x, nn.LogicallyPartitioned)
@@ -136,11 +142,11 @@ def sharding_report(config, model_cfg, mesh_shape: dict[str, int]) -> str:
 
 def main(argv):
   del argv
-  cfg = run_config.validate_run_config(_CONFIG.value)
+  run = run_config.resolve(_CONFIG.value)
   mesh = parse_mesh(_MESH.value) if _MESH.value is not None else None
-  print(format_table(param_shapes(cfg), _DEPTH.value))
+  print(format_table(param_shapes(run.model), _DEPTH.value))
   if mesh is not None:
-    report = sharding_report(_CONFIG.value, cfg, mesh)
+    report = sharding_report(run, run.model, mesh)
     print()
     print(report)
 

@@ -2,8 +2,9 @@
 
 Every function takes a loaded run (anything with ``config``, ``model_cfg``,
 ``tokenizer`` and ``params``, e.g. ``trained_run.TrainedRun``) and works on
-detokenized text. The ``generate`` command, the ``evaluate`` command's BLEU
-and the in-training samples and BLEU call these.
+detokenized text. The ``generate`` command calls these, and so does
+``tasks/generation.py`` (the ``evaluate`` command's BLEU, the in-training
+samples and BLEU), the one module of the tasks that decodes.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def encode_sources(tok, texts: list[str], seq_len: int, rows: int) -> np.ndarray
   """Source ids [rows, seq_len] as in training: text[:seq_len - 1] + eos, 0-padded.
 
   Truncating before appending eos keeps the end-of-sequence token that the
-  encoder saw on every training source (``data/rows.translate_rows``).
+  encoder saw on every training source (``tasks/translate.translate_rows``).
   """
   ids = np.zeros((rows, seq_len), np.int32)
   for i, text in enumerate(texts):

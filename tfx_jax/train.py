@@ -25,7 +25,14 @@ from tfx_jax import distributed
 from tfx_jax.cli import new_flags, run_main
 from tfx_jax.errors import ConfigError
 
-FLAGS = new_flags()
+
+def _explain(argv: list[str]) -> str | None:
+  """Names a ``--config.*`` override that is not a field (loaded only on an error)."""
+  from tfx_jax.config_base import unknown_override  # pylint: disable=import-outside-toplevel
+  return unknown_override(argv)
+
+
+FLAGS = new_flags(explain=_explain)
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file and preset, e.g. configs/lm.py:tiny.",
     lock_config=True, flag_values=FLAGS)

@@ -27,7 +27,7 @@ from tfx_jax.model_config import ModelConfig
 class TrainedRun:
   """A run's model at training step ``step`` (live or loaded from a checkpoint)."""
   workdir: pathlib.Path
-  config: ml_collections.ConfigDict
+  config: run_config.RunConfig
   model_cfg: ModelConfig
   tokenizer: Any
   params: Any
@@ -48,8 +48,8 @@ def load_config(workdir) -> ml_collections.ConfigDict:
 
 def load_run(workdir, step: int | None = None) -> TrainedRun:
   """Config, tokenizer and parameters of ``step`` (default: latest) of a run."""
-  config = load_config(workdir)
-  model_cfg = run_config.validate_run_config(config)
+  config = run_config.resolve(load_config(workdir))
+  model_cfg = config.model
   directory = pathlib.Path(workdir) / "checkpoints"
   if not directory.is_dir():
     raise ConfigError(f"--workdir={workdir} has no checkpoints directory.")

@@ -60,12 +60,13 @@ def _write_status(workdir, state: str, step: int, **fields) -> None:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunResult:
   """Trains ``config`` in ``workdir``, resuming from its latest checkpoint."""
-  model_cfg = run_config.validate_run_config(config)
-  run_setup.check_devices(config)
+  run = run_config.resolve(config)
+  run_setup.check_devices(run)
   workdir_path = ckpt_lib.ensure_writable(workdir)
+  run_config.log_notes(run)
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints",
-                               max_to_keep=config.checkpoint.max_to_keep)
-  loop = _TrainingLoop(config, model_cfg, workdir_path, ckpt)
+                               max_to_keep=run.checkpoint.max_to_keep)
+  loop = _TrainingLoop(run, workdir_path, ckpt)
   try:
     return loop.run()
   except KeyboardInterrupt:
@@ -98,8 +99,8 @@ def _last_step(ckpt) -> int:
 class _TrainingLoop:
   """One run of the loop: built in ``run()``, then stepped until done."""
 
-  def __init__(self, config, model_cfg, workdir: pathlib.Path, ckpt):
-    self.config, self.model_cfg, self.workdir, self.ckpt = config, model_cfg, workdir, ckpt
+  def __init__(self, config: run_config.RunConfig, workdir: pathlib.Path, ckpt):
+    self.config, self.model_cfg, self.workdir, self.ckpt = config, config.model, workdir, ckpt
     # The dataset's version (a files corpus's key) is recorded with every
     # checkpoint, so that a resume never reads another version's splits or
     # tokenizer.
@@ -150,8 +151,7 @@ class _TrainingLoop:
     if name != self.config.data.name:
       # A files corpus is read as converted when the run started, even if its
       # files change while it runs (a later run then refuses to resume).
-      self.config = self.config.copy_and_resolve_references()
-      self.config.data.name = name
+      self.config = self.config.with_data_name(name)
     config = self.config
     self.tokenizer = run_setup.load_tokenizer(config)
     run_setup.check_data(config)
@@ -207,7 +207,7 @@ class _TrainingLoop:
     self._build(latest)
     step = start_step = int(self.state.step)
     if start_step == 0:
-      self.writer.write_config_text(config)
+      self.writer.write_config_text(ml_collections.ConfigDict(config.to_dict()))
       self.writer.write_hparams(self.flat_config, HPARAM_METRICS)
     if start_step or self.writer.had_events:
       # Points that an attempt killed after its last checkpoint (or before its

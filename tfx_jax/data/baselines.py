@@ -5,24 +5,20 @@ comes before it, has cross-entropy -sum_t p(t) log q(t) on targets distributed
 as p, which is least, and equal to the entropy H(p) = -sum_t p(t) log p(t), at
 q = p (Gibbs' inequality). With p the empirical distribution of the training
 targets, H(p) in nats is the loss a run must get below to have learnt anything
-from context; a run whose final eval loss is not below it has stalled.
+from context; a run whose final eval loss is not below it has stalled. For
+labels (classification) it is the loss of predicting the class frequencies,
+the probabilistic counterpart of always answering the majority class.
 
-The targets are those of the task's rows (`rows.py`), counted with the run's
-tokenizer:
+Which targets are counted is the task's to say (its ``Targets``, declared in
+its module of ``tfx_jax.tasks`` beside its rows): ``Targets.ids`` lists the
+target ids or labels of one example as the task's rows predict them, and
+None for an example the rows skip; rows truncated to `seq_len` are counted
+whole. This module only counts them, with the run's tokenizer.
 
-* lm:        the text's tokens and eos, per document (bos is never a target);
-* translate: the target's tokens and eos, per pair;
-* mlm:       the text's tokens (the maskable positions: not bos or eos), i.e.
-             the unigram distribution of the text;
-* classify:  the labels.
-
-Examples that the rows skip (empty text, an empty side of a pair, a negative
-label) are skipped here too; rows truncated to `seq_len` are counted whole.
-
-`unigram_entropy` computes it once per dataset version, split, task, feature
-keys and tokenizer (kind, vocabulary size, model file hash, special ids) and
-keeps it in `unigram_entropy.json`: next to the SentencePiece model, or, for
-the byte and hf tokenizers, in the dataset's tokenizer directory
+`unigram_entropy` computes it once per dataset version, split, targets kind,
+feature keys and tokenizer (kind, vocabulary size, model file hash, special
+ids) and keeps it in `unigram_entropy.json`: next to the SentencePiece model,
+or, for the byte and hf tokenizers, in the dataset's tokenizer directory
 (`tokenizer.tokenizer_dir`).
 """
 
@@ -40,10 +36,8 @@ from absl import logging
 import numpy as np
 
 from tfx_jax import files
-from tfx_jax.data import rows as rows_lib
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
-from tfx_jax.errors import ConfigError
 
 CACHE_FILE = "unigram_entropy.json"
 # Ids are counted in chunks of this many with np.bincount.
@@ -52,59 +46,19 @@ _CHUNK = 1 << 20
 _READ_BATCH = 1024
 
 
-def _lm_targets(example, tok, keys) -> list[int] | None:
-  text = rows_lib.example_text(example, keys.text_key)
-  if not text.strip():
-    return None
-  return tok.encode(text) + [tok.eos_id]
-
-
-def _translate_targets(example, tok, keys) -> list[int] | None:
-  source = tok.encode(rows_lib.example_text(example, keys.source_key))
-  target = tok.encode(rows_lib.example_text(example, keys.target_key))
-  if not source or not target:
-    return None
-  return target + [tok.eos_id]
-
-
-def _mlm_targets(example, tok, keys) -> list[int] | None:
-  text = rows_lib.example_text(example, keys.text_key)
-  if not text.strip():
-    return None
-  return [i for i in tok.encode(text) if i not in (tok.bos_id, tok.eos_id)]
-
-
-def _classify_targets(example, tok, keys) -> list[int] | None:
-  del tok
-  label = int(np.asarray(example[keys.label_key]))
-  if label < 0 or not rows_lib.example_text(example, keys.text_key).strip():
-    return None
-  return [label]
-
-
 @dataclasses.dataclass(frozen=True)
 class Targets:
-  """What a task's rows predict: `ids(example, tok, keys)`, a list of target
-  ids or labels (None: the rows skip the example), and the feature keys (names
-  of `sources.DatasetSpec` fields) it reads."""
+  """What a task's rows predict, for the unigram baseline.
 
+  ``kind`` names them in the cache key (the task's name); ``ids(example, tok,
+  keys)`` is the list of target ids or labels of one example (None: the rows
+  skip it); ``keys`` are the feature keys it reads (names of
+  `sources.DatasetSpec` fields), in the order the cache key lists them.
+  """
+
+  kind: str
   ids: Callable[..., list[int] | None]
   keys: tuple[str, ...]
-
-
-TARGETS: dict[str, Targets] = {
-    "lm": Targets(_lm_targets, ("text_key",)),
-    "translate": Targets(_translate_targets, ("source_key", "target_key")),
-    "mlm": Targets(_mlm_targets, ("text_key",)),
-    "classify": Targets(_classify_targets, ("label_key", "text_key")),
-}
-
-
-def _targets_of(task: str) -> Targets:
-  if task not in TARGETS:
-    raise ConfigError(f"task={task!r} has no unigram baseline; choices: "
-                      f"{', '.join(TARGETS)}.")
-  return TARGETS[task]
 
 
 def _examples(source: Sequence[Mapping[str, Any]]) -> Iterator[Mapping]:
@@ -118,14 +72,14 @@ def _examples(source: Sequence[Mapping[str, Any]]) -> Iterator[Mapping]:
       yield from (source[i] for i in indices)
 
 
-def target_counts(source: Sequence[Mapping[str, Any]], tokenizer, task: str,
+def target_counts(source: Sequence[Mapping[str, Any]], tokenizer, targets: Targets,
                   keys: sources.DatasetSpec) -> tuple[np.ndarray, int]:
   """(count of each target id or label, examples counted) over `source`.
 
   Each example is tokenized once; `source` is any random-access sequence of
   example dicts (a TFDS data source, or a list in tests).
   """
-  targets_of = _targets_of(task).ids
+  targets_of = targets.ids
   counts = np.zeros(0, np.int64)
   pending: list[int] = []
   examples = 0
@@ -151,13 +105,22 @@ def target_counts(source: Sequence[Mapping[str, Any]], tokenizer, task: str,
   return counts, examples
 
 
-def entropy_nats(counts: np.ndarray) -> float:
-  """H(p) = -sum p log p (nats) of the empirical distribution `counts`."""
-  counts = np.asarray(counts, np.float64)
-  counts = counts[counts > 0]
-  if not len(counts):
+def entropy_nats(counts: Sequence[int] | np.ndarray) -> float:
+  """H = -sum_t p_t ln p_t in nats, p_t = c_t / sum c, from target counts (zeros ignored).
+
+  The cross-entropy of the best model that ignores context (it predicts the
+  unigram distribution p at every position) on the targets it was counted
+  on (module docstring). ``counts``: counts per target id, e.g.
+  np.bincount(targets, minlength=V). ValueError for a negative or non-finite
+  count, or no target at all.
+  """
+  c = np.asarray(counts, dtype=np.float64).ravel()
+  if np.any(c < 0) or not np.all(np.isfinite(c)):
+    raise ValueError("target counts must be finite and non-negative")
+  total = c.sum()
+  if total == 0:
     raise ValueError("no targets to take the entropy of")
-  p = counts / counts.sum()
+  p = c[c > 0] / total
   return float(-(p * np.log(p)).sum())
 
 
@@ -180,11 +143,11 @@ def tokenizer_identity(tokenizer) -> dict[str, Any]:
           "eos_id": int(tokenizer.eos_id)}
 
 
-def cache_key(dataset: str, version: str, split: str, task: str,
+def cache_key(dataset: str, version: str, split: str, kind: str,
               features: Sequence[str], tokenizer: Mapping[str, Any]) -> str:
   """One line naming everything the entropy depends on."""
   digest = (tokenizer["model_sha256"] or "none")[:16]
-  return (f"{dataset}:{version} {split} {task}({','.join(features)}) "
+  return (f"{dataset}:{version} {split} {kind}({','.join(features)}) "
           f"{tokenizer['kind']} vocab={tokenizer['vocab_size']} "
           f"sha256={digest} bos={tokenizer['bos_id']} eos={tokenizer['eos_id']}")
 
@@ -211,10 +174,10 @@ def _read_cache(path: str) -> dict[str, Any]:
   return cache if isinstance(cache, dict) else {}
 
 
-def unigram_entropy(data_cfg: Any, tokenizer, task: str, *,
+def unigram_entropy(data_cfg: Any, tokenizer, targets: Targets, *,
                     split: str = "train",
                     source: Sequence[Mapping[str, Any]] | None = None) -> float:
-  """Entropy (nats) of the unigram distribution of `task`'s targets in `split`.
+  """Entropy (nats) of the unigram distribution of `targets` in `split`.
 
   The loss of the best model that ignores context (module docstring). Read
   from the cache kept with the prepared data, else computed by streaming the
@@ -224,19 +187,19 @@ def unigram_entropy(data_cfg: Any, tokenizer, task: str, *,
   Args:
     data_cfg: the run's data config (`name`, `data_dir`, feature keys).
     tokenizer: the run's tokenizer (`tokenizer.tokenizer_from_config`).
-    task: "lm", "translate", "mlm" or "classify" (the task's row format).
+    targets: what the task's rows predict (its ``Task.targets``).
     split: the split whose targets are counted (the training split).
     source: example dicts to count instead of the dataset (in memory, tests);
       nothing is cached then.
   """
   keys = sources.resolve_keys(data_cfg)
   if source is not None:
-    counts, _ = target_counts(source, tokenizer, task, keys)
+    counts, _ = target_counts(source, tokenizer, targets, keys)
     return entropy_nats(counts)
-  features = [getattr(keys, field) for field in _targets_of(task).keys]
+  features = [getattr(keys, field) for field in targets.keys]
   data_dir = getattr(data_cfg, "data_dir", None) or None
   name = sources.canonical_name(sources.dataset_name(data_cfg))
-  key = cache_key(name, sources.dataset_version(name, data_dir), split, task,
+  key = cache_key(name, sources.dataset_version(name, data_dir), split, targets.kind,
                   features, tokenizer_identity(tokenizer))
   path = cache_path(data_cfg, tokenizer)
   cached = _read_cache(path)
@@ -248,7 +211,7 @@ def unigram_entropy(data_cfg: Any, tokenizer, task: str, *,
     if key not in cached:
       start = time.perf_counter()
       counts, examples = target_counts(
-          sources.open_source(name, split, data_dir), tokenizer, task, keys)
+          sources.open_source(name, split, data_dir), tokenizer, targets, keys)
       cached[key] = {
           "entropy_nats": entropy_nats(counts),
           "examples": examples,

@@ -26,18 +26,19 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from tfx_jax.data import repairs
+from tfx_jax.data.config import TextLayout
 from tfx_jax.errors import ConfigError
 
 # extension -> format
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl",
            ".parquet": "parquet"}
 FORMAT_CHOICES = ".txt/.text (plain text), .jsonl/.json (JSON Lines), .parquet (Parquet)"
-TEXT_LAYOUTS = ("file", "paragraphs")
+TEXT_LAYOUTS = get_args(TextLayout)
 # The config field that names the field or column of each feature.
 CONFIG_FIELD = {"text": "text_key", "source": "source_key", "target": "target_key",
                 "label": "label_key"}

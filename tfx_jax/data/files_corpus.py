@@ -57,6 +57,7 @@ import tensorflow_datasets as tfds
 
 from tfx_jax import files as files_lib
 from tfx_jax.data import builder_base
+from tfx_jax.data.config import DataConfig
 from tfx_jax.data import file_readers
 from tfx_jax.data import repairs
 from tfx_jax.errors import ConfigError
@@ -66,7 +67,7 @@ TFDS_NAME = "tfx_files"
 SPLITS = ("train", "validation", "test")
 FILE_FIELDS = {split: f"{split}_files" for split in SPLITS}
 DEFAULT_TEXT_KEY = "text"
-DEFAULT_HOLDOUT_FRACTION = 0.05
+DEFAULT_HOLDOUT_FRACTION = DataConfig.holdout_fraction
 # Changing how files become examples changes every key (a new conversion).
 CONVERSION_VERSION = 1
 MANIFEST = "corpus.json"

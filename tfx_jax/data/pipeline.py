@@ -1,7 +1,9 @@
 """grain input pipelines: source -> shard -> shuffle -> tokenize -> pack -> batch.
 
-Batches are dicts of NumPy arrays (int32 unless noted), leading dim = the
-per-process batch size:
+A pipeline makes the rows of a task's ``rows.RowFormat`` (its builder, in the
+task's module of ``tfx_jax.tasks``), packs them if the format says so, and
+batches them. Batches are dicts of NumPy arrays (int32 unless noted), leading
+dim = the per-process batch size; for the tasks of ``tfx_jax.tasks``:
 
 * lm:        inputs, targets (next token), segment_ids, positions, weights (f32)
 * translate: inputs (source + eos), decoder_inputs (bos + target),
@@ -106,7 +108,7 @@ def _rename_packed(row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def make_dataset(
     data_cfg: Any,
-    task: str,
+    rows: rows_lib.RowFormat,
     split: str,
     *,
     batch_size: int,
@@ -122,16 +124,17 @@ def make_dataset(
     read_threads: int | None = None,
     source: Sequence[Mapping[str, Any]] | None = None,
 ) -> grain.IterDataset:
-  """Returns a grain IterDataset of batches for `task` (see module docstring).
+  """Returns a grain IterDataset of batches of `rows` (see module docstring).
 
   `it = iter(ds)` is resumable: `state = it.get_state()` (JSON-serialisable),
   then `it2 = iter(ds); it2.set_state(state)` yields the same batches as `it`.
 
   Args:
     data_cfg: attribute object (e.g. ConfigDict) with `name`, `data_dir`,
-      `mask_rate` and the optional feature keys `text_key`, `source_key`,
-      `target_key`, `label_key` (empty/None: the dataset's defaults).
-    task: "lm", "translate", "mlm" or "classify".
+      the optional feature keys `text_key`, `source_key`, `target_key`,
+      `label_key` (empty/None: the dataset's defaults) and `mask_rate` (for
+      the builders that read it; missing: their default).
+    rows: the task's row format (``tasks.get(name).rows``).
     split: TFDS split, e.g. "train" or "validation".
     batch_size: rows per batch of this pipeline (the run's: batch_size /
       data.num_shards).
@@ -152,10 +155,7 @@ def make_dataset(
     source: a random-access sequence of example dicts to read instead of the
       TFDS dataset `data_cfg.name` (tests, in-memory data).
   """
-  rows = rows_lib.get_format(task)
   seed = int(seed) % 2**32
-  mask_rate = getattr(data_cfg, "mask_rate", None)
-  mask_rate = rows_lib.DEFAULT_MASK_RATE if mask_rate is None else float(mask_rate)
   keys = resolve_keys(data_cfg)
   data_dir = getattr(data_cfg, "data_dir", None) or None
   n_classes = None  # An in-memory source: labels are only checked to be >= 0.
@@ -171,7 +171,7 @@ def make_dataset(
   preprocess = rows.bind(
       tok=tokenizer, keys=keys, seq_len=int(seq_len),
       target_seq_len=int(target_seq_len or seq_len), counts=counts, seed=seed,
-      mask_rate=mask_rate, n_classes=n_classes)
+      mask_rate=getattr(data_cfg, "mask_rate", None), n_classes=n_classes)
 
   ds = grain.MapDataset.source(source)[shard_index::shard_count]
   if shuffle:

@@ -8,7 +8,9 @@
   `<data_dir>/<dataset>/tokenizers/spm_<vocab>.model`; later runs reuse it.
   `byte_fallback` maps characters unseen in training to byte pieces instead of
   unk. Text is not normalised (identity rule, whitespace kept), so line breaks
-  of verse survive and `decode(encode(s)) == s`.
+  of verse survive and `decode(encode(s)) == s`. `<vocab>` (`data.vocab_size`)
+  is an upper bound: a train split too small for it gets as many pieces as
+  SentencePiece finds, with a warning naming that size.
 * `HFTokenizer` (`data.tokenizer=hf`, `data.tokenizer_file`): the tokenizer of
   an imported Hugging Face checkpoint, a SentencePiece model or a
   `tokenizer.json` (read with the `tokenizers` package), with that model's own
@@ -22,18 +24,19 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 from absl import logging
 import sentencepiece as spm
 
 from tfx_jax.data import sources
+from tfx_jax.data.config import TokenizerKind
 from tfx_jax.errors import ConfigError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID, MASK_ID = 0, 1, 2, 3, 4
 NUM_SPECIAL = 5
 MASK_PIECE = "<mask>"
-TOKENIZER_KINDS = ("sentencepiece", "byte", "hf")
+TOKENIZER_KINDS = get_args(TokenizerKind)
 # Sentences fed to the SentencePiece trainer, evenly spaced over the train split.
 MAX_TRAIN_SENTENCES = 200_000
 _SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})
@@ -179,7 +182,13 @@ def tokenizer_path(dataset_name: str, data_dir: str | None, vocab_size: int
 
 def train_sentencepiece(texts: Iterable[str], model_path: str,
                         vocab_size: int) -> None:
-  """Trains a unigram model on `texts` and writes it atomically to model_path."""
+  """Trains a unigram model on `texts` and writes it atomically to model_path.
+
+  `vocab_size` is an upper bound (SentencePiece's hard_vocab_limit=False): texts
+  too few for it give as many pieces as SentencePiece finds in them, instead of
+  failing with "Vocabulary size too high"; `load_tokenizer` warns with the size.
+  A corpus that supports `vocab_size` gets the same pieces either way.
+  """
   if vocab_size < 300:
     raise ConfigError(
         f"data.vocab_size={vocab_size} is too small for SentencePiece with byte "
@@ -194,6 +203,7 @@ def train_sentencepiece(texts: Iterable[str], model_path: str,
           model_prefix=prefix,
           model_type="unigram",
           vocab_size=vocab_size,
+          hard_vocab_limit=False,
           pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
           user_defined_symbols=[MASK_PIECE],
           byte_fallback=True,
@@ -211,8 +221,7 @@ def train_sentencepiece(texts: Iterable[str], model_path: str,
     except RuntimeError as e:
       raise ConfigError(
           f"SentencePiece training with data.vocab_size={vocab_size} failed "
-          f"({str(e).strip()[:300]}); a smaller vocab_size usually fixes "
-          "'Vocabulary size too high'") from e
+          f"({str(e).strip()[:300]})") from e
     os.replace(prefix + ".model", model_path)
 
 
@@ -270,7 +279,18 @@ def load_tokenizer(
                      vocab_size, dataset_name, ",".join(text_keys), path)
         train_sentencepiece(_train_texts(dataset_name, data_dir, text_keys), path,
                             vocab_size)
-  return SentencePieceTokenizer(path)
+  tok = SentencePieceTokenizer(path)
+  if tok.vocab_size < vocab_size:
+    # Ids stay below the tokenizer's size, so a model.vocab_size embedding
+    # still fits them: its rows from tok.vocab_size on are never a target.
+    logging.warning(
+        "data.vocab_size=%d is more than the train split of %s supports: its "
+        "SentencePiece tokenizer has %d pieces (ids 0..%d), all SentencePiece "
+        "finds in it. The model's embedding keeps model.vocab_size rows, of "
+        "which ids %d and above never occur; --config.model.vocab_size=%d drops "
+        "them, and more text gives a larger vocabulary.", vocab_size, dataset_name,
+        tok.vocab_size, tok.vocab_size - 1, tok.vocab_size, tok.vocab_size)
+  return tok
 
 
 def tokenizer_from_config(data_cfg) -> Tokenizer:

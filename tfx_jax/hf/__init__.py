@@ -11,10 +11,11 @@ Each :class:`~tfx_jax.hf.registry.Architecture` says, in both directions,
 Modules:
 
   rules.py        Rule and the array maps (same, linear, heads_in, heads_out, ...);
-                  the rules of an attention block, a norm, a dense layer
+                  add_attention, add_norm, add_dense: the rules of a whole block
   fields.py       config fields several architectures share: activation names,
                   head widths, RoPE (rope_parameters or the older keys), sliding
-                  windows (layer_types)
+                  windows (layer_types); model_* and *_fields read HF's, hf_* and
+                  HF_* write them
   llama.py        LLaMA, Qwen3, Gemma 2 (gemma_norm: HF's 1 + w gains)
   gpt.py          GPT-2, GPT-NeoX
   bert.py         BERT
@@ -22,10 +23,16 @@ Modules:
   bart_marian.py  BART, Marian
   registry.py     Architecture, ARCHITECTURES, architecture_for
 
-The package imports nothing itself: the registry imports every architecture
-module, so an ``__init__`` that re-exported it would be imported back by each
-of them (their imports of rules.py and fields.py run this file first). Import
-the registry from ``tfx_jax.hf.registry``.
+Each architecture module exports <name>_fields (HF config -> model.* fields),
+<name>_config (ModelConfig -> HF config) and <name>_rules (ModelConfig -> its
+weight rules) for the registry; adding an architecture is those three and a
+row of ARCHITECTURES. Names with a leading underscore are used by their own
+module only.
+
+The registry is exported here (``from tfx_jax.hf import ARCHITECTURES,
+Architecture, architecture_for``); importing it loads jax and the model
+config, no HF library (torch, transformers). The modules of this package import
+each other by their own names, never a name of this file, which runs first.
 
 Which canonical variant each architecture is, in ``model.*`` terms:
 
@@ -55,3 +62,7 @@ Which canonical variant each architecture is, in ``model.*`` terms:
   Marian   encoder_decoder, post, layernorm, swish, sinusoidal [sin | cos]
            halves, embeddings x sqrt(d_model), output bias, tied
 """
+
+from tfx_jax.hf.registry import ARCHITECTURES, Architecture, architecture_for
+
+__all__ = ["ARCHITECTURES", "Architecture", "architecture_for"]

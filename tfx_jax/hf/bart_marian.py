@@ -4,8 +4,8 @@ weight layout (learned or sinusoidal positions, output bias)."""
 from __future__ import annotations
 
 from tfx_jax.errors import ConfigError
-from tfx_jax.hf.fields import _ACTS_BACK, _act
-from tfx_jax.hf.rules import _attention, _dense, _norm, flat_row, rows_from, same
+from tfx_jax.hf.fields import HF_ACTIVATIONS, model_activation
+from tfx_jax.hf.rules import add_attention, add_dense, add_norm, flat_row, rows_from, same
 from tfx_jax.model_config import ModelConfig
 
 
@@ -21,7 +21,7 @@ def _seq2seq_common(c, arch):
   n_enc, n_dec = c["encoder_layers"], c["decoder_layers"]
   return dict(
       family="encoder_decoder", norm_position="post", norm_type="layernorm",
-      activation=_act(c.get("activation_function", "gelu"), arch),
+      activation=model_activation(c.get("activation_function", "gelu"), arch),
       num_layers=n_enc, num_encoder_layers=n_enc, num_decoder_layers=n_dec,
       d_model=c["d_model"], num_heads=c["encoder_attention_heads"],
       d_ff=c["encoder_ffn_dim"], vocab_size=c["vocab_size"],
@@ -31,7 +31,7 @@ def _seq2seq_common(c, arch):
 
 def _seq2seq_config(m: ModelConfig):
   return dict(
-      activation_function=_ACTS_BACK.get(m.activation, "gelu"),
+      activation_function=HF_ACTIVATIONS.get(m.activation, "gelu"),
       encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
       d_model=m.d_model, encoder_attention_heads=m.num_heads,
       decoder_attention_heads=m.num_heads, encoder_ffn_dim=m.ffn_dim,
@@ -40,16 +40,16 @@ def _seq2seq_config(m: ModelConfig):
       tie_word_embeddings=True, is_encoder_decoder=True)
 
 
-def _bart_fields(c, names=None):
+def bart_fields(c, names=None):
   return dict(_seq2seq_common(c, "bart"), position="learned", embedding_norm="on")
 
 
-def _bart_config(m: ModelConfig):
+def bart_config(m: ModelConfig):
   return dict(_seq2seq_config(m), model_type="bart",
               architectures=["BartForConditionalGeneration"])
 
 
-def _marian_fields(c, names=None):
+def marian_fields(c, names=None):
   if not c.get("share_encoder_decoder_embeddings", True) or c.get(
       "decoder_vocab_size", c["vocab_size"]) != c["vocab_size"]:
     raise ConfigError("marian: separate source and target vocabularies are not "
@@ -58,7 +58,7 @@ def _marian_fields(c, names=None):
               sinusoidal_layout="halves", embedding_norm="off")
 
 
-def _marian_config(m: ModelConfig):
+def marian_config(m: ModelConfig):
   # Marian's own special ids: eos 0, pad (= decoder start) the last id; the
   # imported model's ids, where known, replace these (convert.to_hf).
   return dict(_seq2seq_config(m), model_type="marian", architectures=["MarianMTModel"],
@@ -77,15 +77,25 @@ def _seq2seq_rules(m: ModelConfig, *, learned: bool, embed_norm: bool):
     if learned:
       r.append(rows_from(f"{hf_stack}.embed_positions.weight", f"{stack}_positions/embedding", 2))
     if embed_norm:
-      _norm(r, f"{hf_stack}.layernorm_embedding", f"{stack}_embed_norm")
+      add_norm(r, f"{hf_stack}.layernorm_embedding", f"{stack}_embed_norm")
     for i in range(n):
       hf, t = f"{hf_stack}.layers.{i}", f"{stack}/layer_{i}"
-      _attention(r, f"{hf}.self_attn", f"{t}/self_attention", h, h, names, True)
-      _norm(r, f"{hf}.self_attn_layer_norm", f"{t}/self_attention_norm")
+      add_attention(r, f"{hf}.self_attn", f"{t}/self_attention", h, h, names, True)
+      add_norm(r, f"{hf}.self_attn_layer_norm", f"{t}/self_attention_norm")
       if stack == "decoder":
-        _attention(r, f"{hf}.encoder_attn", f"{t}/cross_attention", h, h, names, True)
-        _norm(r, f"{hf}.encoder_attn_layer_norm", f"{t}/cross_attention_norm")
-      _dense(r, f"{hf}.fc1", f"{t}/ffn/wi")
-      _dense(r, f"{hf}.fc2", f"{t}/ffn/wo")
-      _norm(r, f"{hf}.final_layer_norm", f"{t}/ffn_norm")
+        add_attention(r, f"{hf}.encoder_attn", f"{t}/cross_attention", h, h, names, True)
+        add_norm(r, f"{hf}.encoder_attn_layer_norm", f"{t}/cross_attention_norm")
+      add_dense(r, f"{hf}.fc1", f"{t}/ffn/wi")
+      add_dense(r, f"{hf}.fc2", f"{t}/ffn/wo")
+      add_norm(r, f"{hf}.final_layer_norm", f"{t}/ffn_norm")
   return r
+
+
+def bart_rules(m: ModelConfig):
+  """BART: learned positions (HF's first 2 rows dropped), embedding norms."""
+  return _seq2seq_rules(m, learned=True, embed_norm=True)
+
+
+def marian_rules(m: ModelConfig):
+  """Marian: sinusoidal positions (no weights), no embedding norms."""
+  return _seq2seq_rules(m, learned=False, embed_norm=False)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from tfx_jax.errors import ConfigError
-from tfx_jax.hf.rules import _attention, _dense, _norm, same
+from tfx_jax.hf.rules import add_attention, add_dense, add_norm, same
 from tfx_jax.model_config import ModelConfig
 
 
 # ---------------------------------------------------------------- BERT
-def _bert_fields(c, names=None):
+def bert_fields(c, names=None):
   if c.get("position_embedding_type", "absolute") != "absolute":
     raise ConfigError("bert: only absolute position embeddings are supported.")
   if c.get("hidden_act", "gelu") != "gelu":
@@ -23,7 +23,7 @@ def _bert_fields(c, names=None):
       embedding_norm="on")
 
 
-def _bert_config(m: ModelConfig):
+def bert_config(m: ModelConfig):
   return dict(
       model_type="bert", architectures=["BertForMaskedLM"], hidden_act="gelu",
       num_hidden_layers=m.num_layers, hidden_size=m.d_model,
@@ -33,21 +33,21 @@ def _bert_config(m: ModelConfig):
       tie_word_embeddings=True, position_embedding_type="absolute")
 
 
-def _bert_rules(m: ModelConfig):
+def bert_rules(m: ModelConfig):
   e = "bert.embeddings"
   r = [same(f"{e}.word_embeddings.weight", "embedding/embedding"),
        same(f"{e}.position_embeddings.weight", "positions/embedding"),
        same(f"{e}.token_type_embeddings.weight", "token_types/embedding")]
-  _norm(r, f"{e}.LayerNorm", "embed_norm")
+  add_norm(r, f"{e}.LayerNorm", "embed_norm")
   for i in range(m.num_layers):
     hf, t = f"bert.encoder.layer.{i}", f"encoder/layer_{i}"
-    _attention(r, f"{hf}.attention", f"{t}/self_attention", m.num_heads, m.num_heads,
+    add_attention(r, f"{hf}.attention", f"{t}/self_attention", m.num_heads, m.num_heads,
                ("self.query", "self.key", "self.value", "output.dense"), True)
-    _norm(r, f"{hf}.attention.output.LayerNorm", f"{t}/self_attention_norm")
-    _dense(r, f"{hf}.intermediate.dense", f"{t}/ffn/wi")
-    _dense(r, f"{hf}.output.dense", f"{t}/ffn/wo")
-    _norm(r, f"{hf}.output.LayerNorm", f"{t}/ffn_norm")
-  _dense(r, "cls.predictions.transform.dense", "mlm_dense")
-  _norm(r, "cls.predictions.transform.LayerNorm", "mlm_norm")
+    add_norm(r, f"{hf}.attention.output.LayerNorm", f"{t}/self_attention_norm")
+    add_dense(r, f"{hf}.intermediate.dense", f"{t}/ffn/wi")
+    add_dense(r, f"{hf}.output.dense", f"{t}/ffn/wo")
+    add_norm(r, f"{hf}.output.LayerNorm", f"{t}/ffn_norm")
+  add_dense(r, "cls.predictions.transform.dense", "mlm_dense")
+  add_norm(r, "cls.predictions.transform.LayerNorm", "mlm_norm")
   r.append(same("cls.predictions.bias", "mlm_bias"))
   return r

@@ -1,6 +1,12 @@
 """HF ``config.json`` <-> ``model.*`` fields that several architectures share:
 activation names, head widths, RoPE (``rope_parameters`` or the older keys)
-and sliding-window layers (``layer_types``)."""
+and sliding-window layers (``layer_types``).
+
+Read from HF: ``model_activation``, ``model_gated_activation``, ``model_head_dim``,
+``rope_fields``, ``window_fields``. Written for HF: ``HF_ACTIVATIONS``,
+``HF_GATED_ACTIVATIONS``, ``hf_rope_parameters``, ``hf_layer_types``. ``SLIDING``
+and ``FULL`` are HF's names of the two layer kinds.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +19,11 @@ from tfx_jax.model_config import ModelConfig, is_windowed
 # so that the settings HF cannot represent show as differences.
 _ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
          "relu": "relu", "silu": "swish", "swish": "swish"}
-_ACTS_BACK = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "swish": "silu"}
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "swish": "silu"}
 
 
-def _act(name: str, arch: str) -> str:
+def model_activation(name: str, arch: str) -> str:
+  """model.activation of HF's activation ``name`` in a plain FFN (ConfigError if none)."""
   if name not in _ACTS:
     raise ConfigError(f"{arch}: activation {name!r} has no model.activation; "
                       f"supported: {', '.join(_ACTS)}.")
@@ -27,11 +34,12 @@ def _act(name: str, arch: str) -> str:
 _GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu",
                "gelu_new": "geglu_tanh", "gelu_pytorch_tanh": "geglu_tanh",
                "relu": "reglu", "sigmoid": "glu", "linear": "bilinear"}
-_GATED_ACTS_BACK = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh",
-                    "reglu": "relu", "glu": "sigmoid", "bilinear": "linear"}
+HF_GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh",
+                        "reglu": "relu", "glu": "sigmoid", "bilinear": "linear"}
 
 
-def _gated_act(name: str, arch: str) -> str:
+def model_gated_activation(name: str, arch: str) -> str:
+  """model.activation of HF's ``name`` gating an FFN (ConfigError if none)."""
   if name not in _GATED_ACTS:
     raise ConfigError(f"{arch}: activation {name!r} has no gated model.activation; "
                       f"supported: {', '.join(_GATED_ACTS)}.")
@@ -44,7 +52,7 @@ def _gated_act(name: str, arch: str) -> str:
 _ROPE_TYPES = {"default": "none", "linear": "linear", "yarn": "yarn"}
 
 
-def _rope_fields(c, arch: str, *, longest: int, partial: bool = False,
+def rope_fields(c, arch: str, *, longest: int, partial: bool = False,
                  base_key: str = "rope_theta", fraction_key: str = "partial_rotary_factor",
                  fraction_default: float = 1.0) -> dict:
   """The model.rope_* fields of an HF config's RoPE: transformers 5's
@@ -94,7 +102,7 @@ def _rope_fields(c, arch: str, *, longest: int, partial: bool = False,
   return fields
 
 
-def _rope_config(m: ModelConfig, *, partial: bool = False) -> dict:
+def hf_rope_parameters(m: ModelConfig, *, partial: bool = False) -> dict:
   """``rope_parameters`` of model.rope_*. Scalings without an HF rope_type (ntk)
   are written as the default, and a fraction where the architecture rotates
   whole heads is left out: both show as differences
@@ -109,7 +117,7 @@ def _rope_config(m: ModelConfig, *, partial: bool = False) -> dict:
   return rope
 
 
-def _head_dim(width, d: int, h: int) -> int:
+def model_head_dim(width, d: int, h: int) -> int:
   """model.head_dim of an HF head width: 0 (derived) where it is d_model / num_heads."""
   if width is None or (d % h == 0 and width == d // h):
     return 0
@@ -117,25 +125,25 @@ def _head_dim(width, d: int, h: int) -> int:
 
 
 # Sliding-window attention: HF names each layer's kind in layer_types.
-_SLIDING, _FULL = "sliding_attention", "full_attention"
+SLIDING, FULL = "sliding_attention", "full_attention"
 
 
-def _window_fields(arch: str, layer_types, window, num_layers: int) -> dict:
+def window_fields(arch: str, layer_types, window, num_layers: int) -> dict:
   """model.attention_window and model.global_every of HF's per-layer attention
   kinds: none sliding (0, 0), all sliding (window, 0), or layers k, 2k, ...
   (1-based) full and the others sliding (window, k). HF's sliding window keeps
   key k for query q iff q - k < sliding_window (masking_utils), as
   model.attention_window does. Other patterns are refused."""
-  kinds = sorted(set(layer_types) - {_SLIDING, _FULL})
+  kinds = sorted(set(layer_types) - {SLIDING, FULL})
   if kinds or len(layer_types) != num_layers:
     raise ConfigError(
         f"{arch}: layer_types must name each of the {num_layers} layers "
-        f"{_SLIDING!r} or {_FULL!r}; got {list(layer_types)!r}.")
-  sliding = [kind == _SLIDING for kind in layer_types]
+        f"{SLIDING!r} or {FULL!r}; got {list(layer_types)!r}.")
+  sliding = [kind == SLIDING for kind in layer_types]
   if not any(sliding):
     return dict(attention_window=0, global_every=0)
   if not window:
-    raise ConfigError(f"{arch}: layer_types has {_SLIDING!r} layers but sliding_window "
+    raise ConfigError(f"{arch}: layer_types has {SLIDING!r} layers but sliding_window "
                       f"is {window!r}.")
   every = 0 if all(sliding) else sliding.index(False) + 1
   if sliding != [is_windowed(i, window, every) for i in range(num_layers)]:
@@ -147,6 +155,7 @@ def _window_fields(arch: str, layer_types, window, num_layers: int) -> dict:
   return dict(attention_window=int(window), global_every=every)
 
 
-def _layer_types(m: ModelConfig) -> list[str]:
-  return [_SLIDING if is_windowed(i, m.attention_window, m.global_every) else _FULL
+def hf_layer_types(m: ModelConfig) -> list[str]:
+  """HF's layer_types of model.attention_window and model.global_every."""
+  return [SLIDING if is_windowed(i, m.attention_window, m.global_every) else FULL
           for i in range(m.num_layers)]

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from tfx_jax.errors import ConfigError
-from tfx_jax.hf.fields import _ACTS_BACK, _act, _rope_config, _rope_fields
-from tfx_jax.hf.rules import Rule, _dense, _norm, heads_out, linear, same
+from tfx_jax.hf.fields import HF_ACTIVATIONS, hf_rope_parameters, model_activation, rope_fields
+from tfx_jax.hf.rules import Rule, add_dense, add_norm, heads_out, linear, same
 from tfx_jax.model_config import ModelConfig
 
 
 # --------------------------------------------------------------- GPT-2
-def _gpt2_fields(c, names=None):
+def gpt2_fields(c, names=None):
   for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
                   ("reorder_and_upcast_attn", False)):
     if c.get(key, ok) != ok:
@@ -20,17 +20,17 @@ def _gpt2_fields(c, names=None):
   d = c["n_embd"]
   return dict(
       family="decoder_only", norm_position="pre", norm_type="layernorm",
-      activation=_act(c.get("activation_function", "gelu_new"), "gpt2"),
+      activation=model_activation(c.get("activation_function", "gelu_new"), "gpt2"),
       position="learned", num_layers=c["n_layer"], d_model=d, num_heads=c["n_head"],
       d_ff=c.get("n_inner") or 4 * d, vocab_size=c["vocab_size"],
       max_len=c["n_positions"], tie_embeddings=bool(c.get("tie_word_embeddings", True)),
       use_bias=True, norm_eps=c.get("layer_norm_epsilon", 1e-5))
 
 
-def _gpt2_config(m: ModelConfig):
+def gpt2_config(m: ModelConfig):
   return dict(
       model_type="gpt2", architectures=["GPT2LMHeadModel"],
-      activation_function=_ACTS_BACK.get(m.activation, "gelu_new"),
+      activation_function=HF_ACTIVATIONS.get(m.activation, "gelu_new"),
       n_layer=m.num_layers, n_embd=m.d_model, n_head=m.num_heads, n_inner=m.ffn_dim,
       vocab_size=m.vocab_size, n_positions=m.max_len,
       tie_word_embeddings=m.tie_embeddings, layer_norm_epsilon=m.norm_eps,
@@ -52,7 +52,7 @@ def _gpt2_qkv(hf, t, m):
   return [w, b]
 
 
-def _gpt2_rules(m: ModelConfig):
+def gpt2_rules(m: ModelConfig):
   r = [same("transformer.wte.weight", "embedding/embedding"),
        same("transformer.wpe.weight", "positions/embedding")]
   h = m.num_heads
@@ -66,16 +66,16 @@ def _gpt2_rules(m: ModelConfig):
     for name, ours in (("c_fc", "wi"), ("c_proj", "wo")):  # Conv1D: [in, out] already
       r.append(same(f"{hf}.mlp.{name}.weight", f"{t}/ffn/{ours}/kernel"))
       r.append(same(f"{hf}.mlp.{name}.bias", f"{t}/ffn/{ours}/bias"))
-    _norm(r, f"{hf}.ln_1", f"{t}/self_attention_norm")
-    _norm(r, f"{hf}.ln_2", f"{t}/ffn_norm")
-  _norm(r, "transformer.ln_f", "decoder/final_norm")
+    add_norm(r, f"{hf}.ln_1", f"{t}/self_attention_norm")
+    add_norm(r, f"{hf}.ln_2", f"{t}/ffn_norm")
+  add_norm(r, "transformer.ln_f", "decoder/final_norm")
   if not m.tie_embeddings:
     r.append(linear("lm_head.weight", "output/kernel"))
   return r
 
 
 # ------------------------------------------------------------ GPT-NeoX
-def _gpt_neox_fields(c, names=None):
+def gpt_neox_fields(c, names=None):
   # HF's MLP always has biases; attention_bias switches those of attention only.
   if not c.get("attention_bias", True):
     raise ConfigError("gpt_neox: attention_bias=False drops the attention biases but "
@@ -83,7 +83,7 @@ def _gpt_neox_fields(c, names=None):
   longest = c.get("max_position_embeddings", 2048)
   return dict(
       family="decoder_only", norm_position="pre", norm_type="layernorm",
-      activation=_act(c.get("hidden_act", "gelu"), "gpt_neox"), position="rope",
+      activation=model_activation(c.get("hidden_act", "gelu"), "gpt_neox"), position="rope",
       # use_parallel_residual: x + Attn(N1(x)) + MLP(N2(x)); else sequential.
       block="parallel" if c.get("use_parallel_residual", True) else "sequential",
       num_layers=c["num_hidden_layers"], d_model=c["hidden_size"],
@@ -92,21 +92,21 @@ def _gpt_neox_fields(c, names=None):
       tie_embeddings=bool(c.get("tie_word_embeddings", False)), use_bias=True,
       norm_eps=c.get("layer_norm_eps", 1e-5),
       # rotary_pct (HF's default 0.25) of each head rotated, rotary_emb_base.
-      **_rope_fields(c, "gpt_neox", longest=longest, partial=True,
+      **rope_fields(c, "gpt_neox", longest=longest, partial=True,
                      base_key="rotary_emb_base", fraction_key="rotary_pct",
                      fraction_default=0.25))
 
 
-def _gpt_neox_config(m: ModelConfig):
+def gpt_neox_config(m: ModelConfig):
   return dict(
       model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"],
-      hidden_act=_ACTS_BACK.get(m.activation, "gelu"),
+      hidden_act=HF_ACTIVATIONS.get(m.activation, "gelu"),
       use_parallel_residual=m.block == "parallel", num_hidden_layers=m.num_layers,
       hidden_size=m.d_model, num_attention_heads=m.num_heads,
       intermediate_size=m.ffn_dim, vocab_size=m.vocab_size,
       max_position_embeddings=m.max_len, tie_word_embeddings=m.tie_embeddings,
       attention_bias=True, layer_norm_eps=m.norm_eps,
-      rope_parameters=_rope_config(m, partial=True))
+      rope_parameters=hf_rope_parameters(m, partial=True))
 
 
 def _gpt_neox_qkv(hf, t, heads):
@@ -126,7 +126,7 @@ def _gpt_neox_qkv(hf, t, heads):
   return [w, b]
 
 
-def _gpt_neox_rules(m: ModelConfig):
+def gpt_neox_rules(m: ModelConfig):
   r = [same("gpt_neox.embed_in.weight", "embedding/embedding")]
   for i in range(m.num_layers):
     hf, t = f"gpt_neox.layers.{i}", f"decoder/layer_{i}"
@@ -134,12 +134,12 @@ def _gpt_neox_rules(m: ModelConfig):
     r.append(heads_out(f"{hf}.attention.dense.weight", f"{t}/self_attention/out/kernel",
                        m.num_heads))
     r.append(same(f"{hf}.attention.dense.bias", f"{t}/self_attention/out/bias"))
-    _dense(r, f"{hf}.mlp.dense_h_to_4h", f"{t}/ffn/wi")
-    _dense(r, f"{hf}.mlp.dense_4h_to_h", f"{t}/ffn/wo")
+    add_dense(r, f"{hf}.mlp.dense_h_to_4h", f"{t}/ffn/wi")
+    add_dense(r, f"{hf}.mlp.dense_4h_to_h", f"{t}/ffn/wo")
     # The same two norms in both blocks: N1 before attention, N2 before the MLP.
-    _norm(r, f"{hf}.input_layernorm", f"{t}/self_attention_norm")
-    _norm(r, f"{hf}.post_attention_layernorm", f"{t}/ffn_norm")
-  _norm(r, "gpt_neox.final_layer_norm", "decoder/final_norm")
+    add_norm(r, f"{hf}.input_layernorm", f"{t}/self_attention_norm")
+    add_norm(r, f"{hf}.post_attention_layernorm", f"{t}/ffn_norm")
+  add_norm(r, "gpt_neox.final_layer_norm", "decoder/final_norm")
   if not m.tie_embeddings:
     # transformers 5 names it lm_head in the model and embed_out in the file.
     r.append(linear("embed_out.weight", "output/kernel"))

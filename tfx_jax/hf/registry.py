@@ -1,4 +1,10 @@
-"""The architectures by name, and the one an HF ``config.json`` declares."""
+"""The architectures by name, and the one an HF ``config.json`` declares.
+
+Each architecture module exports three functions per architecture,
+``<name>_fields``, ``<name>_config`` and ``<name>_rules``, which
+:class:`Architecture` collects: adding one is a module (or a section of one)
+with those three, and a row of ``ARCHITECTURES``.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +12,23 @@ import dataclasses
 from typing import Callable
 
 from tfx_jax.errors import ConfigError
-from tfx_jax.hf.bart_marian import (_bart_config, _bart_fields, _marian_config,
-                                    _marian_fields, _seq2seq_rules)
-from tfx_jax.hf.bert import _bert_config, _bert_fields, _bert_rules
-from tfx_jax.hf.gpt import (_gpt2_config, _gpt2_fields, _gpt2_rules, _gpt_neox_config,
-                            _gpt_neox_fields, _gpt_neox_rules)
-from tfx_jax.hf.llama import (_gemma2_config, _gemma2_fields, _gemma2_rules,
-                              _llama_config, _llama_fields, _llama_rules,
-                              _qwen3_config, _qwen3_fields)
+from tfx_jax.hf.bart_marian import (bart_config, bart_fields, bart_rules, marian_config,
+                                    marian_fields, marian_rules)
+from tfx_jax.hf.bert import bert_config, bert_fields, bert_rules
+from tfx_jax.hf.gpt import (gpt2_config, gpt2_fields, gpt2_rules, gpt_neox_config,
+                            gpt_neox_fields, gpt_neox_rules)
+from tfx_jax.hf.llama import (gemma2_config, gemma2_fields, gemma2_rules,
+                              llama_config, llama_fields, llama_rules,
+                              qwen3_config, qwen3_fields, qwen3_rules)
 from tfx_jax.hf.rules import Rule
-from tfx_jax.hf.t5 import _t5_config, _t5_fields, _t5_rules
+from tfx_jax.hf.t5 import t5_config, t5_fields, t5_rules
 from tfx_jax.model_config import ModelConfig
 
 
 # --------------------------------------------------------------- registry
 @dataclasses.dataclass(frozen=True)
 class Architecture:
+  """One HF architecture, both directions: its config fields and its weights."""
   name: str
   model_type: str  # HF config.json "model_type"
   family: str
@@ -33,26 +40,24 @@ class Architecture:
 
 
 ARCHITECTURES = {
-    "llama": Architecture("llama", "llama", "decoder_only", "lm", _llama_fields,
-                          _llama_config, _llama_rules),
-    "gpt2": Architecture("gpt2", "gpt2", "decoder_only", "lm", _gpt2_fields,
-                         _gpt2_config, _gpt2_rules),
+    "llama": Architecture("llama", "llama", "decoder_only", "lm", llama_fields,
+                          llama_config, llama_rules),
+    "gpt2": Architecture("gpt2", "gpt2", "decoder_only", "lm", gpt2_fields,
+                         gpt2_config, gpt2_rules),
     "gpt_neox": Architecture("gpt_neox", "gpt_neox", "decoder_only", "lm",
-                             _gpt_neox_fields, _gpt_neox_config, _gpt_neox_rules),
-    "qwen3": Architecture("qwen3", "qwen3", "decoder_only", "lm", _qwen3_fields,
-                          _qwen3_config, lambda m: _llama_rules(m, qk_norm=True)),
-    "gemma2": Architecture("gemma2", "gemma2", "decoder_only", "lm", _gemma2_fields,
-                           _gemma2_config, _gemma2_rules),
-    "bert": Architecture("bert", "bert", "encoder_only", "mlm", _bert_fields,
-                         _bert_config, _bert_rules),
-    "t5": Architecture("t5", "t5", "encoder_decoder", "translate", _t5_fields,
-                       _t5_config, _t5_rules),
-    "bart": Architecture(
-        "bart", "bart", "encoder_decoder", "translate", _bart_fields, _bart_config,
-        lambda m: _seq2seq_rules(m, learned=True, embed_norm=True)),
-    "marian": Architecture(
-        "marian", "marian", "encoder_decoder", "translate", _marian_fields,
-        _marian_config, lambda m: _seq2seq_rules(m, learned=False, embed_norm=False)),
+                             gpt_neox_fields, gpt_neox_config, gpt_neox_rules),
+    "qwen3": Architecture("qwen3", "qwen3", "decoder_only", "lm", qwen3_fields,
+                          qwen3_config, qwen3_rules),
+    "gemma2": Architecture("gemma2", "gemma2", "decoder_only", "lm", gemma2_fields,
+                           gemma2_config, gemma2_rules),
+    "bert": Architecture("bert", "bert", "encoder_only", "mlm", bert_fields,
+                         bert_config, bert_rules),
+    "t5": Architecture("t5", "t5", "encoder_decoder", "translate", t5_fields,
+                       t5_config, t5_rules),
+    "bart": Architecture("bart", "bart", "encoder_decoder", "translate", bart_fields,
+                         bart_config, bart_rules),
+    "marian": Architecture("marian", "marian", "encoder_decoder", "translate",
+                           marian_fields, marian_config, marian_rules),
 }
 
 

@@ -3,7 +3,7 @@
 A :class:`Rule` names one HF tensor, the tfx_jax parameters it becomes, and a
 pair of exact array maps (transposes, reshapes, splits, row slices), so that
 export -> import is bit-identical. The maps every architecture shares are here;
-``_attention``, ``_norm`` and ``_dense`` append the rules of a whole block.
+``add_attention``, ``add_norm`` and ``add_dense`` append the rules of a whole block.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def flat_row(hf, tfx):
   return Rule(hf, (tfx,), lambda w: (w.reshape(-1),), lambda x: x[None])
 
 
-def _attention(rules, hf, tfx, heads, kv_heads, names, bias):
+def add_attention(rules, hf, tfx, heads, kv_heads, names, bias):
   """q, k, v, out of one attention block; ``names`` are HF's four projections."""
   for name, ours, h in zip(names[:3], ("query", "key", "value"), (heads, kv_heads, kv_heads)):
     rules.append(heads_in(f"{hf}.{name}.weight", f"{tfx}/{ours}/kernel", h))
@@ -73,13 +73,15 @@ def _attention(rules, hf, tfx, heads, kv_heads, names, bias):
     rules.append(same(f"{hf}.{names[3]}.bias", f"{tfx}/out/bias"))
 
 
-def _norm(rules, hf, tfx, bias=True, gain="weight"):
+def add_norm(rules, hf, tfx, bias=True, gain="weight"):
+  """A norm's gain (HF's ``gain`` tensor) and, with ``bias``, its bias."""
   rules.append(same(f"{hf}.{gain}", f"{tfx}/scale"))
   if bias:
     rules.append(same(f"{hf}.bias", f"{tfx}/bias"))
 
 
-def _dense(rules, hf, tfx, bias=True):
+def add_dense(rules, hf, tfx, bias=True):
+  """A torch Linear's weight and, with ``bias``, its bias <-> a Dense kernel and bias."""
   rules.append(linear(f"{hf}.weight", f"{tfx}/kernel"))
   if bias:
     rules.append(same(f"{hf}.bias", f"{tfx}/bias"))

@@ -4,8 +4,8 @@ stated separately."""
 from __future__ import annotations
 
 from tfx_jax.errors import ConfigError
-from tfx_jax.hf.fields import _head_dim
-from tfx_jax.hf.rules import _attention, _dense, _norm, linear, same
+from tfx_jax.hf.fields import model_head_dim
+from tfx_jax.hf.rules import add_attention, add_dense, add_norm, linear, same
 from tfx_jax.model_config import GATED_ACTIVATIONS, ModelConfig
 
 
@@ -16,7 +16,7 @@ _T5_FFN = {"relu": "relu", "gated-gelu": "geglu_tanh", "gated-silu": "swiglu"}
 _T5_FFN_BACK = {act: proj for proj, act in _T5_FFN.items()}
 
 
-def _t5_fields(c, names=None):
+def t5_fields(c, names=None):
   proj = c.get("feed_forward_proj", "relu")
   if proj not in _T5_FFN:
     raise ConfigError(f"t5: feed_forward_proj={proj!r} has no model.activation; "
@@ -42,7 +42,7 @@ def _t5_fields(c, names=None):
       activation=act, position="t5_bias",
       num_layers=c["num_layers"], num_encoder_layers=c["num_layers"],
       num_decoder_layers=c.get("num_decoder_layers") or c["num_layers"],
-      d_model=d, num_heads=h, head_dim=_head_dim(c.get("d_kv", 64), d, h), **width,
+      d_model=d, num_heads=h, head_dim=model_head_dim(c.get("d_kv", 64), d, h), **width,
       vocab_size=c["vocab_size"], tie_embeddings=tied, scale_output=bool(scaled),
       use_bias=False,
       scale_attention_logits=False, norm_eps=c.get("layer_norm_epsilon", 1e-6),
@@ -50,7 +50,7 @@ def _t5_fields(c, names=None):
       t5_max_distance=c.get("relative_attention_max_distance", 128))
 
 
-def _t5_config(m: ModelConfig):
+def t5_config(m: ModelConfig):
   # Both switches stated: transformers >= 5 reads the scaling from
   # scale_decoder_outputs and the tying from the weights (an untied export
   # carries lm_head.weight), so every combination loads as it is.
@@ -66,7 +66,7 @@ def _t5_config(m: ModelConfig):
       pad_token_id=0, eos_token_id=1, is_encoder_decoder=True)
 
 
-def _t5_rules(m: ModelConfig):
+def t5_rules(m: ModelConfig):
   r = [same("shared.weight", "embedding/embedding")]
   if not m.tie_embeddings:
     r.append(linear("lm_head.weight", "output/kernel"))
@@ -77,17 +77,17 @@ def _t5_rules(m: ModelConfig):
                   f"{stack}_relative_bias/rel_embedding"))
     for i in range(n):
       hf, t = f"{stack}.block.{i}.layer", f"{stack}/layer_{i}"
-      _attention(r, f"{hf}.0.SelfAttention", f"{t}/self_attention", h, h, qkvo, False)
-      _norm(r, f"{hf}.0.layer_norm", f"{t}/self_attention_norm", bias=False)
+      add_attention(r, f"{hf}.0.SelfAttention", f"{t}/self_attention", h, h, qkvo, False)
+      add_norm(r, f"{hf}.0.layer_norm", f"{t}/self_attention_norm", bias=False)
       f = 1
       if stack == "decoder":
-        _attention(r, f"{hf}.1.EncDecAttention", f"{t}/cross_attention", h, h, qkvo, False)
-        _norm(r, f"{hf}.1.layer_norm", f"{t}/cross_attention_norm", bias=False)
+        add_attention(r, f"{hf}.1.EncDecAttention", f"{t}/cross_attention", h, h, qkvo, False)
+        add_norm(r, f"{hf}.1.layer_norm", f"{t}/cross_attention_norm", bias=False)
         f = 2
       ffn = ((("wi_0", "wi"), ("wi_1", "wv"), ("wo", "wo")) if m.gated
              else (("wi", "wi"), ("wo", "wo")))
       for name, ours in ffn:
-        _dense(r, f"{hf}.{f}.DenseReluDense.{name}", f"{t}/ffn/{ours}", bias=False)
-      _norm(r, f"{hf}.{f}.layer_norm", f"{t}/ffn_norm", bias=False)
-    _norm(r, f"{stack}.final_layer_norm", f"{stack}/final_norm", bias=False)
+        add_dense(r, f"{hf}.{f}.DenseReluDense.{name}", f"{t}/ffn/{ours}", bias=False)
+      add_norm(r, f"{hf}.{f}.layer_norm", f"{t}/ffn_norm", bias=False)
+    add_norm(r, f"{stack}.final_layer_norm", f"{stack}/final_norm", bias=False)
   return r

@@ -3,20 +3,21 @@
 The unigram entropy of the training targets (the loss of the best model that
 ignores context; a run not below it has stalled) comes from the prepared data
 (``tfx_jax.data.baselines``, computed once per dataset, tokenizer and task and
-kept with the data). The loss at initialisation is taken as ln |V| (ln of the
-number of classes for classification): the loss of the uniform prediction,
-which a freshly initialised model gives up to its small initial logits.
+kept with the data), counting the targets the run's task names
+(``Task.targets``). The loss at initialisation is the task's l0
+(``Task.initial_loss``: ln |V|, or ln of the number of classes for
+classification): the loss of the uniform prediction, which a freshly
+initialised model gives up to its small initial logits.
 Runs whose workdir holds no config.json yet get an unknown baseline.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import pathlib
-from typing import Any
 
 from tfx_jax.report.analysis import Baseline
+from tfx_jax.sweep_record import SweepRecord
 
 UNKNOWN = Baseline(None, None)
 
@@ -41,28 +42,28 @@ def _key(config) -> tuple:
 
 
 def baseline(config) -> Baseline:
-  """The Baseline of one run config (reads the prepared data once per key)."""
+  """The Baseline of one run config (reads the prepared data once per key): the
+  unigram entropy of the targets its task names, and its task's l0."""
   from tfx_jax.data import baselines as data_baselines  # pylint: disable=import-outside-toplevel
   from tfx_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+  from tfx_jax import tasks  # pylint: disable=import-outside-toplevel
+  task = tasks.get(config.task)
   tok = tokenizer_lib.tokenizer_from_config(config.data)
-  entropy = data_baselines.unigram_entropy(config.data, tok, config.task)
-  classes = int(config.model.num_classes or 0)
-  initial = math.log(classes) if config.task == "classify" and classes > 1 else math.log(
-      int(config.model.vocab_size))
-  return Baseline(unigram_entropy=entropy, initial_loss=initial)
+  entropy = data_baselines.unigram_entropy(config.data, tok, task.targets)
+  return Baseline(unigram_entropy=entropy, initial_loss=task.initial_loss(config))
 
 
-def of_runs(sweep_dir: pathlib.Path, record: dict[str, Any]) -> dict[str, Baseline]:
+def of_runs(sweep_dir: pathlib.Path, record: SweepRecord) -> dict[str, Baseline]:
   """{run name: Baseline}, computed once per dataset, tokenizer and task."""
   cache: dict[tuple, Baseline] = {}
   out = {}
-  for entry in record["runs"]:
-    config = _run_config(pathlib.Path(sweep_dir) / entry["name"])
+  for entry in record.runs:
+    config = _run_config(pathlib.Path(sweep_dir) / entry.name)
     if config is None:
-      out[entry["name"]] = UNKNOWN
+      out[entry.name] = UNKNOWN
       continue
     key = _key(config)
     if key not in cache:
       cache[key] = baseline(config)
-    out[entry["name"]] = cache[key]
+    out[entry.name] = cache[key]
   return out

@@ -1,8 +1,10 @@
-"""Reads what a sweep's runs left on disk: TensorBoard scalars (through
-TensorBoard's own event reader), status.json, extra evaluations.
+"""Reads what a sweep's runs left on disk: sweep.json (``sweep_record``),
+TensorBoard scalars (through TensorBoard's own event reader), status.json,
+extra evaluations.
 
-Returns plain dicts, so that the tables, statistics and plots are pure
-functions of them (and testable on event files written by a test).
+Each run's figures are a plain dict (``run_summary``), so that the tables,
+statistics and plots are pure functions of them (and testable on event
+files written by a test).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import statistics
 from typing import Any
 
 from tfx_jax import status as status_lib
+from tfx_jax import sweep_record
+from tfx_jax.sweep_record import RunEntry, SweepRecord
 
 # Every record of every tag (the reader's default keeps a sample of 10,000).
 _SIZE_GUIDANCE = {"scalars": 0, "tensors": 0}
@@ -87,7 +91,7 @@ def split_metrics(workdir: pathlib.Path, split: str) -> dict[str, float]:
           and k not in ("step", "num_examples", "beam_size")}
 
 
-def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
+def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
   """The figures of one run that the report aggregates.
 
   Keys: state, step, final (last value of every eval/* and train/nll tag),
@@ -106,7 +110,7 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
            if tag.startswith("eval/") or tag == "train/nll"}
   tps = [v for _, v, _ in scalars.get("train/tokens_per_sec", [])[1:]]
   walls = [w for points in scalars.values() for _, _, w in points]
-  wall = entry.get("wall_seconds") or ((max(walls) - min(walls)) if walls else None)
+  wall = entry.wall_seconds or ((max(walls) - min(walls)) if walls else None)
   lengths, window_tokens = {}, {}
   for row in latest_lengths(workdir) or []:
     lengths[int(row["multiple"])] = row.get("perplexity")
@@ -121,14 +125,14 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
       layer.setdefault(m.group(1), {})[(m.group(2), int(m.group(3)))] = first[1]
       layer_steps.add(int(first[0]))
   return {
-      "state": status.get("state", entry.get("state", "pending")),
+      "state": status.get("state", entry.state),
       "step": int(status.get("step", 0)),
       "final": final,
       "curves": {t: [(s, v) for s, v, _ in scalars[t]]
                  for t in ("train/loss", "eval/loss") if t in scalars},
       "tokens_per_sec": statistics.median(tps) if tps else None,
       "wall_seconds": wall,
-      "compile_seconds": status.get("compile_seconds", entry.get("compile_seconds")),
+      "compile_seconds": status.get("compile_seconds", entry.compile_seconds),
       "lengths": lengths,
       "window_tokens": window_tokens,
       "scaled_lengths": scaled_lengths(workdir),
@@ -140,11 +144,11 @@ def run_summary(workdir: pathlib.Path, entry: dict[str, Any]) -> dict[str, Any]:
   }
 
 
-def collect(sweep_dir: pathlib.Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-  """(sweep.json record, {run name: run_summary}) of a sweep directory."""
-  path = sweep_dir / "sweep.json"
-  if not path.exists():
-    raise FileNotFoundError(f"{path} does not exist: not a sweep directory.")
-  record = json.loads(path.read_text())
-  runs = {e["name"]: run_summary(sweep_dir / e["name"], e) for e in record["runs"]}
+def collect(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, dict[str, Any]]]:
+  """(sweep.json's record, {run name: run_summary}) of a sweep directory."""
+  record = sweep_record.read(sweep_dir)
+  if record is None:
+    raise FileNotFoundError(f"{sweep_dir / sweep_record.FILENAME} does not exist: not a "
+                            "sweep directory.")
+  runs = {e.name: run_summary(sweep_dir / e.name, e) for e in record.runs}
   return record, runs

@@ -19,11 +19,12 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import textwrap
-from typing import Any
 
 from tfx_jax.report import analysis
 from tfx_jax.report import stats
 from tfx_jax.report import style
+from tfx_jax.report.schema import Comparison, Report
+from tfx_jax.sweep_record import SweepRecord
 
 # verdict -> (marker, colour, filled): distinct in shape and in colour.
 VERDICT_STYLE = {
@@ -76,78 +77,69 @@ class Panel:
   rows: tuple[Row, ...]
 
 
-def row_label(record: dict[str, Any], comparison: dict[str, Any]) -> str:
+def row_label(record: SweepRecord, comparison: Comparison) -> str:
   """``model.norm_position: post vs pre, position=rope (learning rate tuned,
   3 paired seeds)``."""
-  c = comparison
-  where = f", {c['context']}" if c["context"] != "-" else ""
-  if c["low"] is None:
-    seeds = (f"{c['n']} seed{'s' if c['n'] != 1 else ''} a side, no interval"
-             if c["n"] == c["n_base"] else f"{c['n']} vs {c['n_base']} seeds, no interval")
-  elif c["method"] == "paired":
-    seeds = f"{c['n']} paired seeds"
+  c, iv = comparison, comparison.interval
+  where = f", {c.context}" if c.context != "-" else ""
+  if iv.low is None:
+    seeds = (f"{iv.n_a} seed{'s' if iv.n_a != 1 else ''} a side, no interval"
+             if iv.n_a == iv.n_b else f"{iv.n_a} vs {iv.n_b} seeds, no interval")
+  elif iv.method == "paired":
+    seeds = f"{iv.n_a} paired seeds"
   else:
-    seeds = f"{c['n']} vs {c['n_base']} seeds, unpaired"
-  tuned = ", ".join(style.tuned_name(f) for f in record.get("tune", {}))
+    seeds = f"{iv.n_a} vs {iv.n_b} seeds, unpaired"
+  tuned = ", ".join(style.tuned_name(f) for f in record.tune)
   how = f"{tuned} tuned, {seeds}" if tuned else seeds
-  return f"{c['axis']}: {c['value']} vs {c['base_value']}{where} ({how})"
+  return f"{c.axis}: {c.value} vs {c.base_value}{where} ({how})"
 
 
-def _seed_diffs(record: dict[str, Any], report: dict[str, Any],
-                c: dict[str, Any]) -> tuple[float, ...]:
+def _seed_diffs(record: SweepRecord, report: Report, c: Comparison) -> tuple[float, ...]:
   """Each shared seed's own difference value - base (paired rows; () else)."""
-  if c["method"] != "paired":
+  if c.interval.method != "paired":
     return ()
-  by_key = {tuple(p["key"]): p for p in report["points"]}
-  ai = c["axis_index"]
-  def compared(vi):
-    return by_key[tuple(vi if j == ai else k for j, k in enumerate(c["context_key"]))][
-        "compared"]
-  a, b = compared(c["value_index"]), compared(record["axes"][ai]["reference"])
-  return tuple(a[_seed(a, s)][c["metric"]] - b[_seed(b, s)][c["metric"]]
-               for s in c["seeds"] if s in c["base_seeds"])
+  a = report.point(c.key_of(c.value_index)).compared
+  b = report.point(c.key_of(record.axes[c.axis_index].reference)).compared
+  return tuple(a[s][c.metric] - b[s][c.metric] for s in c.seeds if s in c.base_seeds)
 
 
-def _seed(by_seed: dict, seed: int):
-  """report.json keys seeds as strings; the report in memory as ints."""
-  return seed if seed in by_seed else str(seed)
-
-
-def forest_panels(record: dict[str, Any], report: dict[str, Any]) -> list[Panel]:
+def forest_panels(record: SweepRecord, report: Report) -> list[Panel]:
   """What ``forest_plot`` draws: one panel per metric (report order, the
   selection metric first), one row per comparison."""
-  alpha = report["options"]["alpha"]
-  split = report["report_split"]
+  alpha = report.options.alpha
+  split = report.report_split
   metrics: list[str] = []
-  for c in report["comparisons"]:
-    if c["metric"] not in metrics:
-      metrics.append(c["metric"])
-  metrics.sort(key=lambda m: m != report["select_by"])  # stable: the rest in order
+  for c in report.comparisons:
+    if c.metric not in metrics:
+      metrics.append(c.metric)
+  metrics.sort(key=lambda m: m != report.select_by)  # stable: the rest in order
   panels = []
   for metric in metrics:
     rows = []
-    comparisons = [c for c in report["comparisons"] if c["metric"] == metric]
+    comparisons = [c for c in report.comparisons if c.metric == metric]
     for c in comparisons:
-      marker, colour, filled = VERDICT_STYLE[c["verdict"]]
-      if c["se"] is not None:
-        half = stats.t_quantile(1.0 - alpha, c["df"]) * c["se"] if c["se"] else 0.0
-        tost = (c["diff"] - half, c["diff"] + half)
+      iv = c.interval
+      marker, colour, filled = VERDICT_STYLE[c.verdict]
+      if iv.se is not None:
+        half = stats.t_quantile(1.0 - alpha, iv.df) * iv.se if iv.se else 0.0
+        tost = (iv.diff - half, iv.diff + half)
       else:
         tost = (None, None)
-      numbers = (f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
-                 if c["low"] is not None else f"{c['diff']:+.3f}")
-      rows.append(Row(label=row_label(record, c), diff=c["diff"], low=c["low"],
-                      high=c["high"], tost_low=tost[0], tost_high=tost[1],
-                      seed_diffs=_seed_diffs(record, report, c), verdict=c["verdict"],
+      numbers = (f"{iv.diff:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
+                 if iv.low is not None else f"{iv.diff:+.3f}")
+      rows.append(Row(label=row_label(record, c), diff=iv.diff, low=iv.low,
+                      high=iv.high, tost_low=tost[0], tost_high=tost[1],
+                      seed_diffs=_seed_diffs(record, report, c), verdict=c.verdict,
                       marker=marker, colour=colour, filled=filled, numbers=numbers))
     name = style.metric_name(metric)
     panels.append(Panel(
         metric=metric,
         title=f"{metric}, {split} split",
         xlabel=style.with_unit(f"difference in {name}, value − base", metric),
-        margin=comparisons[0]["margin"],
+        margin=comparisons[0].margin,
         lower_is_better=analysis.lower_is_better(metric),
-        level=comparisons[0]["level"], tost_level=1.0 - 2.0 * alpha, rows=tuple(rows)))
+        level=comparisons[0].interval.level, tost_level=1.0 - 2.0 * alpha,
+        rows=tuple(rows)))
   return panels
 
 

@@ -32,7 +32,9 @@ import numpy as np
 from tfx_jax.report import forest
 from tfx_jax.report import points as points_lib
 from tfx_jax.report import style
-from tfx_jax.report.points import at_chosen, fmt_value
+from tfx_jax.report.points import Points, at_chosen, fmt_value
+from tfx_jax.report.schema import Report
+from tfx_jax.sweep_record import AxisRecord, SweepRecord
 
 MAX_PANELS = 8
 CURVE_TAGS = (("train/loss", "training loss"), ("eval/loss", "validation loss"))
@@ -63,32 +65,33 @@ def _tuned_text(tuned: dict[str, Any] | None) -> str:
   return ", ".join(f"{style.tuned_name(k)} {fmt_value(v)}" for k, v in (tuned or {}).items())
 
 
-def _axis_title(record, axis_index: int, ctx) -> str:
+def _axis_title(record: SweepRecord, axis_index: int, ctx) -> str:
   """``model.norm_position`` plus the other axes' values where there are any."""
-  label = record["axes"][axis_index]["label"]
-  context = points_lib.context_label(record, ctx, axis_index)
+  label = record.axes[axis_index].label
+  context = points_lib.context_label(record.axes, ctx, axis_index)
   return label if context == "-" else f"{label}, {context}"
 
 
-def _shown_runs(record, points, report, key):
+def _shown_runs(record: SweepRecord, points: Points, report: Report | None, key):
   """The runs a curve shows: a tuned sweep's at the point's chosen tuned
   value (none when nothing learned), every run otherwise."""
   runs = points.get(key, [])
-  if not record.get("tune") or report is None:
+  if not record.tune or report is None:
     return runs, None
-  chosen = next((p["chosen"] for p in report["points"] if tuple(p["key"]) == key), None)
+  point = report.point(key)
+  chosen = None if point is None else point.chosen
   if chosen is None:
     return [], None
-  return [(e, s) for e, s in runs if e.get("tuned", {}) == chosen], chosen
+  return [(e, s) for e, s in runs if e.tuned == chosen], chosen
 
 
 # ------------------------------------------------------------------- curves
-def curves_plot(path: pathlib.Path, record, points, axis_index: int, palette: style.Palette,
-                report=None) -> bool:
+def curves_plot(path: pathlib.Path, record: SweepRecord, points: Points, axis_index: int,
+                palette: style.Palette, report: Report | None = None) -> bool:
   """Training (and validation) loss against the step per value of one axis."""
   plt = style.pyplot()
-  axis = record["axes"][axis_index]
-  ctxs = points_lib.contexts(record, axis_index)[:MAX_PANELS]
+  axis = record.axes[axis_index]
+  ctxs = points_lib.contexts(record.axes, axis_index)[:MAX_PANELS]
   tags = [(t, name) for t, name in CURVE_TAGS
           if any(len(s["curves"].get(t, [])) > 1 for runs in points.values() for _, s in runs)]
   if not tags:
@@ -100,7 +103,7 @@ def curves_plot(path: pathlib.Path, record, points, axis_index: int, palette: st
     for col, ctx in enumerate(ctxs):
       ax = panels[row][col]
       tops: list[float] = []  # the finished runs' highest loss and every run's first
-      for vi in range(len(axis["values"])):
+      for vi in range(len(axis.values)):
         key = tuple(vi if j == axis_index else c for j, c in enumerate(ctx))
         runs, chosen = _shown_runs(record, points, report, key)
         shown = [(s["state"], _finite(s["curves"].get(tag, []))) for _, s in runs]
@@ -148,7 +151,7 @@ def curves_plot(path: pathlib.Path, record, points, axis_index: int, palette: st
 
 
 # -------------------------------------------------------------- sensitivity
-def sensitivity_plot(path: pathlib.Path, record, report, field: str,
+def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, field: str,
                      axis_index: int | None, palette: style.Palette) -> bool:
   """The selection metric against the tuned ``field`` (other tuned fields at
   the point's chosen values): one panel per combination of the other axes,
@@ -157,50 +160,49 @@ def sensitivity_plot(path: pathlib.Path, record, report, field: str,
   ``axis_index`` None: a sweep without axes, its one point."""
   plt = style.pyplot()
   if axis_index is None:
-    axis, ctxs = {"label": "base config", "values": [{}], "reference": 0}, [()]
+    axis, ctxs = AxisRecord("base config", (), ({},)), [()]
   else:
-    axis = record["axes"][axis_index]
-    ctxs = points_lib.contexts(record, axis_index)[:MAX_PANELS]
+    axis = record.axes[axis_index]
+    ctxs = points_lib.contexts(record.axes, axis_index)[:MAX_PANELS]
   fig, panels = plt.subplots(1, len(ctxs), figsize=(5.5 * len(ctxs), 4.2), squeeze=False)
-  by_key = {tuple(s["key"]): s for s in report["sensitivity"]}
-  points = {tuple(p["key"]): p for p in report["points"]}
-  select_by = report["select_by"]
+  by_key = {s.key: s for s in report.sensitivity}
+  select_by = report.select_by
   name = style.tuned_name(field)
   metric = style.metric_name(select_by)
   drawn = False
   for panel, ctx in zip(panels[0], ctxs):
     xs_all, failed_any, l0 = [], False, None
-    for vi in range(len(axis["values"])):
+    for vi in range(len(axis.values)):
       key = tuple(vi if j == axis_index else c for j, c in enumerate(ctx))
       s = by_key.get(key)
       if s is None:
         continue
-      chosen = points[key]["chosen"] or {}
+      chosen = report.point(key).chosen or {}
       others = {k: v for k, v in chosen.items() if k != field}
-      curve = sorted((c for c in s["curve"]
-                      if all(c["tuned"].get(k) == v for k, v in others.items())),
-                     key=lambda c: c["tuned"][field])
+      curve = sorted((c for c in s.curve
+                      if all(c.tuned.get(k) == v for k, v in others.items())),
+                     key=lambda c: c.tuned[field])
       colour = palette.colour(axis_index, vi)
       label = "base config" if axis_index is None else palette.label(axis_index, vi)
-      xs = [c["tuned"][field] for c in curve if c["mean"] is not None]
-      ys = [c["mean"] for c in curve if c["mean"] is not None]
+      xs = [c.tuned[field] for c in curve if c.mean is not None]
+      ys = [c.mean for c in curve if c.mean is not None]
       panel.plot(xs, ys, marker="o", color=colour, linewidth=2.0, label=label, zorder=3)
       for c in curve:
-        seeds = [v for v in c["seeds"].values() if v is not None]
-        panel.scatter([c["tuned"][field]] * len(seeds), seeds, color=colour,
+        seeds = [v for v in c.seeds.values() if v is not None]
+        panel.scatter([c.tuned[field]] * len(seeds), seeds, color=colour,
                       alpha=style.SEED_ALPHA + 0.1, s=14, linewidths=0, zorder=2)
-        if c["failed"]:
+        if c.failed:
           # At l0; where it is not known, at the top edge of the panel.
-          known = s["initial_loss"] is not None
-          panel.scatter([c["tuned"][field]], [s["initial_loss"] if known else 0.97],
+          known = s.initial_loss is not None
+          panel.scatter([c.tuned[field]], [s.initial_loss if known else 0.97],
                         color=colour, marker="x", s=50, zorder=3, clip_on=False,
                         transform=(panel.transData if known
                                    else panel.get_xaxis_transform()))
-          failed_any, l0 = True, s["initial_loss"] if known else l0
-        if chosen and c["tuned"].get(field) == chosen.get(field) and c["mean"] is not None:
-          panel.scatter([c["tuned"][field]], [c["mean"]], s=220, facecolors="none",
+          failed_any, l0 = True, s.initial_loss if known else l0
+        if chosen and c.tuned.get(field) == chosen.get(field) and c.mean is not None:
+          panel.scatter([c.tuned[field]], [c.mean], s=220, facecolors="none",
                         edgecolors=colour, linewidths=1.5, zorder=4)
-      xs_all += [c["tuned"][field] for c in curve]
+      xs_all += [c.tuned[field] for c in curve]
       drawn = drawn or bool(curve)
     if l0 is not None:
       panel.axhline(l0, color="#999999", linestyle=":", linewidth=1.0)
@@ -235,31 +237,32 @@ def sensitivity_plot(path: pathlib.Path, record, report, field: str,
 
 
 # -------------------------------------------------------------------- scale
-def _value_index(record, axis_label: str, value: str) -> tuple[int, int] | None:
-  for ai, axis in enumerate(record["axes"]):
-    if axis["label"] == axis_label:
-      for vi, v in enumerate(axis["values"]):
+def _value_index(record: SweepRecord, axis_label: str, value: str) -> tuple[int, int] | None:
+  for ai, axis in enumerate(record.axes):
+    if axis.label == axis_label:
+      for vi, v in enumerate(axis.values):
         if points_lib.value_label(v, axis) == value:
           return ai, vi
   return None
 
 
-def scale_plot(path: pathlib.Path, record, report, palette: style.Palette) -> bool:
+def scale_plot(path: pathlib.Path, record: SweepRecord, report: Report,
+               palette: style.Palette) -> bool:
   """Each axis value's difference from its base against the parameter count."""
   plt = style.pyplot()
   fig, ax = plt.subplots(figsize=(6.5, 4.2))
   groups: dict[tuple, list] = {}
-  for row in report["scale"]:
-    groups.setdefault((row["axis"], row["value"], row["base_value"]), []).append(row)
+  for row in report.scale:
+    groups.setdefault((row.axis, row.value, row.base_value), []).append(row)
   sizes = []
   for (axis_label, value, base_value), rows in groups.items():
-    rows.sort(key=lambda r: r["num_params"])
+    rows.sort(key=lambda r: r.num_params)
     index = _value_index(record, axis_label, value)
     colour = palette.colour(*index) if index else style.BASE_COLOUR
-    xs = [r["num_params"] for r in rows]
-    ys = [r["diff"] for r in rows]
-    err = [[r["diff"] - r["low"] if r["low"] is not None else 0 for r in rows],
-           [r["high"] - r["diff"] if r["high"] is not None else 0 for r in rows]]
+    xs = [r.num_params for r in rows]
+    ys = [r.diff for r in rows]
+    err = [[r.diff - r.low if r.low is not None else 0 for r in rows],
+           [r.high - r.diff if r.high is not None else 0 for r in rows]]
     ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=colour,
                 label=f"{axis_label}: {value} vs {base_value}")
     sizes += xs
@@ -267,10 +270,10 @@ def scale_plot(path: pathlib.Path, record, report, palette: style.Palette) -> bo
   ax.set_xscale("log")
   style.plain_axis(ax.xaxis, log=True, ticks=sizes or None)
   style.plain_axis(ax.yaxis)
-  metric = style.metric_name(report["select_by"])
+  metric = style.metric_name(report.select_by)
   ax.set_xlabel("parameters (log scale)")
-  ax.set_ylabel(style.with_unit(f"difference in {metric}, value − base", report["select_by"]))
-  ax.set_title(f"Effects against model size ({report['report_split']} split, "
+  ax.set_ylabel(style.with_unit(f"difference in {metric}, value − base", report.select_by))
+  ax.set_title(f"Effects against model size ({report.report_split} split, "
                "95% interval)", fontsize=9)
   ax.grid(color="#eeeeee")
   if groups:
@@ -280,7 +283,8 @@ def scale_plot(path: pathlib.Path, record, report, palette: style.Palette) -> bo
 
 
 # ------------------------------------------------------------------ lengths
-def lengths_plot(path: pathlib.Path, record, points, palette: style.Palette) -> bool:
+def lengths_plot(path: pathlib.Path, record: SweepRecord, points: Points,
+                 palette: style.Palette) -> bool:
   """Validation perplexity against the evaluation window, one line per point."""
   plt = style.pyplot()
   fig, ax = plt.subplots(figsize=(8.5, 4.2))
@@ -342,8 +346,8 @@ LAYER_STATS = {"grad_norm": "gradient norm", "param_norm": "parameter norm",
                "update_norm": "update norm"}
 
 
-def layers_plot(path: pathlib.Path, record, points, palette: style.Palette,
-                kind: str = "grad_norm") -> bool:
+def layers_plot(path: pathlib.Path, record: SweepRecord, points: Points,
+                palette: style.Palette, kind: str = "grad_norm") -> bool:
   """A per-layer statistic at the first logged step, one line per point."""
   plt = style.pyplot()
   layers = sorted({k for runs in points.values() for _, s in runs
@@ -387,30 +391,32 @@ def layers_plot(path: pathlib.Path, record, points, palette: style.Palette,
 
 
 # -------------------------------------------------------------------- all
-def write_plots(sweep_dir: pathlib.Path, record, points, report=None) -> dict[str, str]:
+def write_plots(sweep_dir: pathlib.Path, record: SweepRecord, points: Points,
+                report: Report | None = None) -> dict[str, str]:
   """Writes every plot that has data; returns {plot key: file name}."""
   palette = style.Palette(record)
   out: dict[str, str] = {}
   if report is not None:
     if forest.forest_plot(sweep_dir / "forest.png", forest.forest_panels(record, report)):
       out["forest"] = "forest.png"
-    for field, values in record.get("tune", {}).items():
+    for field, values in record.tune.items():
       if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                  for v in values):
         continue  # a non-numeric tuned field has no log axis; its table stays
-      for ai in range(len(record["axes"])) or [None]:
-        label = "base" if ai is None else record["axes"][ai]["label"]
+      for ai in range(len(record.axes)) or [None]:
+        label = "base" if ai is None else record.axes[ai].label
         name = _file_name("sensitivity", field, label)
-        if report["sensitivity"] and sensitivity_plot(sweep_dir / name, record, report,
-                                                      field, ai, palette):
+        if report.sensitivity and sensitivity_plot(sweep_dir / name, record, report,
+                                                   field, ai, palette):
           out[f"sensitivity:{field}:{ai}"] = name
-    if report["scale"] and scale_plot(sweep_dir / "scale.png", record, report, palette):
+    if report.scale and scale_plot(sweep_dir / "scale.png", record, report, palette):
       out["scale:"] = "scale.png"
-  for ai, axis in enumerate(record["axes"]):
-    name = _file_name("curves", axis["label"])
+  for ai, axis in enumerate(record.axes):
+    name = _file_name("curves", axis.label)
     if curves_plot(sweep_dir / name, record, points, ai, palette, report):
       out[f"curves:{ai}"] = name
-  chosen = at_chosen(points, report)  # a tuned point's runs at its chosen values
+  # A tuned point's runs at its chosen values.
+  chosen = at_chosen(points, report.chosen() if report is not None else {})
   if lengths_plot(sweep_dir / "lengths.png", record, chosen, palette):
     out["lengths"] = "lengths.png"
   if layers_plot(sweep_dir / "layers.png", record, chosen, palette):

@@ -33,16 +33,17 @@ The rest of the module builds verdicts from these: Holm-adjusted p-values
 (``holm``), equivalence by two one-sided tests (``tost``), ``verdict``; the
 power of the design (``t_test_power``, ``min_detectable_difference``,
 ``seeds_needed``); and per-point summaries of runs (``lr_sensitivity``,
-``classify_run``, ``unigram_entropy``).
+``classify_run``; the unigram entropy it compares with is
+``tfx_jax.data.baselines.entropy_nats``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from typing import Literal, Mapping, Sequence
 
-import numpy as np
 from scipy import optimize
 from scipy import stats as scipy_stats
 
@@ -395,24 +396,7 @@ def lr_sensitivity(losses_by_lr: Mapping[float, float | None], l0: float) -> flo
 
 # ---------------------------------------------------------------- run outcomes
 Outcome = Literal["learned", "stalled", "diverged"]
-
-
-def unigram_entropy(counts: Sequence[int] | np.ndarray) -> float:
-  """H = -sum_t p_t ln p_t in nats, p_t = c_t / sum c, from token counts (zeros ignored).
-
-  The cross-entropy of the best model that ignores context (it predicts the
-  unigram distribution p at every position) on the targets it was counted
-  on: the loss below which a language model has learned something from context.
-  ``counts``: counts per token id, e.g. np.bincount(targets, minlength=V).
-  """
-  c = np.asarray(counts, dtype=np.float64).ravel()
-  if np.any(c < 0) or not np.all(np.isfinite(c)):
-    raise ValueError("token counts must be finite and non-negative")
-  total = c.sum()
-  if total == 0:
-    raise ValueError("unigram_entropy needs at least one counted token")
-  p = c[c > 0] / total
-  return float(-(p * np.log(p)).sum())
+OUTCOMES: tuple[Outcome, ...] = typing.get_args(Outcome)
 
 
 def classify_run(final_loss: float | None, diverged: bool, unigram_entropy: float,

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tfx_jax.report import points as points_lib
+from tfx_jax.sweep_record import SweepRecord
 
 BASE_COLOUR = "#222222"
 # Tableau 10, then the light halves of Tableau 20: distinct on white.
@@ -50,13 +51,13 @@ def save(plt, fig, path: pathlib.Path, drawn: bool) -> bool:
 class Palette:
   """{(axis index, value index): colour}, one per report."""
 
-  def __init__(self, record: dict[str, Any]):
-    self.axes = record["axes"]
+  def __init__(self, record: SweepRecord):
+    self.axes = record.axes
     self._colours: dict[tuple[int, int], str] = {}
     i = 0
     for ai, axis in enumerate(self.axes):
-      for vi in range(len(axis["values"])):
-        if vi == axis.get("reference", 0):
+      for vi in range(len(axis.values)):
+        if vi == axis.reference:
           self._colours[(ai, vi)] = BASE_COLOUR
         else:
           self._colours[(ai, vi)] = COLOURS[i % len(COLOURS)]
@@ -70,13 +71,13 @@ class Palette:
   def label(self, axis_index: int, value_index: int) -> str:
     """The value's legend entry: ``pre (base)``."""
     axis = self.axes[axis_index]
-    text = points_lib.value_label(axis["values"][value_index], axis)
-    base = value_index == axis.get("reference", 0) and text != "base"
+    text = points_lib.value_label(axis.values[value_index], axis)
+    base = value_index == axis.reference and text != "base"
     return text + " (base)" if base else text
 
   def colour_axis(self) -> int | None:
     """The axis that colours a line per point: the first with two values."""
-    return next((ai for ai, a in enumerate(self.axes) if len(a["values"]) > 1), None)
+    return next((ai for ai, a in enumerate(self.axes) if len(a.values) > 1), None)
 
   def point_style(self, key: Sequence[int]) -> dict[str, Any]:
     """A point's line: the colour of its value on ``colour_axis``, a line
@@ -84,10 +85,10 @@ class Palette:
     ai = self.colour_axis()
     if ai is None:
       return {"color": BASE_COLOUR, "linestyle": "-"}
-    others = [(j, a) for j, a in enumerate(self.axes) if j != ai and len(a["values"]) > 1]
+    others = [(j, a) for j, a in enumerate(self.axes) if j != ai and len(a.values) > 1]
     index = 0
     for j, a in others:
-      index = index * len(a["values"]) + key[j]
+      index = index * len(a.values) + key[j]
     return {"color": self.colour(ai, key[ai]),
             "linestyle": LINESTYLES[index % len(LINESTYLES)]}
 
@@ -95,11 +96,11 @@ class Palette:
     """``post, position=rope``: the point's values, the varying axes only."""
     parts = []
     for j, (a, i) in enumerate(zip(self.axes, key)):
-      if len(a["values"]) < 2:
+      if len(a.values) < 2:
         continue
-      text = points_lib.value_label(a["values"][i], a)
+      text = points_lib.value_label(a.values[i], a)
       parts.append(text if j == self.colour_axis()
-                   else f"{a['label'].split('.')[-1]}={text}")
+                   else f"{a.label.split('.')[-1]}={text}")
     return ", ".join(parts) or "base config"
 
 

@@ -16,88 +16,79 @@ moment: the runs already added are rebuilt, finished ones are kept.
 
 from __future__ import annotations
 
-import copy
 import re
-from typing import Any
+from typing import TYPE_CHECKING
+
+from tfx_jax.sweep_record import AddedRun, RunEntry, SweepRecord
+
+if TYPE_CHECKING:
+  from tfx_jax.report.schema import Report
 
 _SEED_SUFFIX = re.compile(r"_s(\d+)$")
 
 
-def seeded_entry(template: dict[str, Any], seed: int) -> dict[str, Any]:
-  """A copy of sweep.json run ``template`` with another seed (name and overrides)."""
-  entry = copy.deepcopy(template)
-  entry["name"] = _SEED_SUFFIX.sub(f"_s{seed}", template["name"])
-  entry["seed"] = seed
-  entry["overrides"]["seed"] = seed
-  entry.update(state="pending", step=0, reason="", attempts=0, wall_seconds=0.0,
-               compile_seconds=None)
-  return entry
+def seeded_entry(template: RunEntry, seed: int) -> RunEntry:
+  """A pending copy of run ``template`` with another seed (name and overrides)."""
+  return RunEntry(name=_SEED_SUFFIX.sub(f"_s{seed}", template.name), seed=seed,
+                  values=template.values, overrides={**template.overrides, "seed": seed},
+                  tuned=dict(template.tuned), evaluations=template.evaluations,
+                  notes=template.notes)
 
 
-def restore_added(record: dict[str, Any], previous: dict[str, Any] | None) -> None:
+def restore_added(record: SweepRecord, previous: SweepRecord | None) -> None:
   """Re-adds the runs an earlier invocation added (their bookkeeping kept)."""
-  by_name = {e["name"]: e for e in record["runs"]}
-  old = {e["name"]: e for e in (previous or {}).get("runs", [])}
-  record["added"] = []
-  for added in (previous or {}).get("added", []):
-    template = by_name.get(added["like"])
-    if template is None or added["name"] in by_name:
+  by_name = {e.name: e for e in record.runs}
+  old = {e.name: e for e in previous.runs} if previous else {}
+  record.added.clear()
+  for added in previous.added if previous else []:
+    template = by_name.get(added.like)
+    if template is None or added.name in by_name:
       continue  # the declaration changed: the added run no longer belongs to it
-    entry = seeded_entry(template, added["seed"])
-    prev = old.get(entry["name"], {})
-    entry.update(attempts=prev.get("attempts", 0),
-                 wall_seconds=prev.get("wall_seconds", 0.0),
-                 compile_seconds=prev.get("compile_seconds"))
-    record["runs"].append(entry)
-    record["added"].append(added)
-    by_name[entry["name"]] = entry
+    entry = seeded_entry(template, added.seed)
+    entry.inherit(old.get(entry.name))
+    record.runs.append(entry)
+    record.added.append(added)
+    by_name[entry.name] = entry
 
 
-def add_seeds(record: dict[str, Any], report: dict[str, Any], max_seeds: int
-              ) -> list[dict[str, Any]]:
+def add_seeds(record: SweepRecord, report: Report, max_seeds: int) -> list[RunEntry]:
   """Adds one seed to each point of an unresolved comparison below ``max_seeds``
-  seeds; returns the new sweep.json entries (already in ``record``)."""
+  seeds; returns the new runs (already in ``record``)."""
   from tfx_jax.report import analysis  # pylint: disable=import-outside-toplevel
-  points = {tuple(p["key"]): p for p in report["points"]}
-  declared_max = max(record["seeds"])
+  points = {p.key: p for p in report.points}
+  declared_max = max(record.seeds)
   new = []
   for key in analysis.unresolved_points(record, report):
-    point = points.get(tuple(key))
-    if point is None or point["chosen"] is None:
+    point = points.get(key)
+    if point is None or point.chosen is None:
       continue  # no learned run to add seeds to
-    entries = [e for e in record["runs"] if _key(record, e) == tuple(key)
-               and e.get("tuned", {}) == point["chosen"]]
-    seeds = {e["seed"] for e in entries}
+    entries = [e for e in record.runs
+               if record.point_key(e) == key and e.tuned == point.chosen]
+    seeds = {e.seed for e in entries}
     if not entries or len(seeds) >= max_seeds:
       continue
     seed = next(s for s in range(declared_max + 1, declared_max + 2 + len(seeds))
                 if s not in seeds)
-    template = min(entries, key=lambda e: e["seed"])
+    template = min(entries, key=lambda e: e.seed)
     entry = seeded_entry(template, seed)
-    record["runs"].append(entry)
-    record.setdefault("added", []).append(
-        {"name": entry["name"], "seed": seed, "like": template["name"]})
+    record.runs.append(entry)
+    record.added.append(AddedRun(entry.name, seed, template.name))
     new.append(entry)
   return new
 
 
-def _key(record, entry) -> tuple[int, ...]:
-  return tuple(axis["values"].index(value)
-               for axis, value in zip(record["axes"], entry["values"]))
-
-
-def unresolved_lines(record: dict[str, Any], report: dict[str, Any]) -> list[str]:
+def unresolved_lines(record: SweepRecord, report: Report) -> list[str]:
   """For ``--status``: each unresolved comparison and the seeds of each point."""
   lines = []
   seeds: dict[tuple, set] = {}
-  for entry in record["runs"]:
-    seeds.setdefault(_key(record, entry), set()).add(entry["seed"])
-  for row in report["comparisons"]:
-    if row["verdict"] == "unresolved" and row["metric"] == report["select_by"]:
-      lines.append(f"  unresolved: {row['text']}")
-  for point in report["points"]:
-    label = ", ".join(f"{k}={v}" for k, v in point["values"].items()) or "base"
-    lines.append(f"  point {label}: seeds {sorted(seeds.get(tuple(point['key']), []))}"
-                 f" (learned {point['counts']['learned']}, stalled "
-                 f"{point['counts']['stalled']}, diverged {point['counts']['diverged']})")
+  for entry in record.runs:
+    seeds.setdefault(record.point_key(entry), set()).add(entry.seed)
+  for row in report.comparisons:
+    if row.verdict == "unresolved" and row.metric == report.select_by:
+      lines.append(f"  unresolved: {row.text}")
+  for point in report.points:
+    label = ", ".join(f"{k}={v}" for k, v in point.values.items()) or "base"
+    lines.append(f"  point {label}: seeds {sorted(seeds.get(point.key, []))}"
+                 f" (learned {point.counts.learned}, stalled "
+                 f"{point.counts.stalled}, diverged {point.counts.diverged})")
   return lines

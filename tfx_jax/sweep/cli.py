@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import pathlib
 import shlex
 import sys
-from typing import Any
+from typing import Any, Mapping, Sequence
 
+from tfx_jax import sweep_record
 from tfx_jax.cli import exit_code
 from tfx_jax.errors import ConfigError
 from tfx_jax.config_base import load_config_file
@@ -30,6 +30,7 @@ from tfx_jax.sweep import adaptive
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
 from tfx_jax.sweep import validate
+from tfx_jax.sweep_record import AxisRecord, ReportOptions, RunEntry, SweepRecord
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -150,7 +151,7 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
 TEST_EVALUATION = ["--split", "test"]
 
 
-def report_split(base, overrides: dict[str, Any]) -> str:
+def report_split(base, overrides: dict[str, Any]) -> sweep_record.Split:
   """``test`` where the sweep's dataset has one, else ``validation`` (the
   report then reserves the first seed for the selection)."""
   from tfx_jax.data import sources  # pylint: disable=import-outside-toplevel
@@ -159,50 +160,49 @@ def report_split(base, overrides: dict[str, Any]) -> str:
   return "test" if sources.has_split(name, "test", data_dir) else "validation"
 
 
-def build_record(sweep: spec_lib.Sweep, axes, runs, command: str,
-                 previous: dict[str, Any] | None) -> dict[str, Any]:
-  """sweep.json's content; attempts, times and SLURM jobs carried over."""
+def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
+                 runs: Sequence[spec_lib.Run], command: str, previous: SweepRecord | None,
+                 report_options: ReportOptions = ReportOptions(),
+                 notes: Mapping[str, Sequence[str]] | None = None) -> SweepRecord:
+  """sweep.json's record; attempts, times, SLURM jobs and added seeds carried
+  over from ``previous``. ``notes``: {run name: what validation noted}."""
   fields = [f for a in axes for f in a.fields]
   base = validate.base_values(sweep.config, sweep.overrides, fields)
-  old = {r["name"]: r for r in (previous or {}).get("runs", [])}
-  record = {
-      "name": sweep.name, "description": sweep.description, "config": sweep.config,
-      "overrides": dict(sweep.overrides), "seeds": list(sweep.seeds),
-      "evaluations": [spec_lib.normalize_evaluation(e).to_json() for e in sweep.evaluations],
-      "tune": {k: list(v) for k, v in dict(sweep.tune).items()},
-      "select_by": sweep.select_by,
-      "report_split": ("test" if spec_lib.Evaluation(tuple(TEST_EVALUATION)) in
-                       [spec_lib.normalize_evaluation(e) for e in sweep.evaluations]
-                       else "validation"),
-      "axes": [{"label": a.label, "fields": a.fields, "values": list(a.values),
-                "reference": spec_lib.reference_index(a, base)} for a in axes],
-      "base_values": base, "command": command, "cwd": os.getcwd(),
-      "created": (previous or {}).get("created", state_lib.now()),
-      "slurm_jobs": (previous or {}).get("slurm_jobs", []),
-      "runs": [],
-  }
+  old = {e.name: e for e in previous.runs} if previous else {}
+  evaluations = tuple(spec_lib.normalize_evaluation(e) for e in sweep.evaluations)
+  entries = []
   for run in runs:
-    prev = old.get(run.name, {})
-    record["runs"].append({
-        "name": run.name, "seed": run.seed, "values": list(run.values),
-        "tuned": dict(run.tuned), "overrides": run.overrides,
-        "evaluations": state_lib.evaluations_for(record, run.overrides),
-        "state": "pending", "step": 0, "reason": "",
-        "attempts": prev.get("attempts", 0), "wall_seconds": prev.get("wall_seconds", 0.0),
-        "compile_seconds": prev.get("compile_seconds")})
+    entry = RunEntry(name=run.name, seed=run.seed, values=tuple(dict(v) for v in run.values),
+                     overrides=dict(run.overrides), tuned=dict(run.tuned),
+                     evaluations=sweep_record.evaluations_for(evaluations, run.overrides),
+                     notes=tuple((notes or {}).get(run.name, ())))
+    entry.inherit(old.get(run.name))
+    entries.append(entry)
+  test = spec_lib.Evaluation(tuple(TEST_EVALUATION))
+  record = SweepRecord(
+      name=sweep.name, description=sweep.description, config=sweep.config,
+      overrides=dict(sweep.overrides), seeds=tuple(sweep.seeds), evaluations=evaluations,
+      tune={k: tuple(v) for k, v in dict(sweep.tune).items()}, select_by=sweep.select_by,
+      report_split="test" if test in evaluations else "validation",
+      axes=tuple(AxisRecord(a.label, tuple(a.fields), tuple(dict(v) for v in a.values),
+                            spec_lib.reference_index(a, base)) for a in axes),
+      base_values=base, command=command, cwd=os.getcwd(),
+      created=(previous.created if previous and previous.created else sweep_record.now()),
+      slurm_jobs=list(previous.slurm_jobs) if previous else [], runs=entries,
+      report_options=report_options)
   adaptive.restore_added(record, previous)
   return record
 
 
-def print_runs(record: dict[str, Any], sweep_dir: pathlib.Path, queued=None) -> None:
-  width = max(len(r["name"]) for r in record["runs"])
-  for r in record["runs"]:
+def print_runs(record: SweepRecord, sweep_dir: pathlib.Path, queued=None) -> None:
+  width = max(len(r.name) for r in record.runs)
+  for r in record.runs:
     axis = " ".join(f"{k}={spec_lib.format_value(v)}"
-                    for value in [*r["values"], r.get("tuned", {})] for k, v in value.items())
-    slurm = f"  slurm {queued[r['name']]}" if queued and r["name"] in queued else ""
-    reason = f"  ({r['reason']})" if r.get("reason") else ""
-    print(f"  {r['name']:<{width}}  {r['state']:<8} step {r['step']:<6} "
-          f"{axis} seed={r['seed']}{slurm}{reason}")
+                    for value in [*r.values, r.tuned] for k, v in value.items())
+    slurm = f"  slurm {queued[r.name]}" if queued and r.name in queued else ""
+    reason = f"  ({r.reason})" if r.reason else ""
+    print(f"  {r.name:<{width}}  {r.state:<8} step {r.step:<6} "
+          f"{axis} seed={r.seed}{slurm}{reason}")
 
 
 def reproduce_command(argv: list[str]) -> str:
@@ -229,16 +229,18 @@ def _sweep(argv: list[str]) -> int:
                       "seeds >= 1.")
   sweep = declared_sweep(args, cli_overrides)
   axes, runs = spec_lib.expand(sweep)
-  validate.check_runs(sweep.config, axes, runs)
+  notes = validate.check_runs(sweep.config, axes, runs)
   sweep_dir = pathlib.Path(args.workdir) / sweep.name
-  previous = state_lib.read_sweep(sweep_dir)
-  record = build_record(sweep, axes, runs, reproduce_command(argv), previous)
-  record["report_options"] = {
-      "stall_margin": (args.stall_margin if args.stall_margin is not None else
-                       (previous or {}).get("report_options", {}).get("stall_margin")),
-      "equivalence_margin": (args.equivalence_margin if args.equivalence_margin is not None
-                             else (previous or {}).get("report_options", {}).get(
-                                 "equivalence_margin"))}
+  previous = sweep_record.read(sweep_dir)
+  # Margins not given keep the ones an earlier invocation was given.
+  kept = previous.report_options if previous else ReportOptions()
+  options = ReportOptions(
+      stall_margin=(args.stall_margin if args.stall_margin is not None
+                    else kept.stall_margin),
+      equivalence_margin=(args.equivalence_margin if args.equivalence_margin is not None
+                          else kept.equivalence_margin))
+  record = build_record(sweep, axes, runs, reproduce_command(argv), previous, options,
+                        notes)
   state_lib.refresh(sweep_dir, record)
   n_axes = " x ".join(str(len(a.values)) for a in axes) or "1"
   n_tuned = math.prod(len(v) for v in dict(sweep.tune).values())
@@ -249,23 +251,26 @@ def _sweep(argv: list[str]) -> int:
     print(header + "  [dry run: nothing written]")
     print(f"  base: {sweep.config} " + " ".join(
         f"--config.{k}={spec_lib.format_value(v)}" for k, v in sweep.overrides.items()))
-    for r in record["runs"]:
+    for r in record.runs:
       axis = " ".join(f"--config.{k}={spec_lib.format_value(v)}"
-                      for value in [*r["values"], r["tuned"]] for k, v in value.items())
-      print(f"  {r['name']}  {r['state']}  {sweep_dir / r['name']}  {axis} "
-            f"--config.seed={r['seed']}")
-      for e in state_lib.run_evaluations(record, r):
+                      for value in [*r.values, r.tuned] for k, v in value.items())
+      print(f"  {r.name}  {r.state}  {sweep_dir / r.name}  {axis} "
+            f"--config.seed={r.seed}")
+      for note in r.notes:
+        print(f"      note: {note}")
+      for e in r.evaluations:
         print(f"      then: python -m tfx_jax.evaluate {shlex.join(e)}")
     return 0
   if args.status:
+    from tfx_jax.report import schema  # pylint: disable=import-outside-toplevel
     from tfx_jax.sweep import slurm  # pylint: disable=import-outside-toplevel
     print(header)
     print_runs(record, sweep_dir, slurm.queued_runs(record))
     print("  " + ", ".join(f"{n} {s}" for s, n in state_lib.counts(record).items() if n))
-    report = sweep_dir / "report.json"
-    if report.exists():
-      print(f"comparisons (from {report}):")
-      print("\n".join(adaptive.unresolved_lines(record, json.loads(report.read_text()))))
+    report = schema.read(sweep_dir)
+    if report is not None:
+      print(f"comparisons (from {sweep_dir / schema.FILENAME}):")
+      print("\n".join(adaptive.unresolved_lines(record, report)))
     return 0
   from tfx_jax.sweep import execute  # pylint: disable=import-outside-toplevel
   return execute.execute(args, sweep_dir, record, header, dict(os.environ))

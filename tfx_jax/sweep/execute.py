@@ -9,50 +9,54 @@ checkpoints, so the same command is both "run" and "resume".
 
 from __future__ import annotations
 
-import json
 import pathlib
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
+from tfx_jax import sweep_record
 from tfx_jax.sweep import state as state_lib
+from tfx_jax.sweep_record import RunEntry, SweepRecord
+
+if TYPE_CHECKING:
+  from tfx_jax.report.schema import Report
 
 
-def runs_to_do(record: dict[str, Any], retry_failed: bool) -> list[dict[str, Any]]:
+def runs_to_do(record: SweepRecord, retry_failed: bool) -> list[RunEntry]:
   todo = []
-  for entry in record["runs"]:
-    if entry["state"] in state_lib.DONE:
+  for entry in record.runs:
+    if entry.state in state_lib.DONE:
       continue
-    if entry["state"] == "failed" and not retry_failed:
+    if entry.state == "failed" and not retry_failed:
       continue
     todo.append(entry)
   return todo
 
 
-def summary(record: dict[str, Any], elapsed: float) -> str:
+def summary(record: SweepRecord, elapsed: float) -> str:
   counts = state_lib.counts(record)
-  lines = [f"sweep {record['name']}: " + ", ".join(
+  lines = [f"sweep {record.name}: " + ", ".join(
       f"{n} {s}" for s, n in counts.items() if n) + f" ({elapsed:.0f}s)"]
-  for entry in record["runs"]:
-    if entry["state"] in ("failed", "diverged"):
-      lines.append(f"  {entry['state']}: {entry['name']}: {entry['reason']}")
-  compiles = [e["compile_seconds"] for e in record["runs"]
-              if isinstance(e.get("compile_seconds"), (int, float))]
+  for entry in record.runs:
+    if entry.state in ("failed", "diverged"):
+      lines.append(f"  {entry.state}: {entry.name}: {entry.reason}")
+  compiles = [e.compile_seconds for e in record.runs
+              if isinstance(e.compile_seconds, (int, float))]
   if compiles:
     lines.append("  compile seconds per run: " + ", ".join(f"{c:.1f}" for c in compiles))
   return "\n".join(lines)
 
 
-def execute(args, sweep_dir: pathlib.Path, record: dict[str, Any], header: str,
+def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
             user_env: dict[str, str]) -> int:
   """Runs what is left of the sweep; returns the process exit code."""
   def save():
-    state_lib.write_sweep(sweep_dir, record)
+    sweep_record.write(sweep_dir, record)
 
   save()
   todo = runs_to_do(record, args.retry_failed)
-  skipped_failed = [e["name"] for e in record["runs"]
-                    if e["state"] == "failed" and not args.retry_failed]
+  skipped_failed = [e.name for e in record.runs
+                    if e.state == "failed" and not args.retry_failed]
   print(header, flush=True)
   if skipped_failed:
     print(f"  leaving {len(skipped_failed)} failed run(s) alone (--retry-failed reruns "
@@ -69,14 +73,14 @@ def execute(args, sweep_dir: pathlib.Path, record: dict[str, Any], header: str,
     from tfx_jax.sweep import adaptive  # pylint: disable=import-outside-toplevel
     added = adaptive.add_seeds(record, report, args.until_resolved)
     if not added:
-      unresolved = [r for r in report["comparisons"] if r["verdict"] == "unresolved"]
+      unresolved = [r for r in report.comparisons if r.verdict == "unresolved"]
       print(f"  --until-resolved: {len(unresolved)} comparison(s) unresolved"
             + (f" at the seed budget ({args.until_resolved})" if unresolved else ""),
             flush=True)
       break
     save()
     print(f"  --until-resolved: one more seed for {len(added)} point(s): "
-          + ", ".join(e["name"] for e in added), flush=True)
+          + ", ".join(e.name for e in added), flush=True)
     code = _run_local(args, sweep_dir, record, added, save, user_env)
     if code:
       return code
@@ -107,13 +111,13 @@ def _run_local(args, sweep_dir, record, todo, save, user_env) -> int:
   return 0
 
 
-def _write_report(sweep_dir: pathlib.Path) -> dict[str, Any] | None:
-  """Writes the report; returns report.json's content (None if it failed)."""
+def _write_report(sweep_dir: pathlib.Path) -> Report | None:
+  """Writes the report; returns it as read back from report.json (None if it failed)."""
   try:
-    from tfx_jax.report import build  # pylint: disable=import-outside-toplevel
+    from tfx_jax.report import build, schema  # pylint: disable=import-outside-toplevel
     path = build.write_report(sweep_dir)
     print(f"report: {path}", flush=True)
-    return json.loads(path.with_suffix(".json").read_text())
+    return schema.read(sweep_dir)
   except Exception as e:  # pylint: disable=broad-except  # the runs are what matter
     print(f"warning: the report could not be written: {type(e).__name__}: {e}",
           file=sys.stderr)
@@ -124,7 +128,7 @@ def _submit(args, sweep_dir, record, todo, save, env) -> int:
   from tfx_jax.errors import ConfigError  # pylint: disable=import-outside-toplevel
   from tfx_jax.sweep import slurm  # pylint: disable=import-outside-toplevel
   queued = slurm.queued_runs(record)
-  todo = [e for e in todo if e["name"] not in queued]
+  todo = [e for e in todo if e.name not in queued]
   if queued:
     print(f"  {len(queued)} run(s) already queued or running in SLURM: not resubmitted")
   if not todo and not queued and args.until_resolved:
@@ -147,6 +151,6 @@ def _submit(args, sweep_dir, record, todo, save, env) -> int:
     return 2 if isinstance(e, ConfigError) else 1
   save()
   print(f"submitted job array {job_id} ({len(todo)} tasks): {script}")
-  print(f"  progress: {record['command']} --status   (logs: {sweep_dir / 'slurm'})")
+  print(f"  progress: {record.command} --status   (logs: {sweep_dir / 'slurm'})")
   print(job_id)
   return 0

@@ -26,10 +26,12 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from tfx_jax import status as status_lib
+from tfx_jax import sweep_record
 from tfx_jax.sweep import state as state_lib
+from tfx_jax.sweep_record import RunEntry, SweepRecord
 
 POLL_SECONDS = 0.2
 
@@ -83,7 +85,7 @@ def child_env(sweep_dir: pathlib.Path, cores: list[int], gpus: str | None,
 
 @dataclasses.dataclass
 class _Job:
-  entry: dict[str, Any]
+  entry: RunEntry
   workdir: pathlib.Path
   lock_fd: int
   commands: list[list[str]]  # remaining: train, then evaluations
@@ -96,7 +98,7 @@ class _Job:
 class LocalExecutor:
   """Executes the runs of one sweep with at most ``parallel`` children."""
 
-  def __init__(self, sweep_dir: pathlib.Path, record: dict[str, Any], parallel: int,
+  def __init__(self, sweep_dir: pathlib.Path, record: SweepRecord, parallel: int,
                env: dict[str, str], retry_failed: bool = False,
                out: Callable[[str], None] = print):
     self.sweep_dir = sweep_dir
@@ -112,35 +114,33 @@ class LocalExecutor:
     self.waiting_noted: set[str] = set()
 
   # ------------------------------------------------------------------ start
-  def _commands(self, entry) -> list[list[str]]:
-    workdir = state_lib.run_dir(self.sweep_dir, entry["name"])
-    train = state_lib.train_command(self.record["config"], workdir, entry["overrides"])
-    evals = state_lib.eval_commands(workdir, state_lib.run_evaluations(self.record, entry))
+  def _commands(self, entry: RunEntry) -> list[list[str]]:
+    workdir = state_lib.run_dir(self.sweep_dir, entry.name)
+    train = state_lib.train_command(self.record.config, workdir, entry.overrides)
+    evals = state_lib.eval_commands(workdir, entry.evaluations)
     return [train, *evals]
 
-  def _start(self, entry) -> str:
+  def _start(self, entry: RunEntry) -> str:
     """Starts ``entry`` in a free slot: "started", "busy" (locked elsewhere) or "done"."""
-    workdir = state_lib.run_dir(self.sweep_dir, entry["name"])
+    workdir = state_lib.run_dir(self.sweep_dir, entry.name)
     fd = state_lib.try_lock(workdir)
     if fd is None:
       return "busy"
     # Locked: the state read now cannot change under us.
-    n_evals = len(state_lib.run_evaluations(self.record, entry))
-    entry.update(state_lib.run_state(workdir, n_evals, check_lock=False))
-    if entry["state"] in state_lib.DONE or (
-        entry["state"] == "failed" and not self.retry_failed):
+    entry.observe(state_lib.run_state(workdir, len(entry.evaluations), check_lock=False))
+    if entry.state in state_lib.DONE or (entry.state == "failed" and not self.retry_failed):
       os.close(fd)
       return "done"
     slot = self.free.pop(0)
     job = _Job(entry, workdir, fd, self._commands(entry), slot, time.time())
-    entry["attempts"] = int(entry.get("attempts", 0)) + 1
+    entry.attempts += 1
     self.jobs.append(job)
     self._launch(job)
     cores = self.cores[slot]
     where = f"cores {cores[0]}-{cores[-1]}" if len(cores) > 1 else f"core {cores[0]}"
     if self.gpus:
       where += f", GPU {self.gpus[slot]}"
-    self.out(f"  start  {entry['name']}  ({where}; log {workdir / state_lib.LOG_FILE})")
+    self.out(f"  start  {entry.name}  ({where}; log {workdir / state_lib.LOG_FILE})")
     return "started"
 
   def _launch(self, job: _Job) -> None:
@@ -155,7 +155,7 @@ class LocalExecutor:
       job.proc = None
       return
     log = open(job.workdir / state_lib.LOG_FILE, "ab")
-    log.write(f"\n=== {state_lib.now()} {' '.join(job.commands[job.phase])}\n".encode())
+    log.write(f"\n=== {sweep_record.now()} {' '.join(job.commands[job.phase])}\n".encode())
     log.flush()
     gpus = self.gpus[job.slot] if self.gpus else None
     sharing = self.gpus.count(gpus) if self.gpus else 1
@@ -204,19 +204,17 @@ class LocalExecutor:
     self.free.append(job.slot)
     self.free.sort()
     entry = job.entry
-    entry["wall_seconds"] = round(float(entry.get("wall_seconds") or 0.0)
-                                  + time.time() - job.started, 1)
-    entry.update(state_lib.run_state(
-        job.workdir, len(state_lib.run_evaluations(self.record, entry))))
-    compile_s = entry.get("compile_seconds")
+    entry.wall_seconds = round(entry.wall_seconds + time.time() - job.started, 1)
+    entry.observe(state_lib.run_state(job.workdir, len(entry.evaluations)))
+    compile_s = entry.compile_seconds
     extra = f"  compile {compile_s:.1f}s" if isinstance(compile_s, (int, float)) else ""
-    reason = f"  ({entry['reason']})" if entry["state"] != "finished" and entry["reason"] else ""
-    self.out(f"  {entry['state']:<8} {entry['name']}  step {entry['step']}  "
+    reason = f"  ({entry.reason})" if entry.state != "finished" and entry.reason else ""
+    self.out(f"  {entry.state:<8} {entry.name}  step {entry.step}  "
              f"{time.time() - job.started:.1f}s{extra}{reason}")
 
   # --------------------------------------------------------------------- loop
-  def run(self, entries: list[dict[str, Any]], save: Callable[[], None]) -> None:
-    """Executes ``entries`` (sweep.json run records), saving the record on changes."""
+  def run(self, entries: list[RunEntry], save: Callable[[], None]) -> None:
+    """Executes ``entries`` (runs of the record), saving the record on changes."""
     queue = list(entries)
     try:
       while queue or self.jobs:
@@ -226,9 +224,9 @@ class LocalExecutor:
             break
           outcome = self._start(entry)
           if outcome == "busy":
-            if entry["name"] not in self.waiting_noted:
-              self.waiting_noted.add(entry["name"])
-              self.out(f"  wait   {entry['name']}  (locked by another process; "
+            if entry.name not in self.waiting_noted:
+              self.waiting_noted.add(entry.name)
+              self.out(f"  wait   {entry.name}  (locked by another process; "
                        "starts when it is released)")
             continue
           queue.remove(entry)

@@ -16,16 +16,18 @@ import re
 import shlex
 import shutil
 import subprocess
-from typing import Any, Sequence
+from typing import Sequence
 
+from tfx_jax import sweep_record
 from tfx_jax.errors import ConfigError
 from tfx_jax.sweep import state as state_lib
+from tfx_jax.sweep_record import RunEntry, SlurmJob, SweepRecord
 
 SCRIPT = "sweep.sbatch"
 
 
-def render_script(sweep_dir: pathlib.Path, record: dict[str, Any],
-                  entries: Sequence[dict[str, Any]], python: str,
+def render_script(sweep_dir: pathlib.Path, record: SweepRecord,
+                  entries: Sequence[RunEntry], python: str,
                   cwd: pathlib.Path) -> str:
   """The sbatch script of ``entries`` (array task i runs ``entries[i]``)."""
   slurm_dir = (sweep_dir / "slurm").resolve()
@@ -33,10 +35,10 @@ def render_script(sweep_dir: pathlib.Path, record: dict[str, Any],
   q = shlex.quote
   lines = [
       "#!/bin/bash",
-      f"# Sweep {record['name']}: one array task per unfinished run; each runs the",
+      f"# Sweep {record.name}: one array task per unfinished run; each runs the",
       "# ordinary, resumable training command under the run's lock.",
-      f"# Written by: {record.get('command', '')}",
-      f"#SBATCH --job-name={q('tfx-' + record['name'])}",
+      f"# Written by: {record.command}",
+      f"#SBATCH --job-name={q('tfx-' + record.name)}",
       f"#SBATCH --array=0-{len(entries) - 1}",
       f"#SBATCH --output={q(str(slurm_dir / '%A_%a.out'))}",
       f"#SBATCH --chdir={q(str(cwd))}",
@@ -49,11 +51,11 @@ def render_script(sweep_dir: pathlib.Path, record: dict[str, Any],
     lines.append(f"export PYTHONPATH={q(os.environ['PYTHONPATH'])}")
   lines += ["", 'case "$SLURM_ARRAY_TASK_ID" in']
   for i, entry in enumerate(entries):
-    workdir = state_lib.run_dir(sweep_dir, entry["name"])
+    workdir = state_lib.run_dir(sweep_dir, entry.name)
     w = q(str(workdir))
-    train = state_lib.train_command(record["config"], workdir, entry["overrides"], python)
+    train = state_lib.train_command(record.config, workdir, entry.overrides, python)
     lines += [
-        f"  {i})  # {entry['name']}",
+        f"  {i})  # {entry.name}",
         f"    W={w}",
         '    mkdir -p "$W/eval"',
         f'    exec 9>"$W/{state_lib.LOCK_FILE}"; flock 9',
@@ -63,7 +65,7 @@ def render_script(sweep_dir: pathlib.Path, record: dict[str, Any],
         f"    grep -q '\"state\": \"finished\"' \"$W/status.json\" || {{ grep -q "
         f"'\"state\": \"diverged\"' \"$W/status.json\" && exit 0; exit $rc; }}",
     ]
-    evals = state_lib.eval_commands(workdir, state_lib.run_evaluations(record, entry), python)
+    evals = state_lib.eval_commands(workdir, entry.evaluations, python)
     for k, cmd in enumerate(evals):
       marker = q(str(state_lib.eval_marker(workdir, k)))
       lines.append(f'    [ -e {marker} ] || {{ {shlex.join(cmd)} >> "$W/{state_lib.LOG_FILE}" '
@@ -125,21 +127,20 @@ def queue_states(job_ids: Sequence[str]) -> dict[tuple[str, int], str]:
   return out
 
 
-def queued_runs(record: dict[str, Any]) -> dict[str, str]:
+def queued_runs(record: SweepRecord) -> dict[str, str]:
   """{run name: "JOB_TASK STATE"} of the runs SLURM has queued or running now."""
-  jobs = record.get("slurm_jobs", [])
-  states = queue_states([j["job_id"] for j in jobs])
+  states = queue_states([j.job_id for j in record.slurm_jobs])
   out = {}
-  for job in jobs:
-    for task, name in enumerate(job["runs"]):
-      state = states.get((job["job_id"], task))
+  for job in record.slurm_jobs:
+    for task, name in enumerate(job.runs):
+      state = states.get((job.job_id, task))
       if state:
-        out[name] = f"{job['job_id']}_{task} {state}"
+        out[name] = f"{job.job_id}_{task} {state}"
   return out
 
 
-def submit_sweep(sweep_dir: pathlib.Path, record: dict[str, Any],
-                 entries: Sequence[dict[str, Any]], python: str, slurm_args: str,
+def submit_sweep(sweep_dir: pathlib.Path, record: SweepRecord,
+                 entries: Sequence[RunEntry], python: str, slurm_args: str,
                  cwd: pathlib.Path, env: dict[str, str] | None = None
                  ) -> tuple[str, pathlib.Path]:
   """Writes the sbatch script of ``entries``, submits it, records the job id."""
@@ -148,7 +149,6 @@ def submit_sweep(sweep_dir: pathlib.Path, record: dict[str, Any],
   script.write_text(render_script(sweep_dir, record, entries, python, cwd))
   script.chmod(0o755)
   job_id = submit(script, slurm_args, env)
-  record.setdefault("slurm_jobs", []).append(
-      {"job_id": job_id, "submitted": state_lib.now(), "slurm_args": slurm_args,
-       "runs": [e["name"] for e in entries]})
+  record.slurm_jobs.append(SlurmJob(job_id, sweep_record.now(), slurm_args,
+                                    tuple(e.name for e in entries)))
   return job_id, script

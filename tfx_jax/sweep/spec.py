@@ -46,40 +46,17 @@ import re
 from typing import Any, Mapping, Sequence
 
 from tfx_jax.errors import ConfigError
+from tfx_jax.sweep_record import Evaluation
 
 Overrides = Mapping[str, Any]
 
 
-@dataclasses.dataclass(frozen=True)
-class Evaluation:
-  """``python -m tfx_jax.evaluate --workdir RUN *args`` after a run's training,
-  for the runs whose overrides match ``when`` (every run when it is empty)."""
-  args: tuple[str, ...]
-  when: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-  def applies(self, overrides: Mapping[str, Any]) -> bool:
-    return all(k in overrides and overrides[k] == v for k, v in self.when.items())
-
-  def to_json(self) -> list[str] | dict[str, Any]:
-    """sweep.json's form: the argument list, or {"args", "when"} when conditional."""
-    return {"args": list(self.args), "when": dict(self.when)} if self.when else list(self.args)
-
-
 def normalize_evaluation(evaluation: Any) -> Evaluation:
-  """An ``Evaluation``, an argument list, or sweep.json's {"args", "when"}."""
+  """An ``Evaluation`` (its arguments as a tuple), an argument list, or
+  sweep.json's {"args", "when"} (ConfigError if malformed)."""
   if isinstance(evaluation, Evaluation):
-    args, when = evaluation.args, evaluation.when
-  elif isinstance(evaluation, Mapping):
-    unknown = set(evaluation) - {"args", "when"}
-    if unknown or "args" not in evaluation:
-      raise ConfigError(f"an evaluation given as a dict has keys 'args' and optionally "
-                        f"'when', got {sorted(evaluation)}.")
-    args, when = evaluation["args"], evaluation.get("when") or {}
-  else:
-    args, when = evaluation, {}
-  if isinstance(args, str) or not all(isinstance(a, str) for a in args):
-    raise ConfigError(f"an evaluation's arguments are a list of strings, got {args!r}.")
-  return Evaluation(tuple(args), dict(when))
+    evaluation = {"args": evaluation.args, "when": evaluation.when}
+  return Evaluation.from_json(evaluation)
 
 
 @dataclasses.dataclass(frozen=True)

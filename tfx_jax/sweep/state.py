@@ -1,6 +1,7 @@
 """Where a sweep lives on disk and what state each run is in.
 
-  runs/<sweep>/sweep.json       the definition, the command, and per run its
+  runs/<sweep>/sweep.json       the record (``tfx_jax.sweep_record``): the
+                                definition, the command, and per run its
                                 overrides, state, step, reason, times
   runs/<sweep>/<run>/           an ordinary training workdir
   runs/<sweep>/<run>/.sweep.lock  held (flock) by whoever executes the run
@@ -16,23 +17,21 @@ anything else resumes from its checkpoints.
 
 from __future__ import annotations
 
-import datetime
 import fcntl
-import json
 import os
 import pathlib
 import sys
+import typing
 from typing import Any, Sequence
 
-from tfx_jax import files
 from tfx_jax import status as status_lib
-from tfx_jax.sweep.spec import Run, format_value, normalize_evaluation
+from tfx_jax.sweep.spec import Run, format_value
+from tfx_jax.sweep_record import RunProgress, State, SweepRecord
 
-SWEEP_FILE = "sweep.json"
 LOCK_FILE = ".sweep.lock"
 LOG_FILE = "sweep.log"
 # States of a run in sweep.json.
-STATES = ("pending", "running", "finished", "diverged", "failed")
+STATES: tuple[State, ...] = typing.get_args(State)
 DONE = ("finished", "diverged")
 
 
@@ -53,21 +52,6 @@ def eval_commands(workdir: pathlib.Path, evaluations: Sequence[Sequence[str]],
   """``python -m tfx_jax.evaluate --workdir RUN ARGS`` for each extra evaluation."""
   return [[python, "-m", "tfx_jax.evaluate", "--workdir", str(workdir), *args]
           for args in evaluations]
-
-
-def evaluations_for(record: dict[str, Any], overrides: dict[str, Any]) -> list[list[str]]:
-  """The argument lists of the record's evaluations that apply to a run with
-  these overrides, in declared order."""
-  found = (normalize_evaluation(e) for e in record.get("evaluations", []))
-  return [list(e.args) for e in found if e.applies(overrides)]
-
-
-def run_evaluations(record: dict[str, Any], entry: dict[str, Any]) -> list[list[str]]:
-  """One run's evaluations (its entry's own list; a sweep.json written before
-  conditional evaluations has only the record's)."""
-  if "evaluations" in entry:
-    return entry["evaluations"]
-  return evaluations_for(record, entry.get("overrides", {}))
 
 
 def eval_marker(workdir: pathlib.Path, index: int) -> pathlib.Path:
@@ -108,26 +92,24 @@ def is_locked(workdir: pathlib.Path) -> bool:
 
 # --------------------------------------------------------------------- state
 def run_state(workdir: pathlib.Path, num_evaluations: int = 0, *,
-              check_lock: bool = True) -> dict[str, Any]:
-  """{"state", "step", "reason", "compile_seconds"} of one run, from its workdir.
+              check_lock: bool = True) -> RunProgress:
+  """Where one run stands, from its workdir.
 
   ``check_lock=False``: the caller holds the run's lock itself.
   """
   status = status_lib.read_status(workdir) or {}
   step = int(status.get("step", 0))
-  out = {"state": "pending", "step": step, "reason": status.get("reason", ""),
-         "compile_seconds": status.get("compile_seconds")}
+  reason, compile_seconds = status.get("reason", ""), status.get("compile_seconds")
   if check_lock and is_locked(workdir):
-    out["state"] = "running"
-    return out
+    return RunProgress("running", step, reason, compile_seconds)
   state = status.get("state")
   if state == "finished" and not evaluations_done(workdir, num_evaluations):
-    out["reason"] = "evaluations pending"
-  elif state in ("finished", "diverged", "failed"):
-    out["state"] = state
-  elif state in ("running", "preempted"):
-    out["reason"] = f"resumes from its last checkpoint (status {state} at step {step})"
-  return out
+    return RunProgress("pending", step, "evaluations pending", compile_seconds)
+  if state in ("finished", "diverged", "failed"):
+    return RunProgress(state, step, reason, compile_seconds)
+  if state in ("running", "preempted"):
+    reason = f"resumes from its last checkpoint (status {state} at step {step})"
+  return RunProgress("pending", step, reason, compile_seconds)
 
 
 def record_failure(workdir: pathlib.Path, reason: str) -> None:
@@ -147,35 +129,16 @@ def log_tail(workdir: pathlib.Path, lines: int = 3) -> str:
   return " | ".join(kept[-lines:])
 
 
-# --------------------------------------------------------------- sweep.json
-def now() -> str:
-  return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def read_sweep(sweep_dir: pathlib.Path) -> dict[str, Any] | None:
-  try:
-    return json.loads((sweep_dir / SWEEP_FILE).read_text())
-  except FileNotFoundError:
-    return None
-
-
-def write_sweep(sweep_dir: pathlib.Path, record: dict[str, Any]) -> None:
-  """Atomically replaces sweep.json (a reader never sees half a file)."""
-  record["updated"] = now()
-  sweep_dir.mkdir(parents=True, exist_ok=True)
-  files.write_json(sweep_dir / SWEEP_FILE, record)
-
-
-def refresh(sweep_dir: pathlib.Path, record: dict[str, Any]) -> dict[str, Any]:
+# ------------------------------------------------------------------- record
+def refresh(sweep_dir: pathlib.Path, record: SweepRecord) -> SweepRecord:
   """Updates every run's state in ``record`` from its workdir; returns ``record``."""
-  for entry in record["runs"]:
-    entry.update(run_state(run_dir(sweep_dir, entry["name"]),
-                           len(run_evaluations(record, entry))))
+  for entry in record.runs:
+    entry.observe(run_state(run_dir(sweep_dir, entry.name), len(entry.evaluations)))
   return record
 
 
-def counts(record: dict[str, Any]) -> dict[str, int]:
+def counts(record: SweepRecord) -> dict[State, int]:
   out = {s: 0 for s in STATES}
-  for entry in record["runs"]:
-    out[entry["state"]] += 1
+  for entry in record.runs:
+    out[entry.state] += 1
   return out

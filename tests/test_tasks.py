@@ -1,0 +1,192 @@
+"""The task registry: every task declares every part, and its parts agree.
+
+Each test runs over ``registry.TASKS`` (or the package's modules), so a new
+task is covered without editing this file: a task module that is not
+registered, a part left out, baseline targets that count something else than
+the rows predict, an l0 that is not its loss at initialisation, or a metric
+nothing computes fails here. The baselines are computed on a tiny in-memory
+corpus with every feature a task reads, and skip cases of each kind.
+"""
+
+import ast
+import dataclasses
+import importlib
+import math
+import pathlib
+import pkgutil
+import types
+from typing import get_args
+
+import numpy as np
+import pytest
+
+import tfx_jax.tasks
+from tfx_jax.data import baselines
+from tfx_jax.data import rows as rows_lib
+from tfx_jax.data import sources
+from tfx_jax.data import tokenizer as tokenizer_lib
+from tfx_jax.errors import ConfigError
+from tfx_jax import tasks
+from tfx_jax.tasks import task as task_lib
+
+PACKAGE = pathlib.Path(tfx_jax.tasks.__file__).parent
+TOK = tokenizer_lib.ByteTokenizer()
+# An in-memory dataset with every feature a task may read.
+DATA = types.SimpleNamespace(name="memory", data_dir=None, text_key="text", source_key="en",
+                             target_key="de", label_key="label", tokenizer_dataset=None)
+KEYS = sources.resolve_keys(DATA)
+CORPUS = [
+    {"text": b"To be, or not to be", "en": b"file not found",
+     "de": b"Datei nicht gefunden", "label": 0},
+    {"text": b"", "en": b"", "de": b"leer", "label": 1},  # blank text, empty source
+    {"text": b"that is the question:", "en": b"invalid operand",
+     "de": "ungültiger Operand".encode(), "label": 2},
+    {"text": b"Whether 'tis nobler in the mind", "en": b"unused variable {0}",
+     "de": b"unbenutzte Variable {0}", "label": -1},  # unlabelled
+    {"text": b"   \n", "en": b"no target", "de": b"", "label": 1},  # blank text, empty target
+    {"text": b"to suffer the slings", "en": b"{0} is not a type",
+     "de": b"{0} ist kein Typ", "label": 2},
+]
+# The settings the tasks' functions read, by attribute only (as a ConfigDict
+# and the typed run config both give them).
+CONFIG = types.SimpleNamespace(
+    model=types.SimpleNamespace(vocab_size=TOK.vocab_size, num_classes=3),
+    train=types.SimpleNamespace(label_smoothing=0.1, z_loss=1e-4),
+    finetune=types.SimpleNamespace(lambda_pt=0.5),
+    eval=types.SimpleNamespace(num_bleu_examples=0, num_samples=0),
+    data=DATA)
+
+
+def task_modules() -> dict[str, object]:
+  """{name: module} of the package's modules that declare a ``TASK``."""
+  out = {}
+  for info in pkgutil.iter_modules([str(PACKAGE)]):
+    module = importlib.import_module(f"tfx_jax.tasks.{info.name}")
+    if hasattr(module, "TASK"):
+      out[info.name] = module
+  return out
+
+
+def rows_of(task, example, index):
+  """The task's rows of one example; every maskable position masked (mask rate
+  1), so that the weighted targets are every target the task predicts."""
+  build = task.rows.bind(tok=TOK, keys=KEYS, seq_len=64, target_seq_len=64,
+                         counts=rows_lib.Counts("test"), seed=0, mask_rate=1.0,
+                         n_classes=None)
+  return build(example, index)
+
+
+def predicted(task, rows) -> list[int]:
+  """What the rows are scored on: their labels, or their weighted targets."""
+  if task.rows.labelled:
+    return [int(r["label"]) for r in rows]
+  return [int(t) for r in rows for t in r["targets"][r["weights"] > 0]]
+
+
+def batch_of(rows) -> dict[str, np.ndarray]:
+  """The rows as one batch, each key zero-padded to its longest row."""
+  batch = {}
+  for key in rows[0]:
+    values = [np.asarray(r[key]) for r in rows]
+    if values[0].ndim == 0:
+      batch[key] = np.stack(values)
+      continue
+    width = max(len(v) for v in values)
+    batch[key] = np.stack([rows_lib.pad(v, width, v.dtype) for v in values])
+  return batch
+
+
+def test_every_task_module_is_registered_under_its_name():
+  modules = task_modules()
+  assert set(modules) == set(tasks.TASKS)
+  for name, module in modules.items():
+    assert tasks.get(name) is module.TASK and module.TASK.name == name
+  with pytest.raises(ConfigError, match="choices: lm, translate, mlm, classify"):
+    tasks.get("summarize")
+
+
+def test_every_task_declares_every_part():
+  """Every field of ``Task`` without a default is a part each task must declare."""
+  required = [f.name for f in dataclasses.fields(task_lib.Task)
+              if f.default is dataclasses.MISSING]
+  assert {"rows", "objective", "targets", "initial_loss", "metrics"} <= set(required)
+  for task in tasks.TASKS.values():
+    for name in required:
+      assert getattr(task, name) is not None, (task.name, name)
+    assert isinstance(task.rows, rows_lib.RowFormat) and callable(task.rows.build)
+    assert isinstance(task.targets, baselines.Targets) and callable(task.targets.ids)
+    assert task.targets.kind == task.rows.name == task.name
+    assert set(task.targets.keys) == set(task.rows.keys)
+    for part in ("model_inputs", "objective", "initial_loss", "predictions",
+                 "prediction_texts"):
+      assert callable(getattr(task, part)), (task.name, part)
+    assert task.metrics and set(task.metrics) <= set(get_args(task_lib.Metric))
+    assert set(task.families) <= {"decoder_only", "encoder_only", "encoder_decoder"}
+
+
+def test_every_metric_has_what_computes_it():
+  assert set(task_lib.FROM_SUMS) | set(task_lib.FROM_GENERATION) == set(
+      get_args(task_lib.Metric))
+  for task in tasks.TASKS.values():
+    if set(task.metrics) & set(task_lib.FROM_GENERATION):
+      assert task.score_by_generation is not None, task.name
+  lm = tasks.get("lm")
+  with pytest.raises(ValueError, match="need score_by_generation"):
+    dataclasses.replace(lm, metrics=("perplexity", "bleu"))
+  with pytest.raises(ValueError, match="must be the task's name"):
+    dataclasses.replace(lm, targets=tasks.get("mlm").targets)
+
+
+@pytest.mark.parametrize("name", list(tasks.TASKS))
+def test_baseline_counts_exactly_what_the_rows_predict(name):
+  task = tasks.get(name)
+  kept, want = 0, []
+  for i, example in enumerate(CORPUS):
+    rows = rows_of(task, example, i)
+    kept += bool(rows)
+    want += predicted(task, rows)
+  assert 0 < kept < len(CORPUS)  # the corpus has examples each task skips
+  counts, examples = baselines.target_counts(CORPUS, TOK, task.targets, KEYS)
+  assert examples == kept
+  np.testing.assert_array_equal(counts, np.bincount(want, minlength=len(counts)))
+  entropy = baselines.unigram_entropy(DATA, TOK, task.targets, source=CORPUS)
+  assert entropy == pytest.approx(baselines.entropy_nats(np.bincount(want)), rel=1e-12)
+  assert 0 < entropy < math.log(TOK.vocab_size)
+
+
+@pytest.mark.parametrize("name", list(tasks.TASKS))
+def test_l0_is_the_loss_of_the_uniform_prediction(name):
+  """At zero logits (the uniform prediction) every family's evaluation loss is
+  the task's l0, and the training objective (label smoothing, z-loss) is
+  finite: the settings are read by attribute."""
+  task = tasks.get(name)
+  rows = [r for i, example in enumerate(CORPUS) for r in rows_of(task, example, i)]
+  batch = batch_of(rows)
+  width = batch["targets"].shape[1]
+  outputs = {"logits": np.zeros((len(rows), width, CONFIG.model.vocab_size), np.float32),
+             "class_logits": np.zeros((len(rows), CONFIG.model.num_classes), np.float32)}
+  l0 = task.initial_loss(CONFIG)
+  for family in task.families:
+    _, sums = task.objective(CONFIG, family, train=False)(outputs, batch)
+    metrics = task_lib.metrics_from_sums(task, sums)
+    assert metrics["eval/loss"] == pytest.approx(l0, rel=1e-6), family
+    assert {f"eval/{m}" for m in task.metrics if m in task_lib.FROM_SUMS} <= set(metrics)
+    objective, _ = task.objective(CONFIG, family, train=True)(outputs, batch)
+    assert np.isfinite(float(objective))
+  uniform = CONFIG.model.num_classes if task.rows.labelled else CONFIG.model.vocab_size
+  assert l0 == pytest.approx(math.log(uniform))
+
+
+def test_only_the_generation_module_imports_decoding():
+  decoding = {"tfx_jax.texts", "tfx_jax.search", "tfx_jax.generate", "tfx_jax.bleu"}
+  importers = set()
+  for path in PACKAGE.glob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      names = []
+      if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+      if decoding & set(names):
+        importers.add(path.stem)
+  assert importers == {"generation"}

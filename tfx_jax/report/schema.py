@@ -1,0 +1,457 @@
+"""``runs/<sweep>/report.json``: what a sweep's runs say, as types.
+
+  Report        the whole: the options and baselines it used, its points,
+                comparisons, failed comparisons, sensitivity, noise and scale
+  Point         one combination of axis values: its runs at each tuned value
+                (``TunedValue``, each seed a ``SeedResult``), the value chosen
+                and the per-seed metrics it is compared on
+  Comparison    a value against its axis's base value in one context, on one
+                metric: the interval (``stats.Interval``), the Holm-adjusted
+                p, the verdict (``stats.Verdict``) and its sentence
+  FailedComparison, Sensitivity, Noise, ScaleEffect: the other sections
+
+``analysis.analyze`` builds a ``Report``; the markdown (``build``), the
+plots (``plots``, ``forest``) and the sweep's adaptive seeds read it;
+report.json is ``Report.to_json`` and reads back with ``Report.from_json``
+(seeds, which JSON keys as strings, back to ints). The comparison's interval
+is written flat beside its other fields (``method``, ``diff``, ``low``,
+``high``, ``df``, ``se``, ``p``, ``n``, ``n_base``, ``level``), as readers of
+report.json know it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import pathlib
+import typing
+from typing import Any, Iterable, Literal, Mapping
+
+from tfx_jax.report import stats
+from tfx_jax.sweep_record import Split
+
+FILENAME = "report.json"
+# A comparison with a side that never learned, at any tuned value.
+Failure = Literal["failed", "base failed", "both failed"]
+
+
+def _choice(value: Any, kind: Any, what: str) -> Any:
+  """``value`` if it is one of the ``Literal`` ``kind``'s choices (None passes)."""
+  if value is not None and value not in typing.get_args(kind):
+    raise ValueError(f"report.json: {what}={value!r} is not one of "
+                     f"{list(typing.get_args(kind))}.")
+  return value
+
+
+def _by_seed(data: Mapping[Any, Any], value=lambda v: v) -> dict[int, Any]:
+  """JSON's {"0": ...} (or an in-memory {0: ...}) as {0: ...}."""
+  return {int(seed): value(v) for seed, v in data.items()}
+
+
+# ----------------------------------------------------------------- inputs
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The report's knobs (``python -m tfx_jax.report`` flags)."""
+  stall_margin: float = 0.05          # nats below the unigram entropy to count as learned
+  equivalence_margin: float | None = None  # for select_by; None: by metric kind
+  alpha: float = 0.05
+  power: float = 0.8
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+  """What a run's loss is judged against (per dataset, tokenizer and task)."""
+  unigram_entropy: float | None  # the best context-free loss; None: not known
+  initial_loss: float | None     # l0 = ln |V| (classes for classification)
+
+
+# ------------------------------------------------------------------ points
+@dataclasses.dataclass(frozen=True)
+class Counts:
+  """Finished runs by outcome (``stats.Outcome``)."""
+  learned: int = 0
+  stalled: int = 0
+  diverged: int = 0
+
+  @classmethod
+  def of(cls, outcomes: Iterable[stats.Outcome | None]) -> Counts:
+    """The counts of ``outcomes`` (None, a run not finished, is not counted)."""
+    found = list(outcomes)
+    return cls(**{o: found.count(o) for o in stats.OUTCOMES})
+
+  @property
+  def finished(self) -> int:
+    return sum(getattr(self, o) for o in stats.OUTCOMES)
+
+  def __add__(self, other: Counts) -> Counts:
+    return Counts(**{o: getattr(self, o) + getattr(other, o) for o in stats.OUTCOMES})
+
+  def to_json(self) -> dict[str, int]:
+    return {o: getattr(self, o) for o in stats.OUTCOMES}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, int]) -> Counts:
+    return cls(**{o: int(data[o]) for o in stats.OUTCOMES})
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedResult:
+  """One run of a point at one tuned value: its outcome and final metrics."""
+  run: str
+  outcome: stats.Outcome | None  # None: not finished
+  validation: dict[str, float]   # final eval/* metrics on validation
+  test: dict[str, float] | None  # on test (``eval/test-<step>.json``); None: not read
+  lengths: dict[str, float]      # perplexity at k x the training length: {"ppl@2x": ...}
+  num_params: int | None
+
+  def on(self, split: Split) -> dict[str, float]:
+    """The metrics on ``split``."""
+    return self.validation if split == "validation" else self.test or {}
+
+  def to_json(self) -> dict[str, Any]:
+    out = {"run": self.run, "outcome": self.outcome, "validation": dict(self.validation)}
+    if self.test is not None:
+      out["test"] = dict(self.test)
+    return {**out, "lengths": dict(self.lengths), "num_params": self.num_params}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> SeedResult:
+    return cls(data["run"], _choice(data["outcome"], stats.Outcome, "outcome"),
+               dict(data["validation"]), data.get("test"), dict(data["lengths"]),
+               data["num_params"])
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedValue:
+  """A point's runs at one combination of tuned values, and how it is chosen."""
+  tuned: dict[str, Any]   # {path: value}; {} untuned
+  label: str              # "learning_rate=0.003"; "" untuned
+  seeds: dict[int, SeedResult]
+  counts: Counts
+  selection_mean: float | None   # mean select_by of the learned choosing runs
+  selection_failed: int          # choosing runs that stalled or diverged
+  selection_score: tuple[float, ...] | None  # lowest is chosen; None: none learned
+
+  def to_json(self) -> dict[str, Any]:
+    return {"tuned": dict(self.tuned), "label": self.label,
+            "seeds": {s: r.to_json() for s, r in self.seeds.items()},
+            "counts": self.counts.to_json(), "selection_mean": self.selection_mean,
+            "selection_failed": self.selection_failed,
+            "selection_score": (None if self.selection_score is None
+                                else list(self.selection_score))}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> TunedValue:
+    score = data["selection_score"]
+    return cls(dict(data["tuned"]), data["label"], _by_seed(data["seeds"], SeedResult.from_json),
+               Counts.from_json(data["counts"]), data["selection_mean"],
+               int(data["selection_failed"]), None if score is None else tuple(score))
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  """One combination of axis values (``key``: the index of each axis's value)."""
+  key: tuple[int, ...]
+  values: dict[str, str]   # {axis label: value label}
+  chosen: dict[str, Any] | None  # the tuned values compared; None: nothing learned
+  chosen_label: str | None
+  chosen_at_edge: dict[str, str]  # {field: "lowest" | "highest"}: at its grid's end
+  tuned: tuple[TunedValue, ...]
+  counts: Counts
+  runs: int
+  compared: dict[int, dict[str, float]]  # {seed: {metric: value}} at the chosen value
+  num_params: int | None
+
+  def to_json(self) -> dict[str, Any]:
+    return {"key": list(self.key), "values": dict(self.values),
+            "chosen": None if self.chosen is None else dict(self.chosen),
+            "chosen_label": self.chosen_label, "chosen_at_edge": dict(self.chosen_at_edge),
+            "tuned": [t.to_json() for t in self.tuned], "counts": self.counts.to_json(),
+            "runs": self.runs,
+            "compared": {s: dict(m) for s, m in self.compared.items()},
+            "num_params": self.num_params}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> Point:
+    return cls(tuple(data["key"]), dict(data["values"]), data["chosen"],
+               data["chosen_label"], dict(data["chosen_at_edge"]),
+               tuple(TunedValue.from_json(t) for t in data["tuned"]),
+               Counts.from_json(data["counts"]), int(data["runs"]),
+               _by_seed(data["compared"], dict), data["num_params"])
+
+
+# -------------------------------------------------------------- comparisons
+def interval_to_json(iv: stats.Interval) -> dict[str, Any]:
+  """report.json's flat form of an interval (``p`` the p-value, ``n`` and
+  ``n_base`` the values on each side)."""
+  return {"method": iv.method, "diff": iv.diff, "low": iv.low, "high": iv.high,
+          "df": iv.df, "se": iv.se, "p": iv.p_value, "n": iv.n_a, "n_base": iv.n_b,
+          "level": iv.level}
+
+
+def interval_from_json(data: Mapping[str, Any]) -> stats.Interval:
+  return stats.Interval(
+      diff=data["diff"], low=data["low"], high=data["high"], df=data["df"], se=data["se"],
+      p_value=data["p"], method=_choice(data["method"], stats.Method, "method"),
+      n_a=int(data["n"]), n_b=int(data["n_base"]), level=data["level"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  """A value against its axis's base value, in one context, on one metric."""
+  axis: str
+  axis_index: int
+  value: str
+  value_index: int
+  base_value: str
+  context: str    # the other axes' values ("-": none)
+  context_key: tuple[int | None, ...]  # their indices (None at axis_index)
+  metric: str
+  split: Split
+  seeds: tuple[int, ...]       # the value's compared seeds
+  base_seeds: tuple[int, ...]  # the base's
+  interval: stats.Interval     # value - base
+  margin: float                # of the equivalence test
+  chosen: str | None           # the tuned values compared, as labels
+  base_chosen: str | None
+  counts: Counts
+  base_counts: Counts
+  p_adjusted: float | None     # Holm over every comparison of the report
+  verdict: stats.Verdict
+  seeds_needed: int | None     # unresolved: seeds that would detect this difference
+  text: str                    # the verdict as a sentence
+
+  def key_of(self, value_index: int) -> tuple[int, ...]:
+    """The key of the point at ``value_index`` of this comparison's axis, in its context."""
+    return tuple(value_index if j == self.axis_index else c
+                 for j, c in enumerate(self.context_key))
+
+  def to_json(self) -> dict[str, Any]:
+    return {"axis": self.axis, "axis_index": self.axis_index, "value": self.value,
+            "value_index": self.value_index, "base_value": self.base_value,
+            "context": self.context, "context_key": list(self.context_key),
+            "metric": self.metric, "split": self.split, "seeds": list(self.seeds),
+            "base_seeds": list(self.base_seeds), "margin": self.margin,
+            "chosen": self.chosen, "base_chosen": self.base_chosen,
+            "counts": self.counts.to_json(), "base_counts": self.base_counts.to_json(),
+            "p_adjusted": self.p_adjusted, "verdict": self.verdict,
+            "seeds_needed": self.seeds_needed, "text": self.text,
+            **interval_to_json(self.interval)}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> Comparison:
+    return cls(
+        axis=data["axis"], axis_index=int(data["axis_index"]), value=data["value"],
+        value_index=int(data["value_index"]), base_value=data["base_value"],
+        context=data["context"], context_key=tuple(data["context_key"]),
+        metric=data["metric"], split=_choice(data["split"], Split, "split"),
+        seeds=tuple(data["seeds"]),
+        base_seeds=tuple(data["base_seeds"]), interval=interval_from_json(data),
+        margin=data["margin"], chosen=data["chosen"], base_chosen=data["base_chosen"],
+        counts=Counts.from_json(data["counts"]),
+        base_counts=Counts.from_json(data["base_counts"]), p_adjusted=data["p_adjusted"],
+        verdict=_choice(data["verdict"], stats.Verdict, "verdict"),
+        seeds_needed=data["seeds_needed"], text=data["text"])
+
+
+@dataclasses.dataclass(frozen=True)
+class FailedComparison:
+  """A comparison a side of which never learned: listed with its counts."""
+  axis: str
+  value: str
+  base_value: str
+  context: str
+  counts: Counts
+  base_counts: Counts
+  runs: int
+  base_runs: int
+  verdict: Failure
+  text: str
+
+  def to_json(self) -> dict[str, Any]:
+    return {"axis": self.axis, "value": self.value, "base_value": self.base_value,
+            "context": self.context, "counts": self.counts.to_json(),
+            "base_counts": self.base_counts.to_json(), "runs": self.runs,
+            "base_runs": self.base_runs, "verdict": self.verdict, "text": self.text}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> FailedComparison:
+    return cls(data["axis"], data["value"], data["base_value"], data["context"],
+               Counts.from_json(data["counts"]), Counts.from_json(data["base_counts"]),
+               int(data["runs"]), int(data["base_runs"]),
+               _choice(data["verdict"], Failure, "verdict"), data["text"])
+
+
+# ------------------------------------------------------- sensitivity, noise
+@dataclasses.dataclass(frozen=True)
+class CurvePoint:
+  """The selection metric of a point at one tuned value."""
+  tuned: dict[str, Any]
+  label: str
+  seeds: dict[int, float | None]  # each finished seed's value; None: it failed
+  mean: float | None              # of the learned seeds
+  failed: int
+
+  def to_json(self) -> dict[str, Any]:
+    return {"tuned": dict(self.tuned), "label": self.label, "seeds": dict(self.seeds),
+            "mean": self.mean, "failed": self.failed}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> CurvePoint:
+    return cls(dict(data["tuned"]), data["label"], _by_seed(data["seeds"]), data["mean"],
+               int(data["failed"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Sensitivity:
+  """A point's learning-rate curve and its sensitivity (Wortsman et al. 2023)."""
+  point: dict[str, str]   # the point's values, as ``Point.values``
+  key: tuple[int, ...]
+  curve: tuple[CurvePoint, ...]
+  initial_loss: float | None  # l0
+  sensitivity: float | None
+  all_failed: bool            # no tuned value ended below l0
+
+  def to_json(self) -> dict[str, Any]:
+    return {"point": dict(self.point), "key": list(self.key),
+            "curve": [c.to_json() for c in self.curve], "initial_loss": self.initial_loss,
+            "sensitivity": self.sensitivity, "all_failed": self.all_failed}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> Sensitivity:
+    return cls(dict(data["point"]), tuple(data["key"]),
+               tuple(CurvePoint.from_json(c) for c in data["curve"]), data["initial_loss"],
+               data["sensitivity"], bool(data["all_failed"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Noise:
+  """An axis's noise floor and the smallest difference its seeds detect."""
+  axis: str
+  metric: str
+  base_value: str
+  base_sd: float | None
+  seeds: int
+  min_detectable_difference: float | None
+  method: stats.Method | None
+  power: float
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> Noise:
+    return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleEffect:
+  """One comparison's difference against the parameter count of its context."""
+  size_axis: str
+  axis: str
+  value: str
+  base_value: str
+  context: str
+  num_params: int
+  diff: float
+  low: float | None
+  high: float | None
+  verdict: stats.Verdict
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> ScaleEffect:
+    return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+
+
+# ------------------------------------------------------------------- whole
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """report.json."""
+  sweep: str
+  select_by: str
+  tune: dict[str, tuple[Any, ...]]
+  report_split: Split
+  reserved_seed: int | None  # no test split: the seed that only chooses
+  options: Options
+  baselines: dict[str, Baseline]  # {run name: its baseline}
+  points: tuple[Point, ...]
+  comparisons: tuple[Comparison, ...]
+  failed: tuple[FailedComparison, ...]
+  sensitivity: tuple[Sensitivity, ...]
+  noise: tuple[Noise, ...]
+  scale: tuple[ScaleEffect, ...]
+
+  def point(self, key: tuple[int, ...]) -> Point | None:
+    return next((p for p in self.points if p.key == tuple(key)), None)
+
+  def chosen(self) -> dict[tuple[int, ...], dict[str, Any] | None]:
+    """{point key: its chosen tuned values (None: nothing learned)}."""
+    return {p.key: p.chosen for p in self.points}
+
+  def to_json(self) -> dict[str, Any]:
+    return {
+        "sweep": self.sweep, "select_by": self.select_by,
+        "tune": {k: list(v) for k, v in self.tune.items()},
+        "report_split": self.report_split, "reserved_seed": self.reserved_seed,
+        "options": dataclasses.asdict(self.options),
+        "baselines": {name: dataclasses.asdict(b) for name, b in self.baselines.items()},
+        "points": [p.to_json() for p in self.points],
+        "comparisons": [c.to_json() for c in self.comparisons],
+        "failed": [f.to_json() for f in self.failed],
+        "sensitivity": [s.to_json() for s in self.sensitivity],
+        "noise": [n.to_json() for n in self.noise],
+        "scale": [s.to_json() for s in self.scale]}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> Report:
+    """A report written by this or an earlier version (``_migrate``)."""
+    data = _migrate(data)
+    return cls(
+        sweep=data["sweep"], select_by=data["select_by"],
+        tune={k: tuple(v) for k, v in data["tune"].items()},
+        report_split=_choice(data["report_split"], Split, "report_split"),
+        reserved_seed=data["reserved_seed"], options=Options(**data["options"]),
+        baselines={name: Baseline(**b) for name, b in data["baselines"].items()},
+        points=tuple(Point.from_json(p) for p in data["points"]),
+        comparisons=tuple(Comparison.from_json(c) for c in data["comparisons"]),
+        failed=tuple(FailedComparison.from_json(f) for f in data["failed"]),
+        sensitivity=tuple(Sensitivity.from_json(s) for s in data["sensitivity"]),
+        noise=tuple(Noise.from_json(n) for n in data["noise"]),
+        scale=tuple(ScaleEffect.from_json(s) for s in data["scale"]))
+
+
+def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
+  """report.json's content in the current shape (a copy; the current shape as is).
+
+  What earlier versions did not write: the failed comparisons (``failed``);
+  per point, the tuned values chosen at a grid's end (``chosen_at_edge``);
+  per tuned value, the failed choosing runs and the score
+  (``selection_failed``, ``selection_score``: not known, None); per
+  comparison, the outcome counts of both sides and the seeds needed
+  (``counts``, ``base_counts``, ``seeds_needed``).
+  """
+  data = copy.deepcopy(dict(data))
+  data.setdefault("failed", [])
+  for point in data["points"]:
+    point.setdefault("chosen_at_edge", {})
+    for row in point["tuned"]:
+      row.setdefault("selection_failed", 0)
+      row.setdefault("selection_score", None)
+  for row in data["comparisons"]:
+    for key in ("counts", "base_counts"):
+      row.setdefault(key, Counts().to_json())
+    row.setdefault("seeds_needed", None)
+  return data
+
+
+def read(sweep_dir: str | pathlib.Path) -> Report | None:
+  """The sweep directory's report, None where none was written yet."""
+  try:
+    text = (pathlib.Path(sweep_dir) / FILENAME).read_text()
+  except FileNotFoundError:
+    return None
+  return Report.from_json(json.loads(text))

@@ -1,0 +1,75 @@
+"""Evaluation by generating text: BLEU of translations, sampled continuations.
+
+The one module of ``tfx_jax.tasks`` that decodes (through ``tfx_jax.texts``,
+which runs ``search``); a task module names the functions below in its
+declaration and never imports decoding itself.
+
+* at every evaluation during training (``Task.sample_inputs`` and
+  ``Task.sample_report``): eval/bleu of greedy translations of the first
+  ``eval.num_bleu_examples`` validation pairs, with a few of them as text
+  (translate); greedy continuations of a few validation prompts (lm);
+* over a whole split (``Task.score_by_generation``, the evaluate command):
+  BLEU and chrF of beam-search translations (sacreBLEU, Post 2018).
+"""
+
+from __future__ import annotations
+
+from tfx_jax import texts
+from tfx_jax.tasks.task import SampleReport
+
+
+# ------------------------------------------------------------- translation
+def translation_examples(config) -> list[tuple[str, str]]:
+  """The first ``eval.num_bleu_examples`` validation (source, reference) pairs."""
+  if config.eval.num_bleu_examples <= 0:
+    return []
+  return texts.translation_pairs(config, "validation", config.eval.num_bleu_examples)
+
+
+def translation_report(run, examples, config) -> SampleReport:
+  """eval/bleu of greedy translations, and a few of them as text."""
+  from tfx_jax import bleu  # sacrebleu: only where BLEU is computed
+  hyps = texts.translate_texts(run, [s for s, _ in examples], beam_size=1)
+  score, _ = bleu.corpus_bleu(hyps, [r for _, r in examples])
+  shown = "\n\n".join(f"source: {s}  \nhypothesis: {h}  \nreference: {r}"
+                      for (s, r), h in list(zip(examples, hyps))[:config.eval.num_samples])
+  return {"eval/bleu": score}, {"samples": shown}
+
+
+def translation_scores(run, split, *, max_examples, beam_size, alpha):
+  """BLEU and chrF (sacrebleu) of beam-search translations of a split."""
+  from tfx_jax import bleu  # sacrebleu: only where BLEU is computed
+  pairs = texts.translation_pairs(run.config, split, max_examples)
+  hyps = texts.translate_texts(run, [s for s, _ in pairs], beam_size=beam_size,
+                               alpha=alpha)
+  refs = [r for _, r in pairs]
+  b, b_sig = bleu.corpus_bleu(hyps, refs)
+  c, c_sig = bleu.corpus_chrf(hyps, refs)
+  metrics = {"bleu": b, "chrf": c, "bleu_signature": b_sig, "chrf_signature": c_sig,
+             "num_examples": len(hyps), "beam_size": beam_size}
+  return metrics, hyps, refs
+
+
+# ------------------------------------------------------------ continuation
+def prompt_examples(config) -> list[tuple[str, str]]:
+  """The first four words of a few (``eval.num_samples``) validation documents."""
+  n = config.eval.num_samples
+  if n <= 0:
+    return []
+  prompts = []
+  for (text,) in texts.read_texts(config.data, "validation", ("text_key",),
+                                  limit=50 * n):
+    words = text.split()
+    if len(words) >= 4:
+      prompts.append((" ".join(words[:4]), ""))
+    if len(prompts) == n:
+      break
+  return prompts
+
+
+def continuation_report(run, examples, config) -> SampleReport:
+  """Greedy continuations of the prompts (32 tokens), as text."""
+  del config
+  prompts = [p for p, _ in examples]
+  outs = texts.generate_texts(run, prompts, max_new_tokens=32, greedy=True)
+  return {}, {"samples": "\n\n".join(f"{p} **{o}**" for p, o in zip(prompts, outs))}
