@@ -256,7 +256,7 @@ def export_run(workdir, out_dir, step: int | None = None) -> Architecture:
   from tfx_jax import trained_run
   # Checked on the config first: nothing is restored or written for a variant
   # HF cannot represent.
-  export_architecture(run_config.resolve_model(trained_run.load_config(workdir)))
+  export_architecture(run_config.resolve(trained_run.load_config(workdir)).model)
   run = trained_run.load_run(workdir, step)
   special = None
   tok_dir = pathlib.Path(workdir) / "tokenizer"

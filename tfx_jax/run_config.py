@@ -211,12 +211,8 @@ def resume_view(flat: dict[str, Any]) -> dict[str, Any]:
   return out
 
 
-def resolve_model(config) -> ModelConfig:
-  """``config.model`` + ``compute_dtype`` + the task's needs -> ModelConfig.
-
-  For the commands that need only the model of a trained run (conversion);
-  :func:`resolve` checks everything else too.
-  """
+def _resolve_model(config) -> ModelConfig:
+  """``config.model`` + ``compute_dtype`` + the task's needs -> ModelConfig."""
   model = config.model.to_dict()
   model["dtype"] = compute_dtype(config)
   cfg = model_config_from_dict(model, seq_len=config.train.seq_len)
@@ -231,7 +227,7 @@ def resolve_model(config) -> ModelConfig:
 def resolve(config) -> RunConfig:
   """Every section of ``config`` read and checked, before devices, data or
   compilation; raises ConfigError naming the field (exit 2 at the commands)."""
-  model = resolve_model(config)
+  model = _resolve_model(config)
   sections = {name: typed_config.read(kind, name, config[name])
               for name, kind in SECTIONS.items()}
   for name in ("data", "train", "eval", "checkpoint", "finetune"):
