@@ -45,7 +45,11 @@ _PRESETS = {
         "vocab_size": 1024,
         "model": dict(num_layers=2, d_model=128, num_heads=4, dropout=0.0, max_len=256),
         "train": dict(num_steps=500, batch_size=16, seq_len=64, log_every_steps=25),
-        "eval": dict(every_steps=100, num_batches=4, batch_size=16),
+        # The whole validation split (num_batches=0) at steps 0, 250 and 500: 4
+        # batches (64 rows) gave the final loss an evaluation standard error of
+        # 0.053 nats, as large as the seed-to-seed spread (0.038 at 300 steps); the
+        # whole split (3,276 rows) 0.007, under a quarter of it.
+        "eval": dict(every_steps=250, num_batches=0, batch_size=16),
         "checkpoint": dict(every_steps=100),
         "optim": dict(learning_rate=3e-3, warmup_steps=30, schedule="cosine"),
     },

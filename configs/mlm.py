@@ -24,7 +24,8 @@ _PRESETS = {
         "vocab_size": 1024,
         "model": dict(num_layers=2, d_model=128, num_heads=4, max_len=128, dropout=0.0),
         "train": dict(num_steps=300, batch_size=16, seq_len=64, log_every_steps=25),
-        "eval": dict(every_steps=100, num_batches=4, batch_size=16),
+        # The whole validation split (num_batches=0), as configs/lm.py:tiny.
+        "eval": dict(every_steps=150, num_batches=0, batch_size=16),
         "checkpoint": dict(every_steps=100),
         "optim": dict(learning_rate=2e-3, warmup_steps=30),
     },

@@ -34,7 +34,8 @@ _PRESETS = {
         "model": dict(num_layers=2, d_model=128, num_heads=4, d_ff=512, max_len=64,
                       dropout=0.1),
         "train": dict(num_steps=400, batch_size=32, seq_len=48, log_every_steps=25),
-        "eval": dict(every_steps=200, num_batches=4, batch_size=32, num_bleu_examples=32),
+        # The whole validation split (num_batches=0: 709 pairs), as configs/lm.py:tiny.
+        "eval": dict(every_steps=200, num_batches=0, batch_size=32, num_bleu_examples=32),
         "checkpoint": dict(every_steps=200),
         # The paper's schedule at this scale: warmup shortened, same shape.
         "optim": dict(warmup_steps=100, learning_rate=0.5),

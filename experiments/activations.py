@@ -11,15 +11,18 @@ in the paper (d_ff 3072 plain vs 2048 gated). Published direction (T5-base,
 65k steps): the gated variants beat ReLU by 0.03-0.055 nats of held-out
 log-perplexity; ReLU, GELU and Swish are within ~0.015 of each other.
 
-Each activation is compared at its own best learning rate (tuned over
-``RATES``, chosen on the validation split), seeds paired; ``--until-resolved 5``
-adds paired seeds to the points of unresolved comparisons, up to 5.
+Each activation's learning rate is chosen over ``RATES`` on the validation
+split of the tuning seeds; then each activation runs 2 fresh confirmation
+seeds at its chosen rate (``confirm``), and the comparisons read those, seeds
+paired; ``--until-resolved 5`` adds paired confirmation seeds to the points of
+unresolved comparisons, up to 5.
 
 Variants: ``tiny`` (smoke test), ``default`` (two plain, two gated, three
-learning rates, 2 seeds and up to 5 with ``--until-resolved 5``, 1000 steps of
-the tiny LM; 24 runs before added seeds, about 60 minutes on 2 CPU cores with
-``--parallel 2``), ``full`` (all eight, 5 seeds, a 4-layer d_model 256 LM: for
-a GPU or a long night).
+learning rates, 2 tuning seeds, then 2 confirmation seeds and up to 5 with
+``--until-resolved 5``, 1000 steps of the tiny LM; 24 tuning and 8
+confirmation runs before added seeds, about 80 minutes on 2 CPU cores with
+``--parallel 2``), ``full`` (all eight, 5 tuning and 3 confirmation seeds, a
+4-layer d_model 256 LM: for a GPU or a long night).
 """
 
 from tfx_jax.sweep import Sweep
@@ -43,18 +46,18 @@ def get_sweep(variant: str = "default") -> Sweep:
         description="Plain vs gated FFN activations at matched parameters "
         "(Shazeer 2020), tiny decoder-only LM on the embedded Shakespeare corpus.",
         overrides={"train.num_steps": 1000, "eval.every_steps": 250,
-                   "eval.num_batches": 16, "checkpoint.every_steps": 250,
+                   "checkpoint.every_steps": 250,
                    "eval.num_samples": 0, "optim.warmup_steps": 50},
         axes=[{"model.activation": ["relu", "gelu", "geglu", "swiglu"]}],
-        tune={"optim.learning_rate": RATES}, seeds=[0, 1])
+        tune={"optim.learning_rate": RATES}, seeds=[0, 1], confirm=2)
   if variant == "full":
     return Sweep(
         name="activations_full", config="configs/lm.py:tiny",
         overrides={"model.num_layers": 4, "model.d_model": 256, "model.num_heads": 8,
                    "train.num_steps": 5000, "train.seq_len": 128,
                    "model.dropout": 0.0, "eval.every_steps": 1000,
-                   "eval.num_batches": 32, "checkpoint.every_steps": 1000,
+                   "checkpoint.every_steps": 1000,
                    "optim.warmup_steps": 200},
         axes=[{"model.activation": PLAIN + GATED}],
-        tune={"optim.learning_rate": RATES}, seeds=[0, 1, 2, 3, 4])
+        tune={"optim.learning_rate": RATES}, seeds=[0, 1, 2, 3, 4], confirm=3)
   raise ValueError(f"unknown variant {variant!r}; choose tiny, default or full")

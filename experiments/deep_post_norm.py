@@ -7,8 +7,9 @@
 
 ``model.norm_position`` post / pre / deepnorm x depth 6 / 24 (scanned layers:
 compile time flat in depth), every point trained at each rate of ``RATES``
-with the same warmup, and compared at its best rate, seeds paired; each norm
-is compared with pre-norm at the same depth (pre-norm is the axis's base).
+with the same warmup, and compared at its best rate on 2 fresh confirmation
+seeds, paired; each norm is compared with pre-norm at the same depth (pre-norm
+is the axis's base).
 600 steps, so that 24 layers are not simply under-trained. The report's
 tuned-values table gives the loss of every point at every rate: the paper's
 claim is read at the rates where 6-layer post-norm trains.
@@ -19,8 +20,9 @@ F(x_l)), alpha = (2N)^(1/4), beta-scaled init) trains the deep stack and
 matches or beats pre-LN.
 
 Variants: ``tiny`` (post vs deepnorm at 12 layers), ``default`` (3 norms x 2
-depths x three rates, 2 seeds, 600 steps of a d_model 64 LM: 36 runs, about
-60 minutes on 2 CPU cores with ``--parallel 2``: a 6-layer run takes ~80 s, a
+depths x three rates, 2 tuning seeds, then 2 confirmation seeds at each
+point's chosen rate, 600 steps of a d_model 64 LM: 36 + 12 runs, about 80
+minutes on 2 CPU cores with ``--parallel 2``: a 6-layer run takes ~80 s, a
 24-layer one ~5 minutes).
 """
 
@@ -50,5 +52,5 @@ def get_sweep(variant: str = "default") -> Sweep:
         overrides=_base(600),
         axes=[{"model.norm_position": ["pre", "post", "deepnorm"]},
               {"model.num_layers": [6, 24]}],
-        tune={"optim.learning_rate": RATES}, seeds=[0, 1])
+        tune={"optim.learning_rate": RATES}, seeds=[0, 1], confirm=2)
   raise ValueError(f"unknown variant {variant!r}; choose tiny or default")

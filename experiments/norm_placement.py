@@ -8,7 +8,7 @@
 Axes: ``model.norm_position`` post / pre x warmup (``optim.warmup_steps`` 50 of
 300 steps, or none), every point trained at each learning rate of ``RATES``
 (Adam, cosine decay, gradient clipping off as in the paper) and compared at
-its best one, seeds paired. A 6-layer d_model 128 LM.
+its best one on fresh confirmation seeds, paired. A 6-layer d_model 128 LM.
 
 Published direction: post-LN needs the warmup stage, pre-LN does not (IWSLT14:
 post-LN without warmup 8.45 BLEU, with warmup ~34; pre-LN without warmup
@@ -20,9 +20,10 @@ say whether it still holds at each point's best rate. ``train.log_layer_stats``
 logs the per-layer gradient norms of the first update, taken at the initial
 parameters; runs that do not get below the unigram loss count as stalled.
 
-Variants: ``tiny`` (post vs pre, no warmup, 2 rates), ``default`` (the 2 x 2
-core, four rates, 2 seeds, 300 steps: 32 runs, about 30 minutes on 2 CPU
-cores with ``--parallel 2``).
+Variants: ``tiny`` (post vs pre, no warmup, 2 rates, 1 confirmation seed),
+``default`` (the 2 x 2 core, four rates, 2 tuning seeds, then 2 confirmation
+seeds at each point's chosen rate, 300 steps: 32 + 8 runs, about 38 minutes
+on 2 CPU cores with ``--parallel 2``).
 """
 
 from tfx_jax.sweep import Sweep
@@ -47,7 +48,7 @@ def get_sweep(variant: str = "default") -> Sweep:
         overrides={**_base(40), "model.num_layers": 3, "model.d_model": 64,
                    "optim.warmup_steps": 0},
         axes=[{"model.norm_position": ["post", "pre"]}],
-        tune={"optim.learning_rate": [1e-3, 1e-2]}, seeds=[0])
+        tune={"optim.learning_rate": [1e-3, 1e-2]}, seeds=[0], confirm=1)
   if variant == "default":
     return Sweep(
         name="norm_placement", config="configs/lm.py:tiny",
@@ -55,5 +56,5 @@ def get_sweep(variant: str = "default") -> Sweep:
         "tuned per point, clipping off (Xiong et al. 2020); 6-layer d_model 128 LM.",
         overrides=_base(300),
         axes=[{"model.norm_position": ["post", "pre"]}, WARMUP],
-        tune={"optim.learning_rate": RATES}, seeds=[0, 1])
+        tune={"optim.learning_rate": RATES}, seeds=[0, 1], confirm=2)
   raise ValueError(f"unknown variant {variant!r}; choose tiny or default")

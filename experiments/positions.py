@@ -30,11 +30,13 @@ the papers fine-tune briefly after scaling (YaRN also reports results without
 fine-tuning), here they are applied at evaluation only.
 
 Each scheme is compared at its own best learning rate (``RATES``, chosen on
-the validation split), 2 seeds paired.
+the validation split of the tuning seeds), on 2 fresh confirmation seeds,
+paired.
 
 Variants: ``tiny`` (alibi vs rope, with the scaled evaluations, 1 seed), ``default`` (all six, three
-learning rates, 2 seeds, 800 steps: 36 runs, about 45 minutes on 2 CPU cores
-with ``--parallel 2``).
+learning rates, 2 tuning seeds, then 2 confirmation seeds at each scheme's
+chosen rate, 800 steps: 36 + 12 runs, about 60 minutes on 2 CPU cores with
+``--parallel 2``).
 """
 
 from tfx_jax.sweep import Evaluation, Sweep
@@ -75,5 +77,5 @@ def get_sweep(variant: str = "default") -> Sweep:
                    "eval.every_steps": 200, "checkpoint.every_steps": 200,
                    "eval.num_samples": 0, "optim.warmup_steps": 50},
         axes=[{"model.position": SCHEMES}], tune={"optim.learning_rate": RATES},
-        seeds=[0, 1], evaluations=_evaluations(8))
+        seeds=[0, 1], confirm=2, evaluations=_evaluations(8))
   raise ValueError(f"unknown variant {variant!r}; choose tiny or default")

@@ -8,7 +8,8 @@ training instabilities").
 
 Axes: ``model.qk_norm`` none / layernorm x ``train.z_loss`` 0 / 1e-4 (PaLM's),
 each point trained at every learning rate of a wide grid (``optim.learning_rate``
-1e-3 to 3e-1 in half-decade steps) and compared at its best one, seeds paired.
+1e-3 to 3e-1 in half-decade steps) and compared at its best one on fresh
+confirmation seeds, paired.
 Published direction: without qk-layernorm the attention logits grow and the
 final loss rises steeply at high learning rates (attention-logit growth); with
 it the loss-vs-rate curve is flatter (lower learning-rate sensitivity); z-loss
@@ -18,10 +19,11 @@ Figure 1 at this scale; ``train.log_layer_stats`` records
 ``layer_stats/max_attention_logit/decoder_<NN>`` and every run logs
 ``train/output_log_z``.
 
-Variants: ``tiny`` (qk_norm only, two rates, one seed, 40 steps: a smoke
-test), ``default`` (the 2 x 2 grid, six rates, 2 seeds, 300 steps of a
-4-layer d_model 128 LM; 48 runs, 26 minutes on 2 CPU cores (AMD EPYC) with
-``--parallel 2``).
+Variants: ``tiny`` (qk_norm only, two rates, one seed and one confirmation
+seed, 40 steps: a smoke test), ``default`` (the 2 x 2 grid, six rates, 2
+tuning seeds, then 2 confirmation seeds at each point's chosen rate, 300 steps
+of a 4-layer d_model 128 LM; 48 + 8 runs, about 30 minutes on 2 CPU cores
+(AMD EPYC) with ``--parallel 2``).
 """
 
 from tfx_jax.sweep import Sweep
@@ -45,7 +47,7 @@ def get_sweep(variant: str = "default") -> Sweep:
         name="stability_tiny", config="configs/lm.py:tiny",
         overrides={**_base(40), "model.num_layers": 2, "model.d_model": 64},
         axes=[{"model.qk_norm": ["none", "layernorm"]}],
-        tune={"optim.learning_rate": [3e-3, 3e-2]}, seeds=[0])
+        tune={"optim.learning_rate": [3e-3, 3e-2]}, seeds=[0], confirm=1)
   if variant == "default":
     return Sweep(
         name="stability", config="configs/lm.py:tiny",
@@ -53,5 +55,5 @@ def get_sweep(variant: str = "default") -> Sweep:
         "(Wortsman et al. 2023); 4-layer d_model 128 LM, 300 steps.",
         overrides=_base(300),
         axes=[{"model.qk_norm": ["none", "layernorm"]}, {"train.z_loss": [0.0, 1e-4]}],
-        tune={"optim.learning_rate": RATES}, seeds=[0, 1])
+        tune={"optim.learning_rate": RATES}, seeds=[0, 1], confirm=2)
   raise ValueError(f"unknown variant {variant!r}; choose tiny or default")

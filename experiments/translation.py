@@ -2,7 +2,7 @@
 2017, Table 3) on the embedded English->German data.
 
   python -m tfx_jax.sweep experiments/translation.py:tiny
-  python -m tfx_jax.sweep experiments/translation.py --parallel 2 --until-resolved 2
+  python -m tfx_jax.sweep experiments/translation.py --parallel 2
   python -m tfx_jax.report runs/translation
 
 Base: ``configs/translate.py:tiny`` (post-norm, sinusoidal, ReLU, label
@@ -14,20 +14,21 @@ dev BLEU, base 25.8): one head -0.9 BLEU, too many heads -0.4; no dropout
 eps_ls 0.0 with better perplexity); learned positions about equal (25.7).
 Each row is trained at four peak-rate factors of the paper's schedule
 (``optim.learning_rate`` x d^-0.5 x min(step^-0.5, step x warmup^-1.5)) on
-seed 0 and compared at its own rate, the one with the lower validation loss;
-``--until-resolved 2`` then trains seed 1 at each row's chosen rate, so every
-comparison is paired over 2 seeds. Each run takes 2,000 steps of 16 pairs
+seed 0 (the tuning stage) and compared at its own rate, the one with the
+lower validation loss, on 2 fresh confirmation seeds (1 and 2) trained at each
+row's chosen rate (``confirm``), so every comparison is paired over 2 seeds
+that the choice of rate never read. Each run takes 2,000 steps of 16 pairs
 (about 2.4 epochs of the 13.5k training pairs: regularisation can only pay
 once the model would otherwise overfit). The comparisons read the whole test
 split: loss, and BLEU of beam-4 decoding (``python -m tfx_jax.evaluate --split
 test``, added to every tuned sweep).
 
 Variants: ``tiny`` (base vs one head, 1 seed), ``default`` (six rows x four
-rates on seed 0, then seed 1 at the chosen rate: 30 runs of about 5.5 minutes
-each plus 30 s of beam search, about 90 minutes on 2 CPU cores with
-``--parallel 2 --until-resolved 2``)::
+rates on seed 0, then seeds 1 and 2 at the chosen rate: 36 runs of about 5.5
+minutes each plus 30 s of beam search, about 110 minutes on 2 CPU cores with
+``--parallel 2``)::
 
-  python -m tfx_jax.sweep experiments/translation.py --parallel 2 --until-resolved 2
+  python -m tfx_jax.sweep experiments/translation.py --parallel 2
 """
 
 from tfx_jax.sweep import Sweep
@@ -57,5 +58,5 @@ def get_sweep(variant: str = "default") -> Sweep:
         overrides={"train.num_steps": 2000, "train.batch_size": 16,
                    "optim.warmup_steps": 200, "eval.every_steps": 1000,
                    "checkpoint.every_steps": 500, "eval.num_bleu_examples": 0},
-        axes=[ROWS], tune={"optim.learning_rate": RATES}, seeds=[0])
+        axes=[ROWS], tune={"optim.learning_rate": RATES}, seeds=[0], confirm=2)
   raise ValueError(f"unknown variant {variant!r}; choose tiny or default")

@@ -275,15 +275,38 @@ def test_bleu_and_chrf_match_sacrebleu_and_the_formula():
           "a quick brown fox jumps over the lazy dog"]
   refs = ["the cat sat on a mat", "there is a dog in the garden",
           "the quick brown fox jumps over the lazy dog"]
-  score, signature = bleu.corpus_bleu(hyps, refs)
+  score, signature, _ = bleu.corpus_bleu(hyps, refs)
   assert score == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
   assert score == pytest.approx(_reference_bleu(hyps, refs), rel=1e-9)
   assert "tok:13a" in signature and "nrefs:1" in signature
   assert bleu.corpus_bleu(refs, refs)[0] == pytest.approx(100.0)
   assert bleu.corpus_bleu(hyps, [refs, refs])[1].startswith("nrefs:2")
-  chrf, chrf_sig = bleu.corpus_chrf(hyps, refs)
+  chrf, chrf_sig, _ = bleu.corpus_chrf(hyps, refs)
   assert chrf == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
   assert chrf_sig.startswith("nrefs:1") and "nw:0" in chrf_sig
+
+
+def test_bleu_and_chrf_standard_errors_are_the_bootstrap_spread_over_sentences():
+  """The standard error is the spread of the corpus score over resamples of the
+  sentences: checked against a bootstrap of our own (another generator,
+  sacrebleu's plain corpus score of each resample), within Monte-Carlo error."""
+  rng = np.random.default_rng(0)
+  words = "the a cat dog sat ran on in mat garden fox lazy quick brown over today".split()
+  refs = [" ".join(rng.choice(words, rng.integers(4, 12))) for _ in range(40)]
+  # Hypotheses from exact to unrelated: the sentences' scores spread.
+  hyps = [r if i % 3 == 0 else " ".join(rng.choice(words, len(r.split())))
+          for i, r in enumerate(refs)]
+  for ours, plain in ((bleu.corpus_bleu, sacrebleu.corpus_bleu),
+                      (bleu.corpus_chrf, sacrebleu.corpus_chrf)):
+    score, signature, se = ours(hyps, refs)
+    assert "bs:1000" in signature and score == pytest.approx(plain(hyps, [refs]).score)
+    resampled = []
+    for _ in range(400):
+      idx = rng.integers(0, len(hyps), len(hyps))
+      resampled.append(plain([hyps[i] for i in idx], [[refs[i] for i in idx]]).score)
+    assert se == pytest.approx(np.std(resampled, ddof=1), rel=0.15)
+    assert ours(refs, refs).se == pytest.approx(0.0, abs=1e-9)  # every resample scores 100
+    assert ours(hyps[:1], refs[:1]).se is None  # one sentence: nothing to resample
 
 
 def test_cross_attention_keys_and_values_are_projected_once_per_sequence():

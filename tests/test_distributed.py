@@ -114,7 +114,7 @@ def test_two_processes_train_and_evaluate_to_the_one_process_numbers(one_process
                                                                      two_processes):
   got = scalars(two_processes)
   assert_close(got, scalars(one_process))
-  assert [s for s, _ in got["eval/loss"]] == [10, 20]
+  assert [s for s, _ in got["eval/loss"]] == [0, 10, 20]  # step 0: eval.at_start
   # Only process 0 writes TensorBoard, status.json and the console.
   assert len(list((two_processes / "tensorboard").glob("events.*"))) == 1
   assert status_lib.read_status(two_processes)["state"] == "finished"
@@ -141,7 +141,9 @@ def test_two_processes_evaluate_a_split_to_the_one_process_metrics(one_process,
   want = json.loads((one / f"{split}-20.json").read_text())
   got = json.loads((two / f"{split}-20.json").read_text())
   assert got["num_examples"] == want["num_examples"] == 9
-  for key in ("loss", "perplexity"):
+  # The standard error across rows too: the padding rows of the shard that
+  # ended first count for nothing.
+  for key in ("loss", "perplexity", "loss_se"):
     assert got[key] == pytest.approx(want[key], **TOLERANCE)
   # Process 0 writes every process's examples, in the one-process order.
   assert (two / f"{split}-20.ref.txt").read_text() == (one / f"{split}-20.ref.txt").read_text()

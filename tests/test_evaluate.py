@@ -166,6 +166,45 @@ def test_evaluate_classifier_reports_accuracy_over_the_written_labels(classify_r
   assert_as_logged(result["accuracy"], scalars, "eval/accuracy", 20)
 
 
+@pytest.mark.parametrize("run", ["lm_run", "mlm_run", "classify_run", "translate_run"])
+def test_evaluate_writes_each_metrics_standard_error_as_training_logged_it(run, request):
+  """Every mean in evaluate's json has its standard error beside it, and the
+  teacher-forced ones are what training logged for the same checkpoint and
+  batches (eval/loss_se, eval/accuracy_se); BLEU's and chrF's are sacreBLEU's
+  bootstrap of the written hypotheses, which training logs for greedy BLEU."""
+  workdir, scalars = request.getfixturevalue(run)
+  result, hyps, refs, out = evaluated(workdir)
+  if result["task"] == "translate":
+    for metric, kind in (("bleu", sacrebleu.BLEU), ("chrf", sacrebleu.CHRF)):
+      boot = kind().corpus_score(hyps, [refs], n_bootstrap=1000)  # the same seeded resamples
+      assert result[f"{metric}_se"] == pytest.approx(boot._ci / 1.959964)  # pylint: disable=protected-access
+      assert "bs:1000" in result[f"{metric}_signature"]
+    assert [s for s, _ in scalars["eval/bleu_se"]] == [s for s, _ in scalars["eval/bleu"]]
+    return
+  means = [m for m in ("loss", "accuracy") if m in result]
+  assert means == (["loss", "accuracy"] if result["task"] in ("mlm", "classify") else ["loss"])
+  for metric in means:
+    se = result[f"{metric}_se"]
+    assert 0.0 < se < 1.0 and f"{metric}_se: {se:.4f}" in out
+    assert_as_logged(se, scalars, f"eval/{metric}_se", 20)
+
+
+def test_eval_num_batches_0_evaluates_the_whole_split(tmp_path):
+  """eval.num_batches=0: every evaluation during training reads the whole
+  validation split, as evaluate does by default (--max_batches 0)."""
+  workdir, scalars = finished_run(
+      "finetune.py:tiny", tmp_path / "run",
+      {"eval.num_batches": 0, "train.num_steps": 10, "optim.decay_steps": 10})
+  out = ok(evaluate, "--workdir", workdir)
+  result = json.loads((workdir / "eval" / "validation-10.json").read_text())
+  config = trained_run.load_config(workdir)
+  whole = len(list(texts.read_texts(config.data, "validation", ("text_key",))))
+  # Every passage of the split (the tiny rows truncate, none is skipped).
+  assert result["num_examples"] == whole > 2 * config.eval.batch_size, out
+  for tag in ("loss", "accuracy", "loss_se"):
+    assert_as_logged(result[tag], scalars, f"eval/{tag}", 10)
+
+
 def test_evaluate_bad_step_or_workdir_exits_2(lm_run, tmp_path):
   workdir, _ = lm_run
   err = fails(evaluate, "--workdir", workdir, "--step", 15)

@@ -61,7 +61,11 @@ def sweep_dir(tmp_path_factory):
   return _write_sweep(tmp_path_factory.mktemp("fair") / "tuned", LOSSES)
 
 
-def _write_sweep(root, losses, seeds=(0, 1, 2), test_metrics=None):
+def _write_sweep(root, losses, seeds=(0, 1, 2), test_metrics=None, initial=None):
+  """The runs of ``losses`` as the runner leaves them; a validation loss of
+  None is a run that diverged (no evaluation after step 0, no test file);
+  ``initial``: each seed's evaluation at step 0 (None: runs of a version
+  that did not evaluate at step 0)."""
   runs = []
   for (norm, lr), per_seed in losses.items():
     for seed, (val, test) in enumerate(per_seed):
@@ -69,8 +73,16 @@ def _write_sweep(root, losses, seeds=(0, 1, 2), test_metrics=None):
       workdir = root / entry["name"]
       (workdir / "eval").mkdir(parents=True)
       with metrics.MetricWriter(workdir / "tensorboard") as w:
+        if initial is not None:
+          w.write_scalars(0, {"eval/loss": initial[seed],
+                              "eval/perplexity": math.exp(initial[seed])})
         w.write_scalars(10, {"train/loss": 3.0, "train/tokens_per_sec": 100.0})
-        w.write_scalars(30, {"eval/loss": val, "eval/perplexity": math.exp(val)})
+        if val is not None:
+          w.write_scalars(30, {"eval/loss": val, "eval/perplexity": math.exp(val)})
+      if val is None:
+        status_lib.write_status(workdir, "diverged", 12, num_params=1000)
+        runs.append({**entry, "state": "diverged", "step": 12})
+        continue
       scores = (test_metrics(test) if test_metrics
                 else {"eval/loss": test, "eval/perplexity": math.exp(test)})
       (workdir / "eval" / "test-30.json").write_text(json.dumps(
@@ -102,8 +114,8 @@ def test_each_point_is_chosen_on_validation_and_compared_on_test(sweep_dir):
 
 def test_a_rate_at_which_some_seeds_stall_is_not_chosen_for_the_others(tmp_path):
   """pre at 1e-2: the seeds that learned are the best of all (1.0), but one of
-  three stalled; counted as l0 = ln 1024 it makes 1e-2's mean 2.98, worse than
-  1e-3's 2.45, where every seed learned."""
+  three stalled; counted at its own loss (5.69) it makes 1e-2's mean 2.56,
+  worse than 1e-3's 2.45, where every seed learned."""
   losses = {**LOSSES, ("pre", 1e-2): [(1.0, 1.1), (STALLED, 5.7), (1.0, 1.1)]}
   _, report = _analyze(_write_sweep(tmp_path / "tuned", losses))
   pre = next(p for p in report.points if p.values["model.norm_position"] == "pre")
@@ -111,7 +123,7 @@ def test_a_rate_at_which_some_seeds_stall_is_not_chosen_for_the_others(tmp_path)
   by_lr = {r.tuned["optim.learning_rate"]: r for r in pre.tuned}
   assert by_lr[1e-2].selection_mean == pytest.approx(1.0)  # the learned runs' mean
   assert by_lr[1e-2].selection_failed == 1
-  assert by_lr[1e-2].selection_score[0] == pytest.approx((2.0 + math.log(1024)) / 3)
+  assert by_lr[1e-2].selection_score[0] == pytest.approx((2.0 + STALLED) / 3)
   # Learned runs better by more than the failure costs still win.
   losses[("pre", 1e-2)] = [(1.0, 1.1), (STALLED, 5.7), (1.0, 1.1), (1.0, 1.1), (1.0, 1.1)]
   losses[("pre", 1e-3)] = LOSSES[("pre", 1e-3)] + [(2.4, 0.1), (2.4, 0.1)]
@@ -119,7 +131,7 @@ def test_a_rate_at_which_some_seeds_stall_is_not_chosen_for_the_others(tmp_path)
     losses[key] = LOSSES[key] + LOSSES[key][:2]
   _, report = _analyze(_write_sweep(tmp_path / "five", losses, seeds=range(5)))
   pre = next(p for p in report.points if p.values["model.norm_position"] == "pre")
-  assert pre.chosen == {"optim.learning_rate": 1e-2}  # (4 + 6.93) / 5 = 2.19 < 2.43
+  assert pre.chosen == {"optim.learning_rate": 1e-2}  # (4 + 5.69) / 5 = 1.94 < 2.43
   assert sorted(pre.compared) == [0, 2, 3, 4]  # the stalled seed is counted, not compared
 
 
@@ -135,6 +147,11 @@ def test_a_point_that_never_learned_is_a_failed_verdict_not_a_missing_one(tmp_pa
   from tfx_jax.report import collect
   record, summaries = collect.collect(root)
   assert f"- {row.text}" in build.render(record, summaries, report, {})
+  # Its runs all stalled near the unigram loss: no sensitivity, which would
+  # read as "insensitive" (every rate 5.69, below l0).
+  sens = next(s for s in report.sensitivity if s.point["model.norm_position"] == "post")
+  assert sens.all_failed and sens.sensitivity is None
+  assert "| post | all failed | 6 | 6.931 |" in build.render(record, summaries, report, {})
   # Both sides failing is said too.
   losses.update({("pre", 1e-3): [(STALLED, 5.7)] * 3, ("pre", 1e-2): [(STALLED, 5.7)] * 3})
   _, report = _analyze(_write_sweep(tmp_path / "both", losses))
@@ -142,11 +159,13 @@ def test_a_point_that_never_learned_is_a_failed_verdict_not_a_missing_one(tmp_pa
 
 
 def test_a_metric_without_l0_chooses_the_fewest_failures_first():
-  assert analysis._selection_score([1.0], 1, None, "eval/loss") == (1.0, 1.0)
-  assert analysis._selection_score([30.0], 0, None, "eval/bleu") == (0.0, -30.0)
-  assert analysis._selection_score([], 2, 6.9, "eval/loss") is None
-  assert (analysis._selection_score([2.0, 2.0], 0, None, "eval/loss")
-          < analysis._selection_score([1.0], 1, None, "eval/loss"))
+  score = analysis._selection_score
+  assert score([("learned", 1.0), ("stalled", 5.0)], None, "eval/loss") == (1.0, 1.0)
+  assert score([("learned", 30.0)], None, "eval/bleu") == (0.0, -30.0)
+  assert score([("learned", 30.0), ("diverged", None)], 6.9, "eval/bleu") == (1.0, -30.0)
+  assert score([("stalled", 5.0), ("diverged", None)], 6.9, "eval/loss") is None
+  assert (score([("learned", 2.0), ("learned", 2.0)], None, "eval/loss")
+          < score([("learned", 1.0), ("diverged", None)], None, "eval/loss"))
 
 
 def test_a_choice_at_the_end_of_the_grid_is_flagged(sweep_dir):
@@ -205,14 +224,12 @@ def test_the_comparison_is_paired_on_test_with_a_verdict(sweep_dir):
   assert "3 seeds paired, learning rate tuned per point" in row.text
 
 
-def test_sensitivity_counts_failed_runs_as_the_initial_loss(sweep_dir):
+def test_sensitivity_counts_stalled_runs_at_their_own_loss(sweep_dir):
   _, report = _analyze(sweep_dir)
   sens = {s.point["model.norm_position"]: s for s in report.sensitivity}
-  l0 = math.log(1024)
-  post_means = [2.6, None]  # 1e-2 stalled: counts as l0
-  best = 2.6
-  want = sum(min(m if m is not None else l0, l0) - best for m in post_means) / 2
-  assert sens["post"].sensitivity == pytest.approx(want)
+  post_means = [2.6, STALLED]  # 1e-2 stalled on every seed, at 5.69 < l0 = ln 1024
+  assert sens["post"].sensitivity == pytest.approx((STALLED - 2.6) / 2)
+  assert [c.value for c in sens["post"].curve] == pytest.approx(post_means)
   pre_means = [2.45, (2.0 + 2.05 + 2.2) / 3]
   want = sum(m - min(pre_means) for m in pre_means) / 2
   assert sens["pre"].sensitivity == pytest.approx(want)
@@ -337,11 +354,173 @@ def test_a_tuned_sweep_without_axes_gets_its_sensitivity_plot(tmp_path):
 
 def test_a_tuned_report_reads_back_from_its_json(sweep_dir):
   """The tuned sections (each tuned value's seeds and score, the sensitivity
-  curves with failed seeds as None, the test split) survive report.json."""
+  curves with stalled seeds at their loss, the test split) survive report.json."""
   _, report = _analyze(sweep_dir)
   data = json.loads(json.dumps(report.to_json()))
   assert schema.Report.from_json(data) == report
   post = data["points"][0]
   assert post["tuned"][1]["seeds"]["0"]["test"] == {"eval/loss": 5.7,
                                                      "eval/perplexity": math.exp(5.7)}
-  assert data["sensitivity"][0]["curve"][1]["seeds"] == {"0": None, "1": None, "2": None}
+  assert data["sensitivity"][0]["curve"][1]["seeds"] == pytest.approx(
+      {"0": STALLED, "1": STALLED, "2": STALLED})
+  assert data["sensitivity"][0]["initial_loss_source"] == "uniform"
+
+
+# ------------------------------------------ the sensitivity as published (l0 per run)
+# post at 1e-2: one seed learned, one stalled, one diverged; at 1e-3 every seed
+# learned, worse than the learned seed at 1e-2. Each seed's step-0 evaluation
+# (the loss at initialisation) is planted: their mean, l0, is 6.9 (not ln 1024).
+MIXED = {
+    ("post", 1e-3): [(4.9, 5.0), (5.0, 5.1), (5.1, 5.2)],
+    ("post", 1e-2): [(2.0, 2.1), (STALLED, 5.7), (None, None)],
+    ("pre", 1e-3): LOSSES[("pre", 1e-3)],
+    ("pre", 1e-2): LOSSES[("pre", 1e-2)],
+}
+INITIAL = [6.8, 6.9, 7.0]
+
+
+def _post(report):
+  sens = next(s for s in report.sensitivity if s.point["model.norm_position"] == "post")
+  point = next(p for p in report.points if p.values["model.norm_position"] == "post")
+  return sens, point
+
+
+def test_sensitivity_hand_computed_with_one_stalled_and_one_diverged_run(tmp_path):
+  """Wortsman et al.'s E_eta[min(l(eta), l0) - min_eta l(eta)], each run at its
+  own final loss capped at l0: the stalled seed at 5.69, the diverged one at
+  l0 = 6.9, the mean of the step-0 evaluations."""
+  _, report = _analyze(_write_sweep(tmp_path / "mixed", MIXED, initial=INITIAL))
+  sens, _ = _post(report)
+  l0 = sum(INITIAL) / 3
+  assert (sens.initial_loss, sens.initial_loss_source, sens.initial_loss_runs) == (
+      pytest.approx(l0), "step 0", 6)
+  at_1e3 = (4.9 + 5.0 + 5.1) / 3                 # 5.0
+  at_1e2 = (2.0 + STALLED + l0) / 3              # 4.863
+  assert [c.value for c in sens.curve] == pytest.approx([at_1e3, at_1e2])
+  assert sens.sensitivity == pytest.approx(((at_1e3 - at_1e2) + 0.0) / 2)  # 0.068
+  # The rule before: failed runs dropped from a rate's mean (1e-2 at 2.0), which
+  # made post look sensitive: (5.0 - 2.0) / 2 = 1.5.
+  assert abs(sens.sensitivity - 1.5) > 1.0
+  by_lr = {c.tuned["optim.learning_rate"]: c for c in sens.curve}
+  assert by_lr[1e-2].seeds[2] is None and by_lr[1e-2].failed == 2
+  assert [by_lr[1e-2].seeds[0], by_lr[1e-2].seeds[1]] == pytest.approx([2.0, STALLED])
+  assert by_lr[1e-2].mean == pytest.approx(2.0)  # the learned seeds alone
+
+
+def test_the_tuned_value_is_chosen_by_the_same_rule(tmp_path):
+  """The same runs: 1e-2 scores (2.0 + 5.69 + 6.9) / 3 = 4.86 < 5.0 and is
+  chosen; counting the stalled seed as l0 (the rule before) gave 5.29 and
+  chose 1e-3."""
+  _, report = _analyze(_write_sweep(tmp_path / "mixed", MIXED, initial=INITIAL))
+  _, post = _post(report)
+  by_lr = {r.tuned["optim.learning_rate"]: r for r in post.tuned}
+  l0 = sum(INITIAL) / 3
+  assert by_lr[1e-2].selection_score == pytest.approx(((2.0 + STALLED + l0) / 3,))
+  assert by_lr[1e-3].selection_score == pytest.approx((5.0,))
+  assert post.chosen == {"optim.learning_rate": 1e-2}
+  assert sorted(post.compared) == [0]  # the seed that learned there
+  # A tuned value at which no seed learned is never chosen, however low.
+  assert analysis._selection_score([("stalled", 2.0)], l0, "eval/loss") is None
+
+
+def test_l0_is_the_step_0_evaluation_else_the_uniform_loss(tmp_path):
+  """Runs that did not evaluate at step 0 (older runs) fall back to ln |V|,
+  and report.md and report.json say which l0 each point used."""
+  from tfx_jax.report import collect
+  root = _write_sweep(tmp_path / "old", MIXED)  # no step-0 evaluations
+  record, summaries = collect.collect(root)
+  _, report = _analyze(root)
+  sens, _ = _post(report)
+  l0 = math.log(1024)
+  assert (sens.initial_loss, sens.initial_loss_source, sens.initial_loss_runs) == (
+      pytest.approx(l0), "uniform", 0)
+  at_1e2 = (2.0 + STALLED + l0) / 3
+  assert [c.value for c in sens.curve] == pytest.approx([5.0, at_1e2])
+  text = build.render(record, summaries, report, {})
+  assert "| post | 0.0631 | 2 | 6.931 | uniform prediction (no run evaluated at step 0) |" in text
+  data = json.loads(json.dumps(report.to_json()))
+  assert data["sensitivity"][0]["initial_loss_source"] == "uniform"
+  assert schema.Report.from_json(data) == report
+  root = _write_sweep(tmp_path / "new", MIXED, initial=INITIAL)
+  record, summaries = collect.collect(root)
+  _, report = _analyze(root)
+  text = build.render(record, summaries, report, {})
+  assert "| post | 0.0683 | 2 | 6.900 | step 0 (mean of 6 runs) |" in text
+  # Where only some runs evaluated at step 0, l0 is their mean.
+  some = [{"initial": {"eval/loss": 6.0}}, {"initial": {}}, {"initial": {"eval/loss": 7.0}}]
+  assert analysis.initial_loss(some, "eval/loss", 9.0) == analysis.InitialLoss(
+      6.5, "step 0", 2)
+  assert analysis.initial_loss([{}], "eval/loss", 9.0) == analysis.InitialLoss(
+      9.0, "uniform", 0)
+  # ln |V| is a value of eval/loss only; a higher-is-better metric has no l0.
+  assert analysis.initial_loss([{}], "eval/perplexity", 9.0) is None
+  assert analysis.initial_loss([{"initial": {"eval/bleu": 0.0}}], "eval/bleu", 9.0) is None
+
+
+# ------------------------------------------------------------- still improving?
+def _curves_report(curves):
+  """A planted untuned sweep: {norm_position: [each seed's eval/loss curve]}."""
+  norms = list(curves)
+  record = {"name": "curves", "config": "configs/lm.py:tiny", "seeds": [0, 1, 2],
+            "select_by": "eval/loss", "report_split": "validation", "tune": {},
+            "axes": [{"label": "model.norm_position",
+                      "values": [{"model.norm_position": n} for n in norms],
+                      "reference": 0}], "runs": []}
+  summaries = {}
+  for norm, per_seed in curves.items():
+    for seed, curve in enumerate(per_seed):
+      name = f"{norm}_s{seed}"
+      record["runs"].append({"name": name, "seed": seed,
+                             "values": [{"model.norm_position": norm}], "tuned": {}})
+      summaries[name] = {
+          "state": "finished", "step": 300, "final": {"eval/loss": curve[-1][1]},
+          "initial": {"eval/loss": curve[0][1]} if curve[0][0] == 0 else {},
+          "curves": {"eval/loss": curve}, "num_params": 1000, "tokens_per_sec": None,
+          "wall_seconds": None, "compile_seconds": None, "lengths": {},
+          "window_tokens": {}, "scaled_lengths": {}, "lengths_split": None,
+          "layer_stats": {}, "layer_stats_step": None, "test": {}}
+  record = SweepRecord.from_json(record)
+  baselines = {name: analysis.Baseline(None, None) for name in summaries}
+  return record, summaries, analysis.analyze(record, summaries, baselines)
+
+
+def test_a_curve_still_falling_by_more_than_the_seed_noise_is_flagged():
+  """post (the base) still falls 0.5 nats between its last two evaluations,
+  against a seed-to-seed standard deviation of 0.02 of its final loss; pre
+  is flat (0.01 against 0.05). sandwich has one seed: its noise is the base
+  point's. deepnorm evaluated once after step 0: the evaluation at
+  initialisation is no second evaluation, so nothing is said."""
+  falling = [[(0, 6.9), (100, 4.0), (200, 3.5 + d), (300, 3.0 + d)] for d in (0, .02, -.02)]
+  flat = [[(0, 6.9), (100, 3.2), (200, 3.01 + d), (300, 3.0 + d)] for d in (0, .05, -.05)]
+  record, summaries, report = _curves_report({
+      "post": falling, "pre": flat,
+      "sandwich": [[(100, 3.5), (200, 3.2), (300, 3.1)]],
+      "deepnorm": [[(0, 6.9), (300, 3.0)]] * 3})
+  trend = {p.values["model.norm_position"]: p.trend for p in report.points}
+  assert trend["post"].still_improving is True and trend["post"].noise_from == "point"
+  assert trend["post"].drop == pytest.approx(0.5)
+  assert trend["post"].seed_noise == pytest.approx(0.02)
+  assert trend["post"].steps == (200, 300) and trend["post"].runs == 3
+  assert trend["pre"].still_improving is False
+  assert (trend["pre"].drop, trend["pre"].seed_noise) == pytest.approx((0.01, 0.05))
+  assert trend["sandwich"].still_improving is True
+  assert (trend["sandwich"].noise_from, trend["sandwich"].seed_noise) == (
+      "base point", pytest.approx(0.02))
+  assert trend["deepnorm"] is None
+  text = build.render(record, summaries, report, {})
+  note = "(still improving: a longer run may change this verdict; "
+  verdicts = [line for line in text.splitlines() if line.startswith("- ")]
+  assert len(verdicts) == 3 and all(note in line for line in verdicts)
+  assert all("post still falling by more than the seed noise)" in v for v in verdicts)
+  assert "verdict; sandwich and post still falling" in verdicts[1]
+  assert "| post | 3 | 3 | 0 | 0 | 3.0000 ± 0.0200 | **yes** (fell 0.500, seed noise " \
+         "0.020) |" in text
+  assert "| pre | 3 | 3 | 0 | 0 | 3.0000 ± 0.0500 | no (fell 0.010, seed noise 0.050) |" \
+         in text
+  assert "**yes** (fell 0.100, seed noise 0.020 of the base point)" in text
+  data = json.loads(json.dumps(report.to_json()))
+  assert data["points"][0]["trend"]["still_improving"] is True
+  assert schema.Report.from_json(data) == report
+  # The base point flat too: no verdict carries the note.
+  record, summaries, report = _curves_report({"post": flat, "pre": flat})
+  assert "still improving: a longer run" not in build.render(record, summaries, report, {})

@@ -120,7 +120,7 @@ def check_finished(workdir, result, steps=4):
   assert (result.status, result.step) == ("finished", steps)
   scalars = metrics.read_scalars(pathlib.Path(workdir) / "tensorboard")
   assert [s for s, _ in scalars["train/loss"]] == list(range(1, steps + 1))
-  assert [s for s, _ in scalars["eval/loss"]] == [steps]
+  assert [s for s, _ in scalars["eval/loss"]] == [0, steps]  # step 0: eval.at_start
   return scalars
 
 
@@ -475,7 +475,7 @@ def test_a_sweep_on_a_files_corpus_converts_it_once(tmp_path):
   for entry in record["runs"]:
     scalars = metrics.read_scalars(tmp_path / "sweeps" / "files" / entry["name"]
                                    / "tensorboard")
-    assert [s for s, _ in scalars["eval/loss"]] == [4]
+    assert [s for s, _ in scalars["eval/loss"]] == [0, 4]
   # The report judges the runs against the unigram baseline of the corpus.
   report = json.loads((tmp_path / "sweeps" / "files" / "report.json").read_text())
   entropies = {b["unigram_entropy"] for b in report["baselines"].values()}

@@ -53,11 +53,12 @@ def _axis(field, values, reference=0):
 
 
 def write_run(root, name, seed, loss, *, state=None, layer_grad=(1.0, 1.0), lengths=None,
-              num_params=None, scaled=None, layer_steps=(1, 10)):
+              num_params=None, scaled=None, layer_steps=(1, 10), loss_se=None):
   """One run's workdir as the trainer leaves it: training-loss and
   layer-gradient event files, eval/loss at step 30 (``loss`` None: the run
-  stopped at step 12, ``state`` "diverged" unless given), status.json, an
-  extrapolation result ``lengths`` ({multiple: perplexity})."""
+  stopped at step 12, ``state`` "diverged" unless given) with its standard
+  error ``loss_se`` (None: not logged), status.json, an extrapolation result
+  ``lengths`` ({multiple: perplexity})."""
   workdir = root / name
   workdir.mkdir(parents=True)
   with metrics.MetricWriter(workdir / "tensorboard") as w:
@@ -71,7 +72,8 @@ def write_run(root, name, seed, loss, *, state=None, layer_grad=(1.0, 1.0), leng
                              for i, g in enumerate(layer_grad)})
     if loss is not None:
       w.write_scalars(15, {"eval/loss": 9.0})  # an earlier evaluation
-      w.write_scalars(30, {"eval/loss": loss, "eval/perplexity": math.exp(loss)})
+      w.write_scalars(30, {"eval/loss": loss, "eval/perplexity": math.exp(loss),
+                           **({} if loss_se is None else {"eval/loss_se": loss_se})})
   extra = {} if num_params is None else {"num_params": num_params}
   if loss is None:
     status_lib.write_status(workdir, state or "diverged", 12, reason="non-finite loss",
@@ -550,3 +552,43 @@ def test_report_json_is_the_report_serialised_and_reads_back(sweep_dir):
   old = schema.Report.from_json(older)
   assert old.failed == () and old.comparisons[0].seeds_needed is None
   assert [c.text for c in old.comparisons] == [c.text for c in report.comparisons]
+
+
+def test_points_show_the_evaluation_standard_error_beside_the_seed_spread(tmp_path):
+  """Each point's evaluation standard error (the root mean square of its runs'
+  eval/loss_se) beside its seed-to-seed standard deviation, in report.json's
+  points and report.md's points table; the standard error is never compared
+  itself, and a point whose evaluation noise is more than a quarter of its
+  seed spread is named."""
+  root = tmp_path / "noise"
+  # rope: seed std 0.1, eval SE 0.01 (quiet); alibi: seed std 0.05, eval SE ~0.03.
+  planted = {"rope": ([1.0, 1.1, 1.2], [0.01, 0.01, 0.01]),
+             "alibi": ([1.0, 1.05, 1.1], [0.02, 0.03, 0.04])}
+  runs = []
+  for pos, (losses, ses) in planted.items():
+    for seed, (loss, se) in enumerate(zip(losses, ses)):
+      name = f"position-{pos}_s{seed}"
+      write_run(root, name, seed, loss, loss_se=se)
+      runs.append({"name": name, "seed": seed, "values": [{"model.position": pos}],
+                   "overrides": {}, "state": "finished", "wall_seconds": 1.0})
+  (root / "sweep.json").write_text(json.dumps(sweep_record(
+      "noise", [_axis("model.position", ["rope", "alibi"])], runs, seeds=[0, 1, 2])))
+  build.write_report(root)
+  data = json.loads((root / "report.json").read_text())
+  for point, (pos, (losses, ses)) in zip(data["points"], planted.items()):
+    assert point["values"] == {"model.position": pos}
+    assert point["eval_se"] == {"eval/loss": pytest.approx(math.sqrt(sum(x * x for x in ses) / 3))}
+    mean = sum(losses) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in losses) / 2)
+    assert point["seed_sd"]["eval/loss"] == pytest.approx(sd)
+  assert {c["metric"] for c in data["comparisons"]} == {"eval/loss"}
+  text = (root / "report.md").read_text()
+  table = text.split("## Points", 1)[1].split("\n## ", 1)[0]
+  head = next(line for line in table.splitlines() if line.startswith("| model.position"))
+  cells = [c.strip() for c in head.strip("|").split("|")]
+  assert cells[cells.index("eval/loss (validation)") + 1] == "eval/loss eval SE"
+  rows = {line.split("|")[1].strip(): line for line in table.splitlines()
+          if line.startswith(("| rope", "| alibi"))}
+  assert "| 0.0100 |" in rows["rope"] and "| **0.0311** |" in rows["alibi"]
+  assert ("Evaluation noise above a quarter of the seed spread (in bold above): alibi "
+          "eval/loss (eval SE 0.0311, seed std 0.0500)") in text

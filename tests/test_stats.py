@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
+from scipy import special
 from scipy import stats as scipy_stats
 
 from tfx_jax.report import stats
@@ -254,18 +256,149 @@ def test_seeds_needed_is_monotone_and_agrees_with_the_detectable_difference():
   assert stats.seeds_needed(0.0, sd, paired=True) is None
 
 
+def test_power_deep_in_the_lower_tail_where_nctdtr_has_no_value():
+  """The power takes P(T'_ncp < -c) as 0 where SciPy's nctdtr (its fast cdf)
+  is NaN: nct.sf(c, df, -ncp) is 0 at every such point, and the power equals
+  the one computed with nct.sf alone."""
+  nan_points = 0
+  for df in (1.0, 1.5, 2.0, 3.0, 5.0, 20.0):
+    for alpha in (0.001, 0.01, 0.05, 0.2):
+      c = scipy_stats.t.ppf(1 - alpha / 2, df)
+      for ncp in np.geomspace(0.01, 200.0, 120):
+        if not np.isfinite(special.nctdtr(df, ncp, -c)):
+          nan_points += 1
+          assert scipy_stats.nct.sf(c, df, -ncp) == 0.0
+        ref = scipy_stats.nct.sf(c, df, ncp) + scipy_stats.nct.sf(c, df, -ncp)
+        assert stats._power_at_ncp(ncp, df, alpha) == pytest.approx(ref, rel=1e-9, abs=1e-12)
+  assert nan_points > 0
+
+
+# ---------------------------------------------------------------- sequential looks
+def test_sequential_design_spends_alpha_by_the_power_family():
+  design = stats.SequentialDesign(2, 4)
+  # (2/4)^3, (3/4)^3 - (2/4)^3, 1 - (3/4)^3: most of alpha at the last look.
+  assert [design.share(k) for k in (1, 2, 3)] == pytest.approx([0.125, 0.296875, 0.578125])
+  assert design.looks == 3 and design.seeds(3) == 4 and design.share(4) == 0.0
+  # One seed at the first look: no t test, no alpha; the rest from 2 seeds on.
+  one = stats.SequentialDesign(1, 3)
+  assert [one.share(k) for k in (1, 2, 3)] == pytest.approx([0.0, 8 / 27, 19 / 27])
+  assert stats.SequentialDesign(3, 3).share(1) == 1.0  # one look: the fixed test
+  for first, last in [(2, 8), (4, 8), (1, 6), (3, 5), (2, 2)]:
+    design = stats.SequentialDesign(first, last)
+    assert sum(design.share(k) for k in range(1, design.looks + 1)) == pytest.approx(1.0)
+  for first, last in [(4, 3), (0, 3)]:
+    with pytest.raises(ValueError, match="first <= last"):
+      stats.SequentialDesign(first, last)
+  with pytest.raises(ValueError):
+    design.share(0)
+
+
+def test_sequential_p_is_the_look_p_over_its_share():
+  assert stats.sequential_p(0.01, 0.25) == pytest.approx(0.04)
+  assert stats.sequential_p(0.5, 0.25) == 1.0
+  assert stats.sequential_p(None, 0.25) is None
+  assert stats.sequential_p(0.0, 0.0) == 1.0  # a look with no alpha rejects nothing
+
+
+def test_sequential_look_is_the_paired_t_and_tost_at_the_looks_share_of_alpha():
+  a, b = synthetic_pair(15, 5, 0.02)
+  design = stats.SequentialDesign(3, 6)  # looks at 3, 4, 5, 6 seeds: look 3 has 5
+  share = (5 / 6) ** 3 - (4 / 6) ** 3
+  look = stats.sequential_look(a, b, design, 3, delta=0.05)
+  assert (look.look, look.looks) == (3, 4) and look.share == pytest.approx(share)
+  ref = scipy_stats.ttest_rel(a, b)
+  ci = ref.confidence_interval(1 - 0.05 * share)
+  assert look.interval.level == pytest.approx(1 - 0.05 * share)
+  assert (look.interval.low, look.interval.high) == pytest.approx((ci.low, ci.high), rel=1e-10)
+  assert look.p_difference == pytest.approx(min(1.0, ref.pvalue / share), rel=1e-10)
+  d = np.subtract(a, b)
+  p_tost = max(scipy_stats.ttest_1samp(d + 0.05, 0.0, alternative="greater").pvalue,
+               scipy_stats.ttest_1samp(d - 0.05, 0.0, alternative="less").pvalue)
+  assert look.p_equivalence == pytest.approx(min(1.0, p_tost / share), rel=1e-10)
+  tost_ci = ref.confidence_interval(1 - 2 * 0.05 * share)
+  assert (look.equivalence.low, look.equivalence.high) == pytest.approx(
+      (tost_ci.low, tost_ci.high), rel=1e-10)
+  # A look past the design's last has no alpha left: it rejects nothing.
+  late = stats.sequential_look(a, b, stats.SequentialDesign(2, 4), 4, delta=0.05)
+  assert late.p_difference == 1.0 and late.p_equivalence == 1.0
+  assert not late.equivalence.equivalent
+
+
+def power_at_level(diff: float, sd: float, n: int, level: float) -> float:
+  """The paired t test's power at a two-sided ``level``, both tails by nct.sf."""
+  df, ncp = n - 1, diff / sd * math.sqrt(n)
+  c = scipy_stats.t.ppf(1 - level / 2, df)
+  return scipy_stats.nct.sf(c, df, ncp) + scipy_stats.nct.sf(c, df, -ncp)
+
+
+def test_sequential_seeds_needed_is_the_first_budget_whose_last_look_has_the_power():
+  """Against a scan of every budget N, each design's last look at its share."""
+  sd = 0.02
+  for first in (1, 2, 4):
+    for diff in (0.01, 0.02, 0.05, 0.2):
+      for alpha in (0.05, 0.0125):
+        want = None
+        for n in range(max(first, 2), 65):
+          share = stats.SequentialDesign(first, n).share(n - first + 1)
+          if power_at_level(diff, sd, n, alpha * share) >= 0.8:
+            want = n
+            break
+        assert stats.sequential_seeds_needed(diff, sd, first, alpha) == want
+  # Looking more often costs seeds: more than one fixed test at alpha needs.
+  assert (stats.sequential_seeds_needed(0.02, sd, 2)
+          > stats.seeds_needed(0.02, sd, paired=True))
+  assert stats.sequential_seeds_needed(0.0, sd, 2) is None
+  assert stats.sequential_seeds_needed(0.001, sd, 2, max_n=10) is None
+
+
+def test_verdict_reads_the_equivalence_test_it_is_given():
+  a, b = synthetic_pair(13, 8, 0.0, noise_sd=0.002)
+  iv = stats.paired_interval(a, b)
+  eq = stats.tost(iv, 0.01)
+  assert eq.equivalent and stats.verdict(iv, 1.0, 0.01) == "equivalent"
+  # The sequential analysis passes its own (Holm-adjusted) equivalence test.
+  refused = dataclasses.replace(eq, p_value=0.2, equivalent=False)
+  assert stats.verdict(iv, 1.0, 0.01, equivalence=refused) == "unresolved"
+  wide = stats.paired_interval([1.0, 2.0, 3.3], [1.2, 1.9, 3.0])
+  assert not stats.tost(wide, 0.01).equivalent
+  granted = dataclasses.replace(stats.tost(wide, 0.01), p_value=0.01, equivalent=True)
+  assert stats.verdict(wide, 1.0, 0.01, equivalence=granted) == "equivalent"
+
+
 # ----------------------------------------------------- learning-rate sensitivity
 def test_lr_sensitivity_hand_computed_with_a_failed_run():
   l0 = 10.0  # ln V at initialisation, say
-  losses = {1e-4: 3.5, 3e-4: 3.1, 1e-3: 3.0, 3e-3: None, 1e-2: math.inf, 3e-2: 12.0}
+  losses = {1e-4: [3.5], 3e-4: [3.1], 1e-3: [3.0], 3e-3: [None], 1e-2: [math.inf],
+            3e-2: [12.0]}
   # capped: 3.5, 3.1, 3.0, 10, 10, 10; best 3.0; excess 0.5, 0.1, 0, 7, 7, 7.
   assert stats.lr_sensitivity(losses, l0) == pytest.approx((0.5 + 0.1 + 0 + 7 * 3) / 6)
-  assert stats.lr_sensitivity({1e-3: 3.0}, l0) == 0.0
-  assert stats.lr_sensitivity({1e-3: 3.0, 1e-2: 4.0}, l0) == pytest.approx(0.5)
+  assert stats.lr_sensitivity({1e-3: [3.0]}, l0) == 0.0
+  assert stats.lr_sensitivity({1e-3: [3.0], 1e-2: [4.0]}, l0) == pytest.approx(0.5)
   with pytest.raises(ValueError, match="below l0"):
-    stats.lr_sensitivity({1e-3: None, 1e-2: 11.0}, l0)
+    stats.lr_sensitivity({1e-3: [None], 1e-2: [11.0]}, l0)
   with pytest.raises(ValueError):
     stats.lr_sensitivity({}, l0)
+  with pytest.raises(ValueError):
+    stats.lr_sensitivity({1e-3: []}, l0)
+
+
+def test_lr_sensitivity_caps_each_run_a_stalled_one_at_its_loss_a_diverged_one_at_l0():
+  """Wortsman et al. 2023: min(l, l0) per run with its own final loss, l(eta)
+  the mean over the rate's seeds."""
+  l0 = 6.9
+  losses = {1e-3: [3.0, 3.2, 3.1],          # every seed learned: 3.1
+            1e-2: [2.9, 5.67, None],        # one stalled (5.67), one diverged (l0)
+            1e-1: [7.5, None, math.nan]}    # above l0 (capped), diverged twice
+  at = {1e-3: 3.1, 1e-2: (2.9 + 5.67 + 6.9) / 3, 1e-1: 6.9}
+  assert {lr: stats.capped_mean(v, l0) for lr, v in losses.items()} == pytest.approx(at)
+  best = 3.1
+  assert stats.lr_sensitivity(losses, l0) == pytest.approx(
+      (0.0 + (at[1e-2] - best) + (6.9 - best)) / 3)
+  # Each rate is weighed once, however many seeds it has.
+  assert stats.lr_sensitivity({1e-3: [3.0], 1e-2: [4.0, 4.0, 4.0, 4.0]}, l0) == (
+      pytest.approx(0.5))
+  with pytest.raises(ValueError, match="finite"):
+    stats.capped_mean([3.0], math.inf)
 
 
 # ---------------------------------------------------------------- run outcomes

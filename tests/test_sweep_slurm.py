@@ -70,7 +70,7 @@ def test_slurm_executor_runs_unfinished_runs_as_one_job_array(slurm_cluster, tmp
     assert status_lib.read_status(workdir)["state"] == "finished", (
         (workdir / "sweep.log").read_text())
     assert [s for s, _ in metrics.read_scalars(workdir / "tensorboard")["eval/loss"]] == [
-        10, 20]
+        0, 10, 20]
   assert sorted(p.name for p in (sweep_dir / "slurm").glob("*.out")) == [
       f"{job_id}_0.out", f"{job_id}_1.out"]
   status = sweep([*args, "--status"], env)

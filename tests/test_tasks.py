@@ -190,3 +190,69 @@ def test_only_the_generation_module_imports_decoding():
       if decoding & set(names):
         importers.add(path.stem)
   assert importers == {"generation"}
+
+
+@pytest.mark.parametrize("name", list(tasks.TASKS))
+def test_evaluation_standard_errors_are_those_of_the_rows(name):
+  """eval/loss_se (and eval/accuracy_se) on a planted batch against NumPy: the
+  cluster-robust standard error of a mean with each row a cluster, computed
+  from its definition (the residuals of every scored token summed per row),
+  which for one scored unit per row (classification) is scipy's plain
+  standard error of the mean; padding rows count for nothing, and the sums of
+  two batches give the standard error of their rows together."""
+  import scipy.stats  # pylint: disable=import-outside-toplevel
+  task = tasks.get(name)
+  rows = [r for i, example in enumerate(CORPUS) for r in rows_of(task, example, i)]
+  rows.append({k: np.zeros_like(np.asarray(v)) for k, v in rows[0].items()})  # padding
+  batch = batch_of(rows)
+  rng = np.random.default_rng(1)
+  width = batch["targets"].shape[1]
+  outputs = {"logits": rng.normal(0, 2, (len(rows), width, CONFIG.model.vocab_size)),
+             "class_logits": rng.normal(0, 2, (len(rows), CONFIG.model.num_classes))}
+  outputs = {k: v.astype(np.float32) for k, v in outputs.items()}
+  log_p = lambda z: z - scipy.special.logsumexp(z.astype(np.float64), -1, keepdims=True)
+  if task.rows.labelled:  # one scored unit per real row
+    scored = batch["segment_ids"].max(-1)[:, None] > 0
+    nll = -np.take_along_axis(log_p(outputs["class_logits"]), batch["label"][:, None], -1)
+    correct = outputs["class_logits"].argmax(-1)[:, None] == batch["label"][:, None]
+  else:
+    scored = batch["weights"] > 0
+    nll = -np.take_along_axis(log_p(outputs["logits"]), batch["targets"][..., None], -1)[..., 0]
+    correct = outputs["logits"].argmax(-1) == batch["targets"]
+
+  def row_clustered_se(values):
+    mean = values[scored].mean()
+    per_row = np.where(scored, values - mean, 0.0).sum(1)
+    rows_scored = int(scored.any(1).sum())
+    return math.sqrt(rows_scored / (rows_scored - 1) * np.sum(per_row ** 2)) / scored.sum()
+
+  def cancellation(values):
+    """sum_r X_r^2 / sum_r (X_r - m N_r)^2: how much the expanded square
+    (sum X^2 - 2m sum XN + m^2 sum N^2) amplifies the float32 rounding of the
+    device's sums (~1e-7 relative)."""
+    x, n = np.where(scored, values, 0.0).sum(1), scored.sum(1)
+    return np.sum(x ** 2) / max(np.sum((x - x.sum() / n.sum() * n) ** 2), 1e-300)
+
+  want = {"eval/loss_se": row_clustered_se(nll),
+          "eval/accuracy_se": row_clustered_se(correct.astype(np.float64))}
+  rel = {"eval/loss_se": 1e-6 * cancellation(nll),
+         "eval/accuracy_se": 1e-6 * cancellation(correct.astype(np.float64))}
+  if task.rows.labelled:
+    assert want["eval/loss_se"] == pytest.approx(scipy.stats.sem(nll[scored]), rel=1e-12)
+  for family in task.families:
+    loss = task.objective(CONFIG, family, train=False)
+    _, sums = loss(outputs, batch)
+    metrics = task_lib.metrics_from_sums(task, task_lib.add_sums(None, sums))
+    expected = {k: v for k, v in want.items() if k[:-len("_se")] in metrics}
+    assert "eval/loss_se" in expected and set(expected) <= set(metrics), family
+    for key, value in expected.items():
+      assert metrics[key] == pytest.approx(value, rel=rel[key]), (family, key)
+    # Two batches (the rows split anywhere) add up to the standard error of all rows.
+    total = None
+    for part in (slice(0, 3), slice(3, None)):
+      _, part_sums = loss({k: v[part] for k, v in outputs.items()},
+                          {k: v[part] for k, v in batch.items()})
+      total = task_lib.add_sums(total, part_sums)
+    together = task_lib.metrics_from_sums(task, total)
+    for key, value in expected.items():
+      assert together[key] == pytest.approx(value, rel=rel[key]), (family, key)

@@ -63,12 +63,12 @@ def check_run(workdir: pathlib.Path, result: trainer.RunResult, task: str) -> di
   for tag in TRAIN_TAGS:
     assert [s for s, _ in scalars[tag]] == list(range(1, 21)), tag
     assert all(math.isfinite(v) for _, v in scalars[tag]), tag
-  for tag in eval_tags:
-    assert [s for s, _ in scalars[tag]] == [10, 20], tag
+  for tag in eval_tags:  # at initialisation (eval.at_start), then every 10 steps
+    assert [s for s, _ in scalars[tag]] == [0, 10, 20], tag
     assert np.float32(result.metrics[tag]) == scalars[tag][-1][1], tag
   losses = [v for _, v in scalars["train/loss"]]
   assert np.mean(losses[-5:]) < np.mean(losses[:5]), losses
-  assert scalars["eval/loss"][-1][1] < scalars["eval/loss"][0][1] + 0.05
+  assert scalars["eval/loss"][-1][1] < scalars["eval/loss"][1][1] + 0.05  # from step 10
 
   tags = metrics.read_tags(logdir)
   assert "config" in tags["texts"]
@@ -85,6 +85,30 @@ def test_language_model_end_to_end(lm_run):
   workdir, result, _ = lm_run
   check_run(workdir, result, "lm")
   assert (workdir / "config.json").exists()
+
+
+def test_the_loss_at_initialisation_is_evaluated_at_step_0(lm_run, tmp_path):
+  """eval.at_start (the default): one evaluation before the first update,
+  logged at step 0 as the ordinary eval/* scalars (the report's l0), near
+  ln |V| for a fresh model; the first update's layer statistics still come
+  at step 1; eval.at_start=false evaluates at the periodic steps only."""
+  from tfx_jax.report import collect  # pylint: disable=import-outside-toplevel
+  workdir, _, scalars = lm_run
+  step, loss = scalars["eval/loss"][0]
+  assert step == 0 and abs(loss - math.log(1024)) < 0.1, loss
+  entry = collect.RunEntry(name="run", seed=0, values=(), overrides={})
+  assert collect.run_summary(workdir, entry)["initial"]["eval/loss"] == loss
+  short = {"train.num_steps": 2, "train.log_every_steps": 2, "eval.every_steps": 2,
+           "checkpoint.every_steps": 2}
+  train("lm.py:tiny", tmp_path / "stats", short, {"train.log_layer_stats": True})
+  got = metrics.read_scalars(tmp_path / "stats" / "tensorboard")
+  assert [s for s, _ in got["eval/loss"]] == [0, 2]
+  assert [s for s, _ in got["layer_stats/grad_norm/decoder_00"]] == [1, 2]
+  assert [s for s, _ in got["train/loss"]] == [1, 2]
+  train("lm.py:tiny", tmp_path / "off", short, {"eval.at_start": False})
+  got = metrics.read_scalars(tmp_path / "off" / "tensorboard")
+  assert [s for s, _ in got["eval/loss"]] == [2]
+  assert collect.run_summary(tmp_path / "off", entry)["initial"] == {}
 
 
 @pytest.mark.parametrize("spec,task", [
@@ -123,6 +147,8 @@ def test_resumed_run_matches_a_straight_run_bitwise(lm_run, tmp_path, capsys):
   for tag in ("train/loss", "train/grad_norm", "train/learning_rate", "eval/loss",
               "eval/perplexity"):
     assert got[tag] == expected[tag], tag
+  # The first attempt evaluated step 0; the resumed one does not again.
+  assert [s for s, _ in got["eval/loss"]] == [0, 10, 20]
   assert second.metrics == straight.metrics
   assert checkpoint_steps(workdir) == [10, 20]
 

@@ -48,7 +48,8 @@ def test_resolve_gives_typed_sections_and_keeps_the_config_as_given():
      "choice; choose one of: stop, skip."),
     ("data", "tokenizer", "bpe", "data.tokenizer='bpe' is not a valid choice; choose one "
      "of: sentencepiece, byte, hf."),
-    ("eval", "num_batches", 0, "eval.num_batches=0 is not valid: must be > 0."),
+    ("eval", "num_batches", -1, "eval.num_batches=-1 is not valid: must be >= 0 (0: the "
+     "whole split)."),
 ])
 def test_a_bad_value_names_the_field_and_its_choices(section, field, value, message):
   config = load_config("lm.py:tiny")

@@ -9,7 +9,11 @@ workdir and reports what fits the family:
   classify   accuracy
 
 Writes ``workdir/eval/<split>-<step>.hyp.txt`` / ``.ref.txt`` (one line per
-example) and the metrics to ``workdir/eval/<split>-<step>.json``.
+example) and the metrics to ``workdir/eval/<split>-<step>.json``, each with
+its standard error beside it (``loss_se``, ``accuracy_se``: across the
+evaluated rows; ``bleu_se``, ``chrf_se``: sacreBLEU's bootstrap), the
+sampling error of the evaluated examples, which the sweep report sets beside
+the seed-to-seed spread.
 
 ``--lengths 1x,2x,4x,8x`` instead evaluates a language model trained at
 length L on non-overlapping windows of L, 2L, 4L, 8L tokens (the ALiBi

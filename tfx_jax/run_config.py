@@ -84,14 +84,27 @@ class EvalConfig:
   """``config.eval``."""
 
   every_steps: int = 200
+  # Batches of the fixed evaluation shuffle each evaluation reads; 0: the whole
+  # split. The tiny presets read the whole split: a sample of it adds its own
+  # noise to every run's loss (eval/loss_se), larger than a quarter of the
+  # seed-to-seed spread for the tiny LM at 4 batches (README, "Fair comparisons").
   num_batches: int = 8
   batch_size: int = 32
   num_bleu_examples: int = 64  # translation: BLEU on a fixed validation subset
   num_samples: int = 3  # decoded samples written to TensorBoard text
+  # One evaluation at step 0, before the first update: the loss at
+  # initialisation l0, which the sweep report's learning-rate sensitivity
+  # (Wortsman et al. 2023) caps each run's loss at, measured instead of
+  # assumed ln |V|. Logged as the ordinary eval/* scalars at step 0 (the
+  # metrics only: no decoded samples or BLEU of an untrained model). A run
+  # resumed from a checkpoint has it already and does not evaluate step 0 again.
+  at_start: bool = True
 
   def check(self) -> EvalConfig:
-    for name in ("every_steps", "num_batches", "batch_size"):
+    for name in ("every_steps", "batch_size"):
       need(getattr(self, name) > 0, f"eval.{name}", getattr(self, name), "must be > 0")
+    need(self.num_batches >= 0, "eval.num_batches", self.num_batches,
+         "must be >= 0 (0: the whole split)")
     for name in ("num_bleu_examples", "num_samples"):
       need(getattr(self, name) >= 0, f"eval.{name}", getattr(self, name), "must be >= 0")
     return self

@@ -1,12 +1,15 @@
 """``runs/<sweep>/sweep.json``: what a sweep is and where each of its runs stands.
 
   SweepRecord   the declaration as run (config, overrides, seeds, axes with
-                their base values, tuned grid, evaluations), the command that
-                reproduces it, the SLURM jobs, the seeds added by
-                ``--until-resolved``, the report's margins, and its runs
+                their base values, tuned grid, confirmation seeds,
+                evaluations), the command that reproduces it, the SLURM jobs,
+                the runs added after the declared ones (the confirmation
+                stage, ``--until-resolved``) and the budget of the latter,
+                the report's margins, and its runs
   RunEntry      one run: name, seed, axis values, tuned values, every
-                override it is trained with, its evaluations, and where it
-                stands (state, step, reason, attempts, times)
+                override it is trained with, its evaluations, its stage (the
+                tuning stage, or a confirmation seed), and where it stands
+                (state, step, reason, attempts, times)
 
 ``python -m tfx_jax.sweep`` writes it (``write``: atomically, as
 ``status.json`` is written for a run) and rewrites it whenever a run
@@ -31,6 +34,7 @@ import dataclasses
 import datetime
 import json
 import pathlib
+import shlex
 import typing
 from typing import Any, Literal, Mapping, Sequence
 
@@ -43,6 +47,12 @@ State = Literal["pending", "running", "finished", "diverged", "failed"]
 # The split a sweep's comparisons read: test where the dataset has one (the
 # selection of tuned values reads validation only), else validation.
 Split = Literal["test", "validation"]
+# The stage a run belongs to. ``tune``: the declared runs (every point at every
+# tuned value and declared seed; a sweep without tuned fields has only
+# these). ``confirm``: a point's fresh seeds at the tuned value its tuning
+# stage chose (``Sweep(confirm=N)``), the only runs a confirmed sweep's
+# verdicts read.
+Stage = Literal["tune", "confirm"]
 
 
 def now() -> str:
@@ -134,6 +144,7 @@ class RunEntry:
   # What the sweep's validation noted for this run: a setting the whole sweep
   # shares that has no effect at this point, left at its default here.
   notes: tuple[str, ...] = ()
+  stage: Stage = "tune"
   state: State = "pending"
   step: int = 0
   reason: str = ""
@@ -156,7 +167,7 @@ class RunEntry:
     return {"name": self.name, "seed": self.seed, "values": [dict(v) for v in self.values],
             "tuned": dict(self.tuned), "overrides": dict(self.overrides),
             "evaluations": [list(e) for e in self.evaluations], "notes": list(self.notes),
-            "state": self.state,
+            "stage": self.stage, "state": self.state,
             "step": self.step, "reason": self.reason, "attempts": self.attempts,
             "wall_seconds": self.wall_seconds, "compile_seconds": self.compile_seconds}
 
@@ -166,7 +177,7 @@ class RunEntry:
                values=tuple(dict(v) for v in data["values"]),
                overrides=dict(data["overrides"]), tuned=dict(data["tuned"]),
                evaluations=tuple(tuple(e) for e in data["evaluations"]),
-               notes=tuple(data["notes"]),
+               notes=tuple(data["notes"]), stage=_choice(data["stage"], Stage, "stage"),
                state=_choice(data["state"], State, "state"), step=int(data["step"]),
                reason=data["reason"], attempts=int(data["attempts"]),
                wall_seconds=float(data["wall_seconds"]),
@@ -192,17 +203,22 @@ class SlurmJob:
 
 @dataclasses.dataclass(frozen=True)
 class AddedRun:
-  """A run ``--until-resolved`` added: declared run ``like`` at another seed."""
+  """A run added after the declared ones: run ``like`` (declared, or added
+  before it) at another seed, in ``stage``: a confirmation seed, or a seed
+  ``--until-resolved`` added. Its tuned values are ``like``'s, fixed when it
+  was added: a later analysis never moves a run already added."""
   name: str
   seed: int
   like: str
+  stage: Stage = "tune"
 
   def to_json(self) -> dict[str, Any]:
-    return {"name": self.name, "seed": self.seed, "like": self.like}
+    return {"name": self.name, "seed": self.seed, "like": self.like, "stage": self.stage}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> AddedRun:
-    return cls(data["name"], int(data["seed"]), data["like"])
+    return cls(data["name"], int(data["seed"]), data["like"],
+               _choice(data["stage"], Stage, "stage"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,11 +238,12 @@ class ReportOptions:
 @dataclasses.dataclass(frozen=True)
 class SweepRecord:
   """The content of sweep.json. Its fields are fixed once built; its lists
-  grow as the sweep goes (``runs`` and ``added`` by ``--until-resolved``,
-  ``slurm_jobs`` by each submission) and its entries' bookkeeping changes."""
+  grow as the sweep goes (``runs`` and ``added`` by the confirmation stage
+  and ``--until-resolved``, ``slurm_jobs`` by each submission) and its
+  entries' bookkeeping changes."""
   name: str
   config: str  # "configs/lm.py:tiny"
-  seeds: tuple[int, ...]  # the declared seeds
+  seeds: tuple[int, ...]  # the declared seeds (a tuned sweep's tuning seeds)
   axes: tuple[AxisRecord, ...]
   runs: list[RunEntry]
   description: str = ""
@@ -234,6 +251,14 @@ class SweepRecord:
   evaluations: tuple[Evaluation, ...] = ()
   tune: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
   select_by: str = "eval/loss"
+  # Confirmation seeds per point (0: none): fresh seeds at each point's chosen
+  # tuned value, once the tuning stage has finished (``confirmation_seeds``).
+  confirm: int = 0
+  # --until-resolved's MAX_SEEDS, fixed by the first invocation that adds
+  # seeds adaptively: it fixes the looks over which the report's sequential
+  # test spends alpha (``report.analysis.sequential_design``). None: seeds are
+  # never added, and the report keeps the fixed-seed analysis.
+  until_resolved: int | None = None
   report_split: Split = "validation"
   base_values: dict[str, Any] = dataclasses.field(default_factory=dict)  # of the axes' fields
   command: str = ""  # the command that reproduces the sweep
@@ -248,12 +273,21 @@ class SweepRecord:
     """The index of each of the run's axis values: the point it belongs to."""
     return tuple(axis.values.index(value) for axis, value in zip(self.axes, entry.values))
 
+  def confirmation_seeds(self) -> tuple[int, ...]:
+    """The ``confirm`` seeds right above the largest tuning seed (``--seeds 0
+    --confirm 3``: 1, 2, 3): the same for every point, so comparisons stay
+    paired, and none of them a seed of the tuning stage (a sweep started
+    before stages existed may have seeds added above the declared ones)."""
+    top = max([*self.seeds, *(e.seed for e in self.runs if e.stage == "tune")])
+    return tuple(range(top + 1, top + 1 + self.confirm))
+
   def to_json(self) -> dict[str, Any]:
     return {
         "name": self.name, "description": self.description, "config": self.config,
         "overrides": dict(self.overrides), "seeds": list(self.seeds),
         "evaluations": [e.to_json() for e in self.evaluations],
         "tune": {k: list(v) for k, v in self.tune.items()}, "select_by": self.select_by,
+        "confirm": self.confirm, "until_resolved": self.until_resolved,
         "report_split": self.report_split, "axes": [a.to_json() for a in self.axes],
         "base_values": dict(self.base_values), "command": self.command, "cwd": self.cwd,
         "created": self.created, "slurm_jobs": [j.to_json() for j in self.slurm_jobs],
@@ -271,6 +305,9 @@ class SweepRecord:
         description=data["description"], overrides=dict(data["overrides"]),
         evaluations=tuple(Evaluation.from_json(e) for e in data["evaluations"]),
         tune={k: tuple(v) for k, v in data["tune"].items()}, select_by=data["select_by"],
+        confirm=int(data["confirm"]),
+        until_resolved=(None if data["until_resolved"] is None
+                        else int(data["until_resolved"])),
         report_split=_choice(data["report_split"], Split, "report_split"),
         base_values=dict(data["base_values"]), command=data["command"], cwd=data["cwd"],
         created=data["created"], updated=data["updated"],
@@ -297,6 +334,13 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
     ``tuned`` per run;
   - before ``--until-resolved``: no ``added``; before the report's margins
     were kept: no ``report_options`` (the report's defaults);
+  - before confirmation seeds: no ``confirm`` (0: none), no ``stage`` per run
+    or per added run (every run was a declared run or a seed added to one:
+    ``tune``);
+  - before the sequential test of adaptive seeds: no ``until_resolved``. A
+    sweep whose command has ``--until-resolved N`` was run with adaptive
+    seeds, up to N (``_until_resolved``): its report tests it sequentially;
+    otherwise none (None: the fixed-seed analysis);
   - before conditional evaluations: evaluations as argument lists only, and
     no ``evaluations`` per run: every run had every evaluation of the record;
   - before shared settings inactive at some points were allowed: no
@@ -308,7 +352,7 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
   """
   data = copy.deepcopy(dict(data))
   for key, default in (("description", ""), ("overrides", {}), ("evaluations", []),
-                       ("tune", {}), ("select_by", "eval/loss"),
+                       ("tune", {}), ("select_by", "eval/loss"), ("confirm", 0),
                        ("report_split", "validation"), ("base_values", {}),
                        ("command", ""), ("cwd", ""), ("created", ""), ("updated", ""),
                        ("slurm_jobs", []), ("added", []),
@@ -317,17 +361,46 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
   for axis in data["axes"]:
     axis.setdefault("fields", list(dict.fromkeys(k for v in axis["values"] for k in v)))
     axis.setdefault("reference", 0)
+  for added in data["added"]:
+    added.setdefault("stage", "tune")
   evaluations = [Evaluation.from_json(e) for e in data["evaluations"]]
   for run in data["runs"]:
     run.setdefault("overrides", {})
     run.setdefault("tuned", {})
     if "evaluations" not in run:
       run["evaluations"] = [list(a) for a in evaluations_for(evaluations, run["overrides"])]
-    for key, default in (("notes", []), ("state", "pending"), ("step", 0), ("reason", ""),
+    for key, default in (("notes", []), ("stage", "tune"), ("state", "pending"),
+                         ("step", 0), ("reason", ""),
                          ("attempts", 0),
                          ("wall_seconds", 0.0), ("compile_seconds", None)):
       run.setdefault(key, default)
+  if "until_resolved" not in data:
+    data["until_resolved"] = _until_resolved(data)
   return data
+
+
+def _until_resolved(data: Mapping[str, Any]) -> int | None:
+  """MAX_SEEDS of a sweep.json written before it was recorded: the value of
+  ``--until-resolved`` in its command (the latest invocation's), else, where
+  seeds were added all the same (an invocation without the flag came last),
+  the most seeds any point reached at one tuned value: the smallest budget
+  consistent with the file. None: no seed was ever added adaptively."""
+  try:
+    argv = shlex.split(data.get("command") or "")
+  except ValueError:
+    argv = []
+  for i, arg in enumerate(argv):
+    value = (arg.partition("=")[2] if arg.startswith("--until-resolved=")
+             else argv[i + 1] if arg == "--until-resolved" and i + 1 < len(argv) else None)
+    if value is not None and value.isdigit() and int(value) > 0:
+      return int(value)
+  if not data["added"]:
+    return None
+  seeds: dict[str, set[int]] = {}
+  for run in data["runs"]:
+    key = json.dumps([run["values"], run["tuned"]], sort_keys=True)
+    seeds.setdefault(key, set()).add(int(run["seed"]))
+  return max(len(s) for s in seeds.values())
 
 
 def read(sweep_dir: str | pathlib.Path) -> SweepRecord | None:

@@ -206,19 +206,25 @@ class _TrainingLoop:
       return RunResult("finished", latest, {})
     self._build(latest)
     step = start_step = int(self.state.step)
+    if start_step or self.writer.had_events:
+      # Points that an attempt killed after its last checkpoint (or before its
+      # first) logged past ``start_step`` are logged again: drop the old ones;
+      # a run starting afresh logs its step 0 again too (the config, the
+      # hparams, the evaluation at initialisation), so from step 0 on.
+      self.writer.mark_restart(start_step + 1 if start_step else 0)
     if start_step == 0:
       self.writer.write_config_text(ml_collections.ConfigDict(config.to_dict()))
       self.writer.write_hparams(self.flat_config, HPARAM_METRICS)
-    if start_step or self.writer.had_events:
-      # Points that an attempt killed after its last checkpoint (or before its
-      # first) logged past ``start_step`` are logged again: drop the old ones.
-      self.writer.mark_restart(start_step + 1)
     _write_status(self.workdir, "running", start_step)
     compile_seconds = None
     self.timer = (step, time.time(), 0.0)  # step, time, tokens since the last log
     pending = None  # the previous step's metrics, read one step late (no stall)
     outcome, reason = "finished", ""
     with Preemption() as preempt:
+      if start_step == 0 and config.eval.at_start:
+        # The loss at initialisation (eval.at_start): one evaluation before
+        # the first update, the l0 of the report's learning-rate sensitivity.
+        self._eval_and_report(0, samples=False)
       while step < t.num_steps:
         batch = next(self.train_iter)
         tokens = float(np.sum(batch["inputs"] > 0))
@@ -299,8 +305,9 @@ class _TrainingLoop:
              f"{tok_per_sec:,.0f} tok/s  ETA {_fmt_time(eta)}")
     self.timer = (step, now, 0.0)
 
-  def _eval_and_report(self, step) -> None:
-    """eval/* on a fixed validation sample, plus the task's generated samples."""
+  def _eval_and_report(self, step, samples: bool = True) -> None:
+    """eval/* on a fixed validation sample, plus the task's generated samples
+    (``samples``: off at step 0, where an untrained model's text says nothing)."""
     start = time.time()
     config = self.config
     data = run_setup.make_data(config, self.tokenizer, "validation", train=False,
@@ -311,7 +318,7 @@ class _TrainingLoop:
     if sums is None:
       raise ConfigError(f"the validation split of {config.data.name} is empty.")
     self.last_eval = tasks.metrics_from_sums(self.task, sums)
-    if self.sample_inputs:
+    if self.sample_inputs and samples:
       run = TrainedRun(self.workdir, config, self.model_cfg, self.tokenizer,
                      self.state.params, step, self.sharded)
       scalars, texts = self.task.sample_report(run, self.sample_inputs, config)

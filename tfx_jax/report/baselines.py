@@ -4,10 +4,12 @@ The unigram entropy of the training targets (the loss of the best model that
 ignores context; a run not below it has stalled) comes from the prepared data
 (``tfx_jax.data.baselines``, computed once per dataset, tokenizer and task and
 kept with the data), counting the targets the run's task names
-(``Task.targets``). The loss at initialisation is the task's l0
-(``Task.initial_loss``: ln |V|, or ln of the number of classes for
-classification): the loss of the uniform prediction, which a freshly
-initialised model gives up to its small initial logits.
+(``Task.targets``). The task's l0 (``Task.initial_loss``: ln |V|, or ln of
+the number of classes for classification) is the loss of the uniform
+prediction, which a freshly initialised model gives up to its small initial
+logits: the report's loss at initialisation where a point's runs did not
+evaluate at step 0 (runs made before ``eval.at_start``; otherwise the mean of
+those evaluations, ``analysis.initial_loss``).
 Runs whose workdir holds no config.json yet get an unknown baseline.
 """
 

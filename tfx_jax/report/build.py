@@ -8,7 +8,13 @@ values, outcomes, comparisons with verdicts); ``report.md`` renders it:
   verdict against the equivalence band), or why the sweep has no comparison;
 - the verdicts in words;
 - one row per point: its chosen tuned values, learned / stalled / diverged
-  counts, metrics on the compared split (mean +- std over seeds), tokens/s;
+  counts, metrics on the compared split (mean +- std over seeds) each with its
+  evaluation standard error beside it (in bold, and named, above a quarter of
+  the seed std), whether its validation loss was still falling by more than
+  the seed noise, tokens/s;
+- a sweep with confirmation seeds: the tuning stage, for reference (each
+  point's chosen value and its tuning seeds' results there, beside the
+  confirmation seeds' that the verdicts read);
 - per tuned value of each point: the selection metric and outcomes;
 - learning-rate sensitivity curves and numbers;
 - per axis, each value against the axis's base value within each combination
@@ -38,7 +44,7 @@ from tfx_jax.report import analysis
 from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import stats
 from tfx_jax.report.points import Points, at_chosen, fmt_value, group_points, value_label
-from tfx_jax.report.schema import Comparison, Counts, Report
+from tfx_jax.report.schema import Comparison, Counts, Report, Trend
 from tfx_jax.sweep_record import SweepRecord
 
 METRIC_ORDER = ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/bleu", "train/nll")
@@ -129,22 +135,97 @@ def markdown_table(rows: list[list[str]]) -> str:
 
 
 def points_table(record: SweepRecord, report: Report, points: Points) -> list[list[str]]:
-  """One row per point: chosen tuned values, outcomes, compared metrics."""
+  """One row per point: chosen tuned values, outcomes, compared metrics (a
+  sweep with confirmation seeds: its confirmation runs')."""
   metrics = analysis.compared_metrics(report.points, report.select_by)
   tuned = bool(record.tune)
+  confirmed = report.verdict_runs == "confirmation"
   head = ([a.label for a in record.axes] + (["chosen"] if tuned else [])
-          + ["runs", "learned", "stalled", "diverged"]
-          + [f"{m} ({report.report_split})" for m in metrics] + ["tokens/s"])
+          + ["confirmation runs" if confirmed else "runs", "learned", "stalled", "diverged"]
+          + _metric_head(report, metrics) + ["still improving"]
+          + ["tokens/s"])
   rows = [head]
   for point in report.points:
-    values = {m: [v[m] for v in point.compared.values() if m in v] for m in metrics}
     tps = [s["tokens_per_sec"] for _, s in points.get(point.key, []) if s["tokens_per_sec"]]
+    counts, runs = ((point.confirmation_counts, len(point.confirmation)) if confirmed
+                    else (point.counts, point.runs))
     rows.append(list(point.values.values())
-                + ([point.chosen_label or "none learned"] if tuned else [])
-                + [str(point.runs)] + _outcome_cells(point.counts)
-                + [_pm(values[m]) for m in metrics]
+                + ([analysis.compared_at(point) or "none learned"] if tuned else [])
+                + [str(runs)] + _outcome_cells(counts)
+                + _metric_cells(report, point, metrics) + [_trend_cell(point.trend)]
                 + [f"{stats.mean_std(tps)[0]:,.0f}" if tps else "-"])
   return rows
+
+
+# The evaluation's standard error should be at most this fraction of the
+# seed-to-seed standard deviation: it then adds at most 1/16 to the seed
+# variance (3% to the standard deviation).
+EVAL_NOISE_LIMIT = 0.25
+
+
+def _with_se(report: Report, metrics: Sequence[str]) -> list[str]:
+  """The compared metrics whose evaluations logged a standard error."""
+  return [m for m in metrics if any(m in p.eval_se for p in report.points)]
+
+
+def _metric_head(report: Report, metrics: Sequence[str]) -> list[str]:
+  """Each compared metric's column, and its evaluation SE's where it has one."""
+  with_se = _with_se(report, metrics)
+  return [c for m in metrics for c in [f"{m} ({report.report_split})"]
+          + ([f"{m} eval SE"] if m in with_se else [])]
+
+
+def _metric_cells(report: Report, point, metrics: Sequence[str]) -> list[str]:
+  """Mean ± seed std of each compared metric, and beside it the evaluation SE,
+  in bold where it is more than ``EVAL_NOISE_LIMIT`` of the seed std."""
+  with_se = _with_se(report, metrics)
+  cells = []
+  for m in metrics:
+    cells.append(_pm([v[m] for v in point.compared.values() if m in v]))
+    if m in with_se:
+      se, sd = point.eval_se.get(m), point.seed_sd.get(m)
+      noisy = se is not None and sd is not None and se > EVAL_NOISE_LIMIT * sd
+      cells.append(f"**{se:.4f}**" if noisy else _fmt(se))
+  return cells
+
+
+def eval_noise_lines(report: Report) -> Lines:
+  """What the eval SE column means, and the points whose evaluation noise is
+  more than ``EVAL_NOISE_LIMIT`` of their seed spread."""
+  metrics = _with_se(report, analysis.compared_metrics(report.points, report.select_by))
+  if not metrics:
+    return []
+  out = ["Eval SE: the standard error of each evaluation's own estimate, the sampling "
+         "error of the evaluated sample (across its rows for losses and accuracy, "
+         "sacreBLEU's bootstrap over sentences for BLEU and chrF), root mean square over "
+         "the runs. Beside the seed-to-seed standard deviation it bounds how much of that "
+         "spread the evaluated sample could make (runs evaluated on the same sample share "
+         "part of its error, which cancels in their differences); at most a quarter of "
+         "it adds at most 3% to the spread.", ""]
+  noisy = [(p, m) for p in report.points for m in metrics
+           if m in p.eval_se and m in p.seed_sd
+           and p.eval_se[m] > EVAL_NOISE_LIMIT * p.seed_sd[m]]
+  if noisy:
+    out += ["Evaluation noise above a quarter of the seed spread (in bold above): "
+            + "; ".join(f"{', '.join(p.values.values()) or 'base'} {m} (eval SE "
+                        f"{p.eval_se[m]:.4f}, seed std {p.seed_sd[m]:.4f})"
+                        for p, m in noisy)
+            + ". Part of those points' seed-to-seed spread, and of their differences, "
+            "may be the evaluated sample: evaluate more data (`eval.num_batches`; 0 "
+            "evaluates the whole split).", ""]
+  return out
+
+
+def _trend_cell(trend: Trend | None) -> str:
+  """"**yes** (fell 0.031, seed noise 0.012)": the point's ``Trend``."""
+  if trend is None:
+    return "-"
+  fell = f"fell {trend.drop:.3f}"
+  if trend.still_improving is None:
+    return f"not known ({fell}; one seed, no seed noise)"
+  noise = f"seed noise {trend.seed_noise:.3f}" + (
+      " of the base point" if trend.noise_from == "base point" else "")
+  return f"**yes** ({fell}, {noise})" if trend.still_improving else f"no ({fell}, {noise})"
 
 
 def tuned_table(record: SweepRecord, report: Report) -> list[list[str]]:
@@ -168,27 +249,38 @@ def tuned_table(record: SweepRecord, report: Report) -> list[list[str]]:
 
 
 def comparisons_table(rows: Sequence[Comparison]) -> list[list[str]]:
+  # Adaptive seeds: each row's interval is at its look's level (1 - alpha * w_k).
+  sequential = any(r.look is not None for r in rows)
   out = [["context", "value", "metric", "learned / stalled / diverged (value; base)",
-          "method", "seeds", "Δ vs base [95% CI]", "adjusted p", "verdict"]]
+          "method", "seeds",
+          "Δ vs base [interval, level]" if sequential else "Δ vs base [95% CI]",
+          "adjusted p", "verdict"]]
   counts = lambda c: " / ".join(_outcome_cells(c))
   for r in rows:
     iv = r.interval
-    interval = (f"{iv.diff:+.4f} [{iv.low:+.4f}, {iv.high:+.4f}]"
+    level = f" {iv.level:.1%}" if r.look is not None else ""
+    interval = (f"{iv.diff:+.4f} [{iv.low:+.4f}, {iv.high:+.4f}]{level}"
                 if iv.low is not None else f"{iv.diff:+.4f} (no interval)")
     seeds = str(iv.n_a) if iv.method == "paired" else f"{iv.n_a} / {iv.n_b}"
+    method = (iv.method if r.look is None
+              else f"{iv.method}, look {r.look.look} of {r.look.looks}")
     out.append([r.context, r.value, r.metric,
-                f"{counts(r.counts)}; {counts(r.base_counts)}", iv.method, seeds, interval,
+                f"{counts(r.counts)}; {counts(r.base_counts)}", method, seeds, interval,
                 "-" if r.p_adjusted is None else f"{r.p_adjusted:.3g}",
                 f"**{r.verdict}**"])
   return out
 
 
 def sensitivity_table(report: Report) -> list[list[str]]:
-  rows = [["point", "sensitivity", "failed runs", "l0"]]
+  rows = [["point", "sensitivity", "failed runs", "l0", "l0 from"]]
+  source = {"step 0": lambda s: f"step 0 (mean of {s.initial_loss_runs} runs)",
+            "uniform": lambda s: "uniform prediction (no run evaluated at step 0)",
+            None: lambda s: "-"}
   for s in report.sensitivity:
     rows.append([", ".join(s.point.values()) or "base",
                  "all failed" if s.all_failed else _fmt(s.sensitivity),
-                 str(sum(c.failed for c in s.curve)), _fmt(s.initial_loss, 3)])
+                 str(sum(c.failed for c in s.curve)), _fmt(s.initial_loss, 3),
+                 source[s.initial_loss_source](s)])
   return rows
 
 
@@ -206,42 +298,59 @@ def write_csv(path: pathlib.Path, record: SweepRecord, summaries, metrics) -> No
   fields = [f for a in record.axes for f in a.fields] + list(record.tune)
   with open(path, "w", newline="") as f:
     w = csv.writer(f)
-    w.writerow(["run", "seed", *fields, "state", "step", *metrics, "tokens_per_sec",
-                "wall_seconds", "compile_seconds"])
+    w.writerow(["run", "seed", "stage", *fields, "state", "step", *metrics,
+                "tokens_per_sec", "wall_seconds", "compile_seconds"])
     for entry in record.runs:
       s = summaries[entry.name]
       values = {k: v for value in [*entry.values, entry.tuned] for k, v in value.items()}
       m = run_metrics(s)
-      w.writerow([entry.name, entry.seed, *[values.get(f, "") for f in fields],
+      w.writerow([entry.name, entry.seed, entry.stage, *[values.get(f, "") for f in fields],
                   s["state"], s["step"], *[m.get(k, "") for k in metrics],
                   s["tokens_per_sec"] or "", s["wall_seconds"] or "",
                   s["compile_seconds"] if s["compile_seconds"] is not None else ""])
 
 
 # ---------------------------------------------------------------- sections
-def no_comparison(record: SweepRecord) -> str:
+def no_comparison(record: SweepRecord, report: Report | None = None) -> str:
   """Why a report has no comparison."""
   if not any(len(a.values) > 1 for a in record.axes):
     return ("no comparison: the sweep has a single point (no axis with two values), so "
             "there is no base to set it against; its numbers are below.")
+  if report is not None and report.verdict_runs == "confirmation" and not any(
+      p.confirmation_counts.finished for p in report.points):
+    return ("no verdict yet: the verdicts read the confirmation seeds "
+            f"({_seeds(report.confirmation_seeds)}), and no confirmation run has "
+            "finished; the tuning stage is below.")
   return "no comparison has learned runs on both sides yet."
+
+
+def _seeds(seeds: Sequence[int]) -> str:
+  """``1-3`` for three or more consecutive seeds, else ``1, 3``."""
+  seeds = sorted(seeds)
+  if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+    return f"{seeds[0]}-{seeds[-1]}"
+  return ", ".join(map(str, seeds))
 
 
 def headline(record: SweepRecord, report: Report, plots: Mapping[str, str]) -> Lines:
   """The forest plot of every comparison and how to read it, or why there is none."""
   if not plots.get("forest"):
-    return [f"**{no_comparison(record).capitalize()}**", ""]
+    text = no_comparison(record, report)
+    return [f"**{text[0].upper() + text[1:]}**", ""]
   # The selection metric first, then the others by name: the same sweep gives
   # the same text in every process (a set's order follows the hash seed).
   margins = sorted({(r.metric, r.margin) for r in report.comparisons},
                    key=lambda m: (m[0] != report.select_by, m))
   band = ", ".join(f"±{m:g} for {metric}" for metric, m in margins)
   tost = 1.0 - 2.0 * report.options.alpha
+  levels = (f"the 95% interval, the thick bar the {tost:.0%} interval of the "
+            "equivalence test" if report.sequential is None else
+            "the interval at the row's look (1 − α·w, w its share of α), the thick bar "
+            "the equivalence test's (1 − 2α·w)")
   return [f"![every comparison against its base]({plots['forest']})", "",
           f"Each row: a value minus its axis's base on the {report.report_split} split; "
-          "the marker is the verdict, thin whiskers the 95% interval, the thick bar the "
-          f"{tost:.0%} interval of the equivalence test, shaded the equivalence band "
-          f"({band}), faint dots each seed's own difference (paired rows).", ""]
+          f"the marker is the verdict, thin whiskers {levels}, shaded the equivalence "
+          f"band ({band}), faint dots each seed's own difference (paired rows).", ""]
 
 
 def _design(record: SweepRecord, report: Report) -> str:
@@ -251,23 +360,59 @@ def _design(record: SweepRecord, report: Report) -> str:
     tuned = ", ".join(f"`{k}` in {list(v)}" for k, v in record.tune.items())
     how = (f"Each point is compared at its own best tuned value ({tuned}), chosen by "
            f"the mean `{select_by}` of its runs on the validation split"
-           + (", a stalled or diverged run counted as the loss at initialisation (l0)"
+           + (", each run at its own final value capped at the loss at initialisation "
+              "l0 and a diverged run at l0, as in the sensitivity"
               if analysis.lower_is_better(select_by)
               else ", fewest stalled or diverged runs first"))
-    if report.reserved_seed is not None:
+    if report.verdict_runs == "confirmation":
+      where = (f"the {split} split" if split == "test" else
+               "the validation split (the dataset has no test split; the selection "
+               "never read these seeds)")
+      how += (f", over the tuning seeds ({_seeds(report.tuning_seeds)}). Then each point "
+              f"ran {record.confirm} fresh confirmation seeds "
+              f"({_seeds(report.confirmation_seeds)}, the same for every point) at its "
+              "chosen value, and the verdicts, differences and intervals read those runs "
+              f"only, on {where}. The tuning stage is reported separately, for "
+              "reference: it is selected on its own seeds.")
+    elif report.reserved_seed is not None:
       how += (f"; the dataset has no test split, so seed {report.reserved_seed} is "
               "reserved for that choice and the other seeds are compared on validation.")
     else:
-      how += "; the comparisons read the test split, which the choice never saw."
+      how += (f"; the comparisons read the {split} split of the same seeds. "
+              "**These verdicts are selection-biased:** the seeds compared are the "
+              "seeds that chose each point's value, so a seed that happened to be lucky "
+              "at a value (on every split alike) favours its point, by more where a "
+              "point's results vary more over the tuned values. Confirmation seeds "
+              "(`--confirm N`: fresh seeds at each chosen value) give verdicts without "
+              "that bias.")
   else:
     how = (f"Compared on the {split} split." if report.comparisons
            else f"Metrics on the {split} split.")
   n = len(report.comparisons)
-  if n:
+  if n and report.sequential is not None:
+    how += " " + sequential_design_text(report)
+  elif n:
     how += (f" {n} comparison{'s form' if n != 1 else ' forms'} one family "
             "(Holm-Bonferroni); verdicts at α = 0.05, equivalence by two one-sided tests "
             "within the margin.")
   return how
+
+
+def sequential_design_text(report: Report) -> str:
+  """The sequential test of a sweep with adaptive seeds, in sentences."""
+  seq, alpha = report.sequential, report.options.alpha
+  design, n = seq.design, len(report.comparisons)
+  return (f"Seeds were added adaptively (`--until-resolved {seq.max_seeds}`: "
+          f"{design.looks} look{'s' if design.looks != 1 else ''}, from {design.first} to "
+          f"{design.last} seeds in a verdict), and each comparison was tested again at "
+          f"every look, so it is tested sequentially: {seq.method} ({seq.reference}). "
+          f"The chance of any false better or worse verdict in this report is at most "
+          f"α = {alpha:g}, and so is that of any false equivalent one, whatever look "
+          f"each comparison stopped at; the {n} comparison{'s' if n != 1 else ''} "
+          f"form{'' if n != 1 else 's'} one family for each (Holm-Bonferroni). Each "
+          "verdict names its look; its interval is at 1 − α × the look's share of α. "
+          "Fewer verdicts resolve than a fixed number of seeds would give at α: where "
+          "one does not, its line says the seeds it would need.")
 
 
 def title_section(record: SweepRecord) -> Lines:
@@ -283,8 +428,22 @@ def verdicts_section(record: SweepRecord, report: Report, plots: Mapping[str, st
   main = [r for r in report.comparisons if r.metric == report.select_by] or list(
       report.comparisons)
   if main or report.failed:
-    out += [f"- {r.text}" for r in main] + [f"- {r.text}" for r in report.failed] + [""]
+    out += ([f"- {r.text}{_still_improving_note(record, report, r)}" for r in main]
+            + [f"- {r.text}" for r in report.failed] + [""])
   return out
+
+
+def _still_improving_note(record: SweepRecord, report: Report, row: Comparison) -> str:
+  """" (still improving: ...)" where either side's validation loss was still
+  falling by more than the seed noise (``Point.trend``)."""
+  sides = [(row.value, report.point(row.key_of(row.value_index))),
+           (row.base_value, report.point(row.key_of(record.axes[row.axis_index].reference)))]
+  falling = [name for name, point in sides
+             if point is not None and point.trend is not None and point.trend.still_improving]
+  if not falling:
+    return ""
+  return (f" (still improving: a longer run may change this verdict; "
+          f"{' and '.join(falling)} still falling by more than the seed noise)")
 
 
 def reproduce_section(record: SweepRecord, summaries, report: Report) -> Lines:
@@ -294,21 +453,69 @@ def reproduce_section(record: SweepRecord, summaries, report: Report) -> Lines:
   states: dict[str, int] = {}
   for s in summaries.values():
     states[s["state"]] = states.get(s["state"], 0) + 1
+  counts += sum((p.confirmation_counts for p in report.points), Counts())
+  confirmation = (f"; confirmation seeds {list(record.confirmation_seeds())}"
+                  if record.confirm else "")
   return ["Reproduce:", "", "```bash", record.command, "```", "",
           f"Base: `{record.config}`" + (f" `{base}`" if base else ""), "",
           f"{len(record.runs)} runs: " + ", ".join(f"{n} {k}" for k, n in states.items())
           + f"; of the finished, {counts.learned} learned, {counts.stalled} "
-          f"stalled, {counts.diverged} diverged; seeds {list(record.seeds)}.", ""]
+          f"stalled, {counts.diverged} diverged; seeds {list(record.seeds)}"
+          f"{confirmation}.", ""]
 
 
 def points_section(record: SweepRecord, report: Report, points: Points) -> Lines:
+  where = (f"of each point's confirmation runs (seeds {_seeds(report.confirmation_seeds)}"
+           "), at the tuned value its tuning stage chose" if report.verdict_runs ==
+           "confirmation" else "at each point's chosen tuned value")
   return ["## Points", "",
-          f"Metrics on the {report.report_split} split at each point's chosen tuned value, "
+          f"Metrics on the {report.report_split} split {where}, "
           "mean ± standard deviation over its learned runs. Stalled: the final validation "
           "loss is not below the unigram entropy of the training targets (the best model "
           f"that ignores context) by {report.options.stall_margin} nats; stalled "
-          "and diverged runs are counted, not averaged.", "",
-          markdown_table(points_table(record, report, points)), ""]
+          "and diverged runs are counted, not averaged. Still improving: the validation "
+          "loss of those runs fell between their last two evaluations (the mean over "
+          "the runs) by more than the seed noise, the seed-to-seed standard deviation "
+          "of their final validation loss (the base point's where a point has one run): "
+          "a longer run may change the verdicts on that point.", "",
+          markdown_table(points_table(record, report, points)), ""] + eval_noise_lines(report)
+
+
+def tuning_stage_table(record: SweepRecord, report: Report) -> list[list[str]]:
+  """Per point: the chosen value, its tuning seeds' results there (validation,
+  which chose it, and the compared split) and its confirmation seeds'."""
+  metric, split = report.select_by, report.report_split
+  rows = [[a.label for a in record.axes]
+          + ["chosen", "tuning seeds (learned)", f"{metric} (validation, tuning seeds)",
+             f"{metric} ({split}, tuning seeds)",
+             f"{metric} ({split}, confirmation seeds)"]]
+  for point in report.points:
+    row = next((r for r in point.tuned if r.label == point.chosen_label), None)
+    learned = [s for s in row.seeds.values() if s.outcome == "learned"] if row else []
+    confirmed = [v[metric] for v in point.compared.values() if metric in v]
+    kept = ("" if point.confirmed is None or point.confirmed == point.chosen else
+            f" (confirmed at {analysis.compared_at(point)}, chosen before)")
+    rows.append(list(point.values.values())
+                + [(point.chosen_label or "none learned") + kept,
+                   f"{len(learned)} of {len(row.seeds) if row else 0}",
+                   _pm([s.validation[metric] for s in learned if metric in s.validation]),
+                   _pm([s.on(split)[metric] for s in learned if metric in s.on(split)]),
+                   _pm(confirmed)])
+  return rows
+
+
+def tuning_stage_section(record: SweepRecord, report: Report) -> Lines:
+  """A sweep with confirmation seeds: its tuning stage, for reference."""
+  if report.verdict_runs != "confirmation":
+    return []
+  return ["## Tuning stage (for reference: selected on these seeds)", "",
+          f"Each point's value was chosen on the validation split of the tuning seeds "
+          f"({_seeds(report.tuning_seeds)}), so their results at that value are biased in "
+          "the point's favour (a seed lucky at a value is lucky on every split) and no "
+          "verdict reads them; the confirmation seeds beside them are the runs the "
+          "verdicts read. The tuned values, the grid-edge check and the sensitivity below "
+          "are the tuning stage's.", "",
+          markdown_table(tuning_stage_table(record, report)), ""]
 
 
 def tuned_section(record: SweepRecord, report: Report, plots: Mapping[str, str]) -> Lines:
@@ -326,9 +533,13 @@ def tuned_section(record: SweepRecord, report: Report, plots: Mapping[str, str])
   if report.sensitivity:
     out += ["### Learning-rate sensitivity", "",
             "Wortsman et al. 2023: E_η[min(l(η), l0) − min_η l(η)] over the tuned "
-            "values, l the mean final validation loss of the learned runs, a value "
-            "whose runs all failed counted as l0 (the loss at initialisation, ln |V|). "
-            "Lower: the point trains well over a wider range.", "",
+            "values, l(η) the mean over the value's runs (the declared seeds) of each "
+            "run's final validation loss capped at l0: a stalled run at its own loss, "
+            "a diverged run at l0. l0 is the loss at initialisation: the mean of the "
+            "point's evaluations at step 0 (`eval.at_start`), or, for runs that did "
+            "not evaluate at step 0, the loss of the uniform prediction (ln |V|; ln "
+            "of the classes for classification); the last column says which. Lower: "
+            "the point trains well over a wider range.", "",
             markdown_table(sensitivity_table(report)), ""]
     for key, name in plots.items():
       if key.startswith("sensitivity:"):
@@ -353,6 +564,10 @@ def comparisons_section(record: SweepRecord, report: Report, plots: Mapping[str,
     out += [f"### {axis.label} (base value: "
             f"{value_label(axis.values[axis.reference], axis)})", "",
             markdown_table(comparisons_table(rows)), ""]
+    designs = [r for r in rows if r.metric == report.select_by and r.design]
+    if designs:
+      out += [markdown_table([["comparison", "context", "design"]] + [
+          [f"{r.value} vs {r.base_value}", r.context, r.design] for r in designs]), ""]
     if plots.get(f"curves:{ai}"):
       out += [f"![loss curves, {axis.label}]({plots[f'curves:{ai}']})", ""]
   return out
@@ -431,7 +646,8 @@ def render(record: SweepRecord, summaries, report: Report, plots: Mapping[str, s
   shown = at_chosen(points, report.chosen())  # a tuned point's runs at its chosen value
   sections = [title_section(record), verdicts_section(record, report, plots),
               reproduce_section(record, summaries, report),
-              points_section(record, report, points), tuned_section(record, report, plots),
+              points_section(record, report, points), tuning_stage_section(record, report),
+              tuned_section(record, report, plots),
               comparisons_section(record, report, plots), noise_section(report),
               scale_section(report, plots), lengths_section(record, points, shown, plots),
               layers_section(record, shown, plots)]

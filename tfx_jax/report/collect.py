@@ -76,7 +76,7 @@ def scaled_lengths(workdir: pathlib.Path) -> dict[str, dict[int, float]]:
 def split_metrics(workdir: pathlib.Path, split: str) -> dict[str, float]:
   """The newest ``python -m tfx_jax.evaluate --split SPLIT`` metrics of a run
   (``eval/<split>-<step>.json``) under the in-training names (``eval/loss``,
-  ``eval/bleu``, ...); {} if there is none."""
+  ``eval/loss_se``, ``eval/bleu``, ``eval/bleu_se``, ...); {} if there is none."""
   found = []
   for path in (workdir / "eval").glob(f"{split}-*.json"):
     step = path.name[len(split) + 1:-len(".json")]
@@ -94,7 +94,10 @@ def split_metrics(workdir: pathlib.Path, split: str) -> dict[str, float]:
 def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
   """The figures of one run that the report aggregates.
 
-  Keys: state, step, final (last value of every eval/* and train/nll tag),
+  Keys: state, step, final (last value of every eval/* and train/nll tag,
+  each evaluation metric's standard error ``eval/<metric>_se`` among them),
+  initial (every eval/* tag at step 0: the evaluation before the first update,
+  ``eval.at_start``; {} for a run that did not evaluate at step 0),
   curves ({tag: [(step, value)]} for train/loss and eval/loss),
   tokens_per_sec (median of train/tokens_per_sec, first interval excluded:
   it includes compilation), wall_seconds, compile_seconds, lengths
@@ -128,6 +131,8 @@ def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
       "state": status.get("state", entry.state),
       "step": int(status.get("step", 0)),
       "final": final,
+      "initial": {tag: points[0][1] for tag, points in scalars.items()
+                  if tag.startswith("eval/") and points and points[0][0] == 0},
       "curves": {t: [(s, v) for s, v, _ in scalars[t]]
                  for t in ("train/loss", "eval/loss") if t in scalars},
       "tokens_per_sec": statistics.median(tps) if tps else None,

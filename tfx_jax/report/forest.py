@@ -75,6 +75,9 @@ class Panel:
   level: float       # of the thin interval (0.95)
   tost_level: float  # of the thick one: 1 - 2 alpha (0.90)
   rows: tuple[Row, ...]
+  # Adaptive seeds: each row's intervals are at its look's levels, 1 - alpha w
+  # and 1 - 2 alpha w (``stats.SequentialDesign``), not at ``level``.
+  sequential: bool = False
 
 
 def row_label(record: SweepRecord, comparison: Comparison) -> str:
@@ -82,13 +85,16 @@ def row_label(record: SweepRecord, comparison: Comparison) -> str:
   3 paired seeds)``."""
   c, iv = comparison, comparison.interval
   where = f", {c.context}" if c.context != "-" else ""
+  kind = "confirmation seed" if record.confirm else "seed"
   if iv.low is None:
-    seeds = (f"{iv.n_a} seed{'s' if iv.n_a != 1 else ''} a side, no interval"
-             if iv.n_a == iv.n_b else f"{iv.n_a} vs {iv.n_b} seeds, no interval")
+    seeds = (f"{iv.n_a} {kind}{'s' if iv.n_a != 1 else ''} a side, no interval"
+             if iv.n_a == iv.n_b else f"{iv.n_a} vs {iv.n_b} {kind}s, no interval")
   elif iv.method == "paired":
-    seeds = f"{iv.n_a} paired seeds"
+    seeds = f"{iv.n_a} paired {kind}s"
   else:
-    seeds = f"{iv.n_a} vs {iv.n_b} seeds, unpaired"
+    seeds = f"{iv.n_a} vs {iv.n_b} {kind}s, unpaired"
+  if c.look is not None:
+    seeds += f", look {c.look.look} of {c.look.looks}"
   tuned = ", ".join(style.tuned_name(f) for f in record.tune)
   how = f"{tuned} tuned, {seeds}" if tuned else seeds
   return f"{c.axis}: {c.value} vs {c.base_value}{where} ({how})"
@@ -120,8 +126,10 @@ def forest_panels(record: SweepRecord, report: Report) -> list[Panel]:
     for c in comparisons:
       iv = c.interval
       marker, colour, filled = VERDICT_STYLE[c.verdict]
+      # The equivalence test's level: alpha, or the look's share of it.
+      a = alpha * c.look.share if c.look is not None and c.look.share > 0 else alpha
       if iv.se is not None:
-        half = stats.t_quantile(1.0 - alpha, iv.df) * iv.se if iv.se else 0.0
+        half = stats.t_quantile(1.0 - a, iv.df) * iv.se if iv.se else 0.0
         tost = (iv.diff - half, iv.diff + half)
       else:
         tost = (None, None)
@@ -139,7 +147,7 @@ def forest_panels(record: SweepRecord, report: Report) -> list[Panel]:
         margin=comparisons[0].margin,
         lower_is_better=analysis.lower_is_better(metric),
         level=comparisons[0].interval.level, tost_level=1.0 - 2.0 * alpha,
-        rows=tuple(rows)))
+        rows=tuple(rows), sequential=any(c.look is not None for c in comparisons)))
   return panels
 
 
@@ -210,10 +218,13 @@ def forest_plot(path: pathlib.Path, panels: list[Panel]) -> bool:
   handles = [_verdict_handle(v) for v in VERDICT_STYLE]
   from matplotlib.lines import Line2D  # pylint: disable=import-outside-toplevel
   from matplotlib.patches import Patch  # pylint: disable=import-outside-toplevel
+  sequential = any(p.sequential for p in panels)
   handles += [Line2D([], [], color="#555555", linewidth=1.2,
-                     label=f"{panels[0].level:.0%} interval"),
+                     label=("interval at its look's level (1 − α·w)" if sequential
+                            else f"{panels[0].level:.0%} interval")),
               Line2D([], [], color="#555555", linewidth=4.5, alpha=0.45,
-                     label=f"{panels[0].tost_level:.0%} interval (equivalence test)"),
+                     label=("equivalence test's interval (1 − 2α·w)" if sequential
+                            else f"{panels[0].tost_level:.0%} interval (equivalence test)")),
               Line2D([], [], marker="o", linestyle="", color="#555555", alpha=0.35,
                      markersize=4, label="one seed's difference (paired)"),
               Patch(color=BAND_COLOUR, alpha=0.6, label="equivalence band (±margin)")]

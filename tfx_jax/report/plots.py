@@ -6,15 +6,16 @@ mean, labels its axes with units and its ticks with plain numbers.
 
 - ``forest.png`` (``forest.py``): the headline, every comparison's
   difference from the base with its intervals and verdict;
-- ``curves_<axis>.png``: training and validation loss against the step, one
-  line per value of the axis (the mean over seeds, each seed a faint line; a
-  tuned sweep shows each point at its chosen tuned value), one column per
-  combination of the other axes (at most ``MAX_PANELS``);
+- ``curves_<axis>.png``: training and validation loss against the step (the
+  evaluation at step 0, before training, left out), one line per value of
+  the axis (the mean over seeds, each seed a faint line; a tuned sweep shows
+  each point at its chosen tuned value), one column per combination of the
+  other axes (at most ``MAX_PANELS``);
 - ``sensitivity_<field>_<axis>.png`` (tuned sweeps): per axis, the final
   validation metric against each tuned value (log x, ticks at the tuned
-  values), one curve per axis value (the mean of its learned runs, the chosen
-  value ringed), one panel per combination of the other axes, every seed a
-  faint point, failed runs an x at l0;
+  values), one curve per axis value (l(eta) of the sensitivity, the chosen
+  value ringed), one panel per combination of the other axes, every finished
+  seed a faint point, diverged runs an x at l0;
 - ``scale.png``: each axis's difference from its base value against the
   parameter count, with its interval (where an axis changes the model size);
 - ``lengths.png``: perplexity against the evaluation window, one line per point;
@@ -93,7 +94,8 @@ def curves_plot(path: pathlib.Path, record: SweepRecord, points: Points, axis_in
   axis = record.axes[axis_index]
   ctxs = points_lib.contexts(record.axes, axis_index)[:MAX_PANELS]
   tags = [(t, name) for t, name in CURVE_TAGS
-          if any(len(s["curves"].get(t, [])) > 1 for runs in points.values() for _, s in runs)]
+          if any(sum(step > 0 for step, _ in s["curves"].get(t, [])) > 1
+                 for runs in points.values() for _, s in runs)]
   if not tags:
     return False
   fig, panels = plt.subplots(len(tags), len(ctxs), figsize=(5.2 * len(ctxs), 3.6 * len(tags)),
@@ -106,7 +108,10 @@ def curves_plot(path: pathlib.Path, record: SweepRecord, points: Points, axis_in
       for vi in range(len(axis.values)):
         key = tuple(vi if j == axis_index else c for j, c in enumerate(ctx))
         runs, chosen = _shown_runs(record, points, report, key)
-        shown = [(s["state"], _finite(s["curves"].get(tag, []))) for _, s in runs]
+        # The evaluation at initialisation (step 0, the report's l0) is left
+        # out: near ln |V|, it would flatten the curves where they differ.
+        shown = [(s["state"], [(step, v) for step, v in _finite(s["curves"].get(tag, []))
+                               if step > 0]) for _, s in runs]
         shown = [(state, c) for state, c in shown if c]
         if not shown:
           continue
@@ -155,8 +160,10 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
                      axis_index: int | None, palette: style.Palette) -> bool:
   """The selection metric against the tuned ``field`` (other tuned fields at
   the point's chosen values): one panel per combination of the other axes,
-  one curve per value of the axis (the mean of its learned runs, the chosen
-  value ringed), each seed a faint point, each failed run an x at l0.
+  one curve per value of the axis (l(eta) of the sensitivity, each run capped
+  at l0 and a diverged one at l0; the mean of the learned runs where l0 is not
+  known; the chosen value ringed), each finished seed a faint point (a stalled
+  one at its own loss), each diverged run an x at l0.
   ``axis_index`` None: a sweep without axes, its one point."""
   plt = style.pyplot()
   if axis_index is None:
@@ -171,7 +178,7 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
   metric = style.metric_name(select_by)
   drawn = False
   for panel, ctx in zip(panels[0], ctxs):
-    xs_all, failed_any, l0 = [], False, None
+    xs_all, failed_any, l0, l0_from = [], False, None, None
     for vi in range(len(axis.values)):
       key = tuple(vi if j == axis_index else c for j, c in enumerate(ctx))
       s = by_key.get(key)
@@ -184,14 +191,15 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
                      key=lambda c: c.tuned[field])
       colour = palette.colour(axis_index, vi)
       label = "base config" if axis_index is None else palette.label(axis_index, vi)
-      xs = [c.tuned[field] for c in curve if c.mean is not None]
-      ys = [c.mean for c in curve if c.mean is not None]
+      height = {c.label: c.value if c.value is not None else c.mean for c in curve}
+      xs = [c.tuned[field] for c in curve if height[c.label] is not None]
+      ys = [height[c.label] for c in curve if height[c.label] is not None]
       panel.plot(xs, ys, marker="o", color=colour, linewidth=2.0, label=label, zorder=3)
       for c in curve:
         seeds = [v for v in c.seeds.values() if v is not None]
         panel.scatter([c.tuned[field]] * len(seeds), seeds, color=colour,
                       alpha=style.SEED_ALPHA + 0.1, s=14, linewidths=0, zorder=2)
-        if c.failed:
+        if any(v is None for v in c.seeds.values()):  # a diverged run
           # At l0; where it is not known, at the top edge of the panel.
           known = s.initial_loss is not None
           panel.scatter([c.tuned[field]], [s.initial_loss if known else 0.97],
@@ -199,14 +207,17 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
                         transform=(panel.transData if known
                                    else panel.get_xaxis_transform()))
           failed_any, l0 = True, s.initial_loss if known else l0
-        if chosen and c.tuned.get(field) == chosen.get(field) and c.mean is not None:
-          panel.scatter([c.tuned[field]], [c.mean], s=220, facecolors="none",
+          l0_from = s.initial_loss_source if known else l0_from
+        if (chosen and c.tuned.get(field) == chosen.get(field)
+            and height[c.label] is not None):
+          panel.scatter([c.tuned[field]], [height[c.label]], s=220, facecolors="none",
                         edgecolors=colour, linewidths=1.5, zorder=4)
       xs_all += [c.tuned[field] for c in curve]
       drawn = drawn or bool(curve)
     if l0 is not None:
       panel.axhline(l0, color="#999999", linestyle=":", linewidth=1.0)
-      panel.text(1.0, l0, " l0 = ln|V|", transform=panel.get_yaxis_transform(),
+      panel.text(1.0, l0, " l0 (step 0)" if l0_from == "step 0" else " l0 = ln|V|",
+                 transform=panel.get_yaxis_transform(),
                  va="center", ha="left", fontsize=7, color="#666666")
     title = (f"Final validation {metric} against {name}"
              + ("" if axis_index is None
@@ -229,8 +240,8 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
                        alpha=0.35, label="one seed")]
     if failed_any:
       handles.append(Line2D([], [], marker="x", linestyle="", color="#555555",
-                            label="failed run (at l0)" if l0 is not None
-                            else "failed run (l0 unknown)"))
+                            label="diverged run (at l0)" if l0 is not None
+                            else "diverged run (l0 unknown)"))
     panel.legend(handles=handles, fontsize=7)
   fig.tight_layout()
   return style.save(plt, fig, path, drawn)

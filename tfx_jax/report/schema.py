@@ -3,12 +3,17 @@
   Report        the whole: the options and baselines it used, its points,
                 comparisons, failed comparisons, sensitivity, noise and scale
   Point         one combination of axis values: its runs at each tuned value
-                (``TunedValue``, each seed a ``SeedResult``), the value chosen
-                and the per-seed metrics it is compared on
+                (``TunedValue``, each seed a ``SeedResult``), the value chosen,
+                its confirmation runs (a sweep with confirmation seeds) and the
+                per-seed metrics it is compared on, with its evaluations'
+                standard error beside its seed-to-seed spread
   Comparison    a value against its axis's base value in one context, on one
                 metric: the interval (``stats.Interval``), the Holm-adjusted
-                p, the verdict (``stats.Verdict``) and its sentence
+                p, the verdict (``stats.Verdict``) and its sentence; with
+                adaptive seeds, its ``Look`` in the report's ``Sequential`` test
   FailedComparison, Sensitivity, Noise, ScaleEffect: the other sections
+  Trend         whether a point's validation loss still fell at its last
+                evaluations by more than the seed noise (``Point.trend``)
 
 ``analysis.analyze`` builds a ``Report``; the markdown (``build``), the
 plots (``plots``, ``forest``) and the sweep's adaptive seeds read it;
@@ -34,6 +39,32 @@ from tfx_jax.sweep_record import Split
 FILENAME = "report.json"
 # A comparison with a side that never learned, at any tuned value.
 Failure = Literal["failed", "base failed", "both failed"]
+# The runs a report's verdicts read. "all": nothing was tuned, so no run
+# chose anything. "tuning": a tuned sweep without confirmation seeds, whose
+# verdicts read the seeds that chose each point's tuned value (selection-
+# biased: a seed lucky at a value favours its point). "reserved": the same
+# without a test split, the first seed only choosing and the others compared
+# on validation. "confirmation": the confirmation seeds, fresh seeds at each
+# point's chosen value that the selection never read.
+VerdictRuns = Literal["all", "tuning", "reserved", "confirmation"]
+# Where a point's l0, the loss at initialisation, comes from: "step 0", the
+# mean of its runs' evaluations before the first update (``eval.at_start``);
+# "uniform", the loss of the uniform prediction (ln |V|, or ln of the classes:
+# the task's ``initial_loss``) for runs that did not evaluate at step 0.
+InitialLossSource = Literal["step 0", "uniform"]
+# Whose runs gave a point's seed noise in ``Trend``: its own, or (a point
+# with one run) the base point's, every axis at its base value.
+NoiseFrom = Literal["point", "base point"]
+# Each evaluation logs a metric's standard error beside its mean, as
+# ``<metric>_se`` (eval/loss_se): the sampling error of the evaluated sample,
+# across its rows for losses and accuracy (``tasks.losses.standard_error``),
+# sacreBLEU's bootstrap for BLEU and chrF (``bleu.py``).
+SE_SUFFIX = "_se"
+
+
+def is_standard_error(metric: str) -> bool:
+  """``metric`` is another metric's evaluation standard error (eval/loss_se)."""
+  return metric.endswith(SE_SUFFIX)
 
 
 def _choice(value: Any, kind: Any, what: str) -> Any:
@@ -63,7 +94,9 @@ class Options:
 class Baseline:
   """What a run's loss is judged against (per dataset, tokenizer and task)."""
   unigram_entropy: float | None  # the best context-free loss; None: not known
-  initial_loss: float | None     # l0 = ln |V| (classes for classification)
+  # The uniform prediction's loss, ln |V| (classes for classification): l0
+  # where a point's runs did not evaluate at step 0 (``analysis.initial_loss``).
+  initial_loss: float | None
 
 
 # ------------------------------------------------------------------ points
@@ -150,6 +183,38 @@ class TunedValue:
 
 
 @dataclasses.dataclass(frozen=True)
+class Trend:
+  """Was the point's validation loss still falling when its runs stopped?
+
+  ``drop``: the mean, over the point's learned runs that its verdicts read
+  (its confirmation runs, else its runs at its chosen tuned value), of each
+  run's fall in validation loss (``eval/loss``) between its last two
+  evaluations after step 0 (``steps``: the first run's). ``seed_noise``: the
+  seed-to-seed standard deviation (n - 1) of those runs' final validation
+  loss, or, where the point has a single run, the base point's
+  (``noise_from``). ``still_improving``: drop > seed_noise, i.e. the last
+  interval of training alone moved the loss by more than a change of seed
+  does, so a longer run may change a verdict; None where no seed noise is
+  known (one run here and at the base point).
+  """
+  steps: tuple[int, int]
+  drop: float
+  runs: int
+  seed_noise: float | None
+  noise_from: NoiseFrom | None
+  still_improving: bool | None
+
+  def to_json(self) -> dict[str, Any]:
+    return {**dataclasses.asdict(self), "steps": list(self.steps)}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> Trend:
+    return cls(tuple(data["steps"]), data["drop"], int(data["runs"]), data["seed_noise"],
+               _choice(data["noise_from"], NoiseFrom, "noise_from"),
+               data["still_improving"])
+
+
+@dataclasses.dataclass(frozen=True)
 class Point:
   """One combination of axis values (``key``: the index of each axis's value)."""
   key: tuple[int, ...]
@@ -162,6 +227,41 @@ class Point:
   runs: int
   compared: dict[int, dict[str, float]]  # {seed: {metric: value}} at the chosen value
   num_params: int | None
+  trend: Trend | None = None  # None: no learned run with two evaluations after step 0
+  # A sweep with confirmation seeds: the tuned values its confirmation runs
+  # ran at (None: none yet, or nothing to confirm) and those runs, whose
+  # learned ones are ``compared``; ``tuned`` and ``counts`` are the tuning stage's.
+  confirmed: dict[str, Any] | None = None
+  confirmation: dict[int, SeedResult] = dataclasses.field(default_factory=dict)
+
+  @property
+  def confirmation_counts(self) -> Counts:
+    """The confirmation runs by outcome."""
+    return Counts.of(s.outcome for s in self.confirmation.values())
+
+  @property
+  def seed_sd(self) -> dict[str, float]:
+    """{metric: the seed-to-seed standard deviation (n - 1) of ``compared``},
+    for the metrics two or more compared seeds have."""
+    out = {}
+    for metric in sorted({m for v in self.compared.values() for m in v}):
+      values = [v[metric] for v in self.compared.values() if metric in v]
+      if len(values) > 1 and not is_standard_error(metric):
+        out[metric] = stats.mean_std(values)[1]
+    return out
+
+  @property
+  def eval_se(self) -> dict[str, float]:
+    """{metric: the evaluation standard error of the compared runs}: the root
+    mean square of each run's own ``<metric>_se`` (variances average), for
+    the metrics whose evaluations logged one. Beside ``seed_sd`` it says how
+    much of the seed-to-seed spread the evaluated sample alone could make."""
+    out = {}
+    for key in sorted({m for v in self.compared.values() for m in v}):
+      if is_standard_error(key):
+        se = [v[key] for v in self.compared.values() if key in v]
+        out[key[:-len(SE_SUFFIX)]] = (sum(x * x for x in se) / len(se)) ** 0.5
+    return out
 
   def to_json(self) -> dict[str, Any]:
     return {"key": list(self.key), "values": dict(self.values),
@@ -170,7 +270,13 @@ class Point:
             "tuned": [t.to_json() for t in self.tuned], "counts": self.counts.to_json(),
             "runs": self.runs,
             "compared": {s: dict(m) for s, m in self.compared.items()},
-            "num_params": self.num_params}
+            "num_params": self.num_params,
+            # Derived from ``compared`` (not read back): the evaluation noise
+            # beside the seed noise.
+            "eval_se": self.eval_se, "seed_sd": self.seed_sd,
+            "trend": None if self.trend is None else self.trend.to_json(),
+            "confirmed": None if self.confirmed is None else dict(self.confirmed),
+            "confirmation": {s: r.to_json() for s, r in self.confirmation.items()}}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> Point:
@@ -178,7 +284,10 @@ class Point:
                data["chosen_label"], dict(data["chosen_at_edge"]),
                tuple(TunedValue.from_json(t) for t in data["tuned"]),
                Counts.from_json(data["counts"]), int(data["runs"]),
-               _by_seed(data["compared"], dict), data["num_params"])
+               _by_seed(data["compared"], dict), data["num_params"],
+               trend=None if data["trend"] is None else Trend.from_json(data["trend"]),
+               confirmed=data["confirmed"],
+               confirmation=_by_seed(data["confirmation"], SeedResult.from_json))
 
 
 # -------------------------------------------------------------- comparisons
@@ -195,6 +304,27 @@ def interval_from_json(data: Mapping[str, Any]) -> stats.Interval:
       diff=data["diff"], low=data["low"], high=data["high"], df=data["df"], se=data["se"],
       p_value=data["p"], method=_choice(data["method"], stats.Method, "method"),
       n_a=int(data["n"]), n_b=int(data["n_base"]), level=data["level"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Look:
+  """Where a comparison of a sweep with adaptive seeds stands in its
+  sequential design (``Sequential``): look ``look`` of ``looks``, whose tests
+  spend ``share`` (w_k) of alpha. The comparison's interval is at level
+  1 - alpha * w_k and its ``p_adjusted`` is the Holm-adjusted sequential p of
+  the difference; ``p_equivalence`` is that of the equivalence test."""
+  look: int
+  looks: int
+  share: float
+  p_equivalence: float | None
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> Look:
+    return cls(int(data["look"]), int(data["looks"]), float(data["share"]),
+               data["p_equivalence"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +351,8 @@ class Comparison:
   verdict: stats.Verdict
   seeds_needed: int | None     # unresolved: seeds that would detect this difference
   text: str                    # the verdict as a sentence
+  look: Look | None = None     # adaptive seeds: the look (None: fixed-seed analysis)
+  design: str = ""             # the design in one line (analysis.design_line)
 
   def key_of(self, value_index: int) -> tuple[int, ...]:
     """The key of the point at ``value_index`` of this comparison's axis, in its context."""
@@ -237,7 +369,8 @@ class Comparison:
             "counts": self.counts.to_json(), "base_counts": self.base_counts.to_json(),
             "p_adjusted": self.p_adjusted, "verdict": self.verdict,
             "seeds_needed": self.seeds_needed, "text": self.text,
-            **interval_to_json(self.interval)}
+            "look": None if self.look is None else self.look.to_json(),
+            "design": self.design, **interval_to_json(self.interval)}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> Comparison:
@@ -252,7 +385,9 @@ class Comparison:
         counts=Counts.from_json(data["counts"]),
         base_counts=Counts.from_json(data["base_counts"]), p_adjusted=data["p_adjusted"],
         verdict=_choice(data["verdict"], stats.Verdict, "verdict"),
-        seeds_needed=data["seeds_needed"], text=data["text"])
+        seeds_needed=data["seeds_needed"], text=data["text"],
+        look=None if data["look"] is None else Look.from_json(data["look"]),
+        design=data.get("design", ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,19 +403,25 @@ class FailedComparison:
   base_runs: int
   verdict: Failure
   text: str
+  # Where a side's counts are its confirmation runs: the tuned values they
+  # ran at, as a label (None: the counts are its tuning stage's).
+  confirmed: str | None = None
+  base_confirmed: str | None = None
 
   def to_json(self) -> dict[str, Any]:
     return {"axis": self.axis, "value": self.value, "base_value": self.base_value,
             "context": self.context, "counts": self.counts.to_json(),
             "base_counts": self.base_counts.to_json(), "runs": self.runs,
-            "base_runs": self.base_runs, "verdict": self.verdict, "text": self.text}
+            "base_runs": self.base_runs, "verdict": self.verdict, "text": self.text,
+            "confirmed": self.confirmed, "base_confirmed": self.base_confirmed}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> FailedComparison:
     return cls(data["axis"], data["value"], data["base_value"], data["context"],
                Counts.from_json(data["counts"]), Counts.from_json(data["base_counts"]),
                int(data["runs"]), int(data["base_runs"]),
-               _choice(data["verdict"], Failure, "verdict"), data["text"])
+               _choice(data["verdict"], Failure, "verdict"), data["text"],
+               data["confirmed"], data["base_confirmed"])
 
 
 # ------------------------------------------------------- sensitivity, noise
@@ -289,18 +430,21 @@ class CurvePoint:
   """The selection metric of a point at one tuned value."""
   tuned: dict[str, Any]
   label: str
-  seeds: dict[int, float | None]  # each finished seed's value; None: it failed
+  seeds: dict[int, float | None]  # each finished seed's final value; None: it diverged
   mean: float | None              # of the learned seeds
-  failed: int
+  failed: int                     # stalled or diverged seeds
+  # l(eta) of the sensitivity: the mean of min(value, l0) over the declared
+  # seeds, a diverged seed at l0 (``stats.capped_mean``); None: l0 not known.
+  value: float | None = None
 
   def to_json(self) -> dict[str, Any]:
     return {"tuned": dict(self.tuned), "label": self.label, "seeds": dict(self.seeds),
-            "mean": self.mean, "failed": self.failed}
+            "mean": self.mean, "failed": self.failed, "value": self.value}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> CurvePoint:
     return cls(dict(data["tuned"]), data["label"], _by_seed(data["seeds"]), data["mean"],
-               int(data["failed"]))
+               int(data["failed"]), data["value"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,18 +455,25 @@ class Sensitivity:
   curve: tuple[CurvePoint, ...]
   initial_loss: float | None  # l0
   sensitivity: float | None
-  all_failed: bool            # no tuned value ended below l0
+  all_failed: bool            # no run learned, at any tuned value: no number
+  initial_loss_source: InitialLossSource | None = None  # None: l0 not known
+  initial_loss_runs: int = 0  # the runs whose step-0 evaluations l0 is the mean of
 
   def to_json(self) -> dict[str, Any]:
     return {"point": dict(self.point), "key": list(self.key),
             "curve": [c.to_json() for c in self.curve], "initial_loss": self.initial_loss,
+            "initial_loss_source": self.initial_loss_source,
+            "initial_loss_runs": self.initial_loss_runs,
             "sensitivity": self.sensitivity, "all_failed": self.all_failed}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> Sensitivity:
     return cls(dict(data["point"]), tuple(data["key"]),
                tuple(CurvePoint.from_json(c) for c in data["curve"]), data["initial_loss"],
-               data["sensitivity"], bool(data["all_failed"]))
+               data["sensitivity"], bool(data["all_failed"]),
+               _choice(data["initial_loss_source"], InitialLossSource,
+                       "initial_loss_source"),
+               int(data["initial_loss_runs"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -369,6 +520,29 @@ class ScaleEffect:
 
 # ------------------------------------------------------------------- whole
 @dataclasses.dataclass(frozen=True)
+class Sequential:
+  """How a sweep with adaptive seeds (``--until-resolved MAX_SEEDS``) is
+  tested: ``design``'s looks (``stats.SequentialDesign``: seeds in a verdict
+  at the first and the last look), the method and its reference."""
+  max_seeds: int
+  design: stats.SequentialDesign
+  method: str = stats.SEQUENTIAL_METHOD
+  reference: str = stats.SEQUENTIAL_REFERENCE
+
+  def to_json(self) -> dict[str, Any]:
+    return {"method": self.method, "reference": self.reference,
+            "max_seeds": self.max_seeds, "first": self.design.first,
+            "last": self.design.last, "looks": self.design.looks, "rho": self.design.rho}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> Sequential:
+    return cls(int(data["max_seeds"]),
+               stats.SequentialDesign(int(data["first"]), int(data["last"]),
+                                      float(data["rho"])),
+               data["method"], data["reference"])
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
   """report.json."""
   sweep: str
@@ -384,6 +558,15 @@ class Report:
   sensitivity: tuple[Sensitivity, ...]
   noise: tuple[Noise, ...]
   scale: tuple[ScaleEffect, ...]
+  verdict_runs: VerdictRuns = "all"  # the runs the verdicts read
+  tuning_seeds: tuple[int, ...] = ()        # the declared seeds
+  confirmation_seeds: tuple[int, ...] = ()  # a confirmed sweep's declared ones
+  sequential: Sequential | None = None  # adaptive seeds' test (None: fixed seeds)
+
+  @property
+  def selection_biased(self) -> bool:
+    """The verdicts read the seeds that chose each point's tuned value."""
+    return self.verdict_runs == "tuning"
 
   def point(self, key: tuple[int, ...]) -> Point | None:
     return next((p for p in self.points if p.key == tuple(key)), None)
@@ -404,7 +587,11 @@ class Report:
         "failed": [f.to_json() for f in self.failed],
         "sensitivity": [s.to_json() for s in self.sensitivity],
         "noise": [n.to_json() for n in self.noise],
-        "scale": [s.to_json() for s in self.scale]}
+        "scale": [s.to_json() for s in self.scale],
+        "verdict_runs": self.verdict_runs, "selection_biased": self.selection_biased,
+        "tuning_seeds": list(self.tuning_seeds),
+        "confirmation_seeds": list(self.confirmation_seeds),
+        "sequential": None if self.sequential is None else self.sequential.to_json()}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> Report:
@@ -421,7 +608,12 @@ class Report:
         failed=tuple(FailedComparison.from_json(f) for f in data["failed"]),
         sensitivity=tuple(Sensitivity.from_json(s) for s in data["sensitivity"]),
         noise=tuple(Noise.from_json(n) for n in data["noise"]),
-        scale=tuple(ScaleEffect.from_json(s) for s in data["scale"]))
+        scale=tuple(ScaleEffect.from_json(s) for s in data["scale"]),
+        verdict_runs=_choice(data["verdict_runs"], VerdictRuns, "verdict_runs"),
+        tuning_seeds=tuple(data["tuning_seeds"]),
+        confirmation_seeds=tuple(data["confirmation_seeds"]),
+        sequential=(None if data["sequential"] is None
+                    else Sequential.from_json(data["sequential"])))
 
 
 def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -432,12 +624,34 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
   per tuned value, the failed choosing runs and the score
   (``selection_failed``, ``selection_score``: not known, None); per
   comparison, the outcome counts of both sides and the seeds needed
-  (``counts``, ``base_counts``, ``seeds_needed``).
+  (``counts``, ``base_counts``, ``seeds_needed``); per point, its ``trend``
+  (not known, None); per sensitivity, where l0 came from (earlier reports
+  took it as the uniform prediction's loss, ln |V|: ``initial_loss_source``
+  "uniform", ``initial_loss_runs`` 0) and each tuned value's capped mean
+  (``value``: not known, None; those reports' ``seeds`` are None for stalled
+  runs too). Before confirmation seeds: no ``verdict_runs`` (a tuned sweep's
+  verdicts read its tuning seeds, or all but the reserved seed; an untuned
+  sweep's every run), ``tuning_seeds`` (not known: empty) or
+  ``confirmation_seeds`` (none); per point no ``confirmed`` or
+  ``confirmation``; per failed comparison no ``confirmed`` side. Before the
+  sequential test of adaptive seeds: no ``sequential`` and no ``look`` per
+  comparison (those reports tested every look at a fixed alpha: None).
   """
   data = copy.deepcopy(dict(data))
   data.setdefault("failed", [])
+  data.setdefault("verdict_runs", "all" if not data["tune"] else
+                  "tuning" if data.get("reserved_seed") is None else "reserved")
+  data.setdefault("tuning_seeds", [])
+  data.setdefault("confirmation_seeds", [])
+  data.setdefault("sequential", None)
+  for row in data["failed"]:
+    row.setdefault("confirmed", None)
+    row.setdefault("base_confirmed", None)
   for point in data["points"]:
     point.setdefault("chosen_at_edge", {})
+    point.setdefault("trend", None)
+    point.setdefault("confirmed", None)
+    point.setdefault("confirmation", {})
     for row in point["tuned"]:
       row.setdefault("selection_failed", 0)
       row.setdefault("selection_score", None)
@@ -445,6 +659,13 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("counts", "base_counts"):
       row.setdefault(key, Counts().to_json())
     row.setdefault("seeds_needed", None)
+    row.setdefault("look", None)
+  for row in data.get("sensitivity", []):
+    row.setdefault("initial_loss_source",
+                   None if row.get("initial_loss") is None else "uniform")
+    row.setdefault("initial_loss_runs", 0)
+    for point in row["curve"]:
+      point.setdefault("value", None)
   return data
 
 

@@ -32,8 +32,10 @@ Degenerate cases, so that no NaN reaches a table:
 The rest of the module builds verdicts from these: Holm-adjusted p-values
 (``holm``), equivalence by two one-sided tests (``tost``), ``verdict``; the
 power of the design (``t_test_power``, ``min_detectable_difference``,
-``seeds_needed``); and per-point summaries of runs (``lr_sensitivity``,
-``classify_run``; the unigram entropy it compares with is
+``seeds_needed``); the tests of adaptive seeds, valid whatever look they are
+read at (``SequentialDesign``, ``sequential_look``, ``sequential_p``,
+``sequential_seeds_needed``); and per-point summaries of runs (``lr_sensitivity``,
+``capped_mean``, ``classify_run``; the unigram entropy it compares with is
 ``tfx_jax.data.baselines.entropy_nats``).
 """
 
@@ -42,9 +44,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from typing import Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from scipy import optimize
+from scipy import special
 from scipy import stats as scipy_stats
 
 Method = Literal["paired", "welch"]
@@ -95,7 +98,14 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 def t_quantile(p: float, df: float) -> float:
   """The p-quantile of Student's t with ``df`` (possibly fractional) degrees of freedom."""
-  return float(scipy_stats.t.ppf(p, df))
+  # SciPy's t.ppf is this function behind its argument checks, which cost
+  # 30 times the computation (a report with adaptive seeds computes thousands).
+  return float(special.stdtrit(df, p))
+
+
+def t_sf(x: float, df: float) -> float:
+  """P(T_df > x) for Student's t (SciPy's t.sf without its argument checks)."""
+  return float(special.stdtr(df, -x))
 
 
 def _check_inputs(a: Sequence[float], b: Sequence[float], level: float) -> None:
@@ -122,7 +132,7 @@ def _interval(diff: float, se2: float, df: float, method: Method, n_a: int, n_b:
                     method, n_a, n_b, level)
   se = math.sqrt(se2)
   half = t_quantile(0.5 + level / 2, df) * se
-  p_value = float(2.0 * scipy_stats.t.sf(abs(diff) / se, df))
+  p_value = 2.0 * t_sf(abs(diff) / se, df)
   return Interval(diff, diff - half, diff + half, df, se, min(p_value, 1.0),
                   method, n_a, n_b, level)
 
@@ -246,8 +256,8 @@ def tost(result: Interval, delta: float, alpha: float = 0.05) -> Equivalence:
     p_high = 0.0 if d < delta else 1.0
     half = 0.0
   else:
-    p_low = float(scipy_stats.t.sf((d + delta) / se, df))
-    p_high = float(scipy_stats.t.cdf((d - delta) / se, df))
+    p_low = t_sf((d + delta) / se, df)
+    p_high = t_sf((delta - d) / se, df)
     half = t_quantile(1.0 - alpha, df) * se
   p_value = max(p_low, p_high)
   return Equivalence(p_value, d - half, d + half, delta, alpha, p_value < alpha)
@@ -257,7 +267,7 @@ Verdict = Literal["better", "worse", "equivalent", "unresolved"]
 
 
 def verdict(result: Interval, p_adjusted: float | None, delta: float, alpha: float = 0.05,
-            lower_is_better: bool = True) -> Verdict:
+            lower_is_better: bool = True, equivalence: Equivalence | None = None) -> Verdict:
   """What the seeds say about value vs base (``result`` is value - base).
 
   In order of precedence:
@@ -265,14 +275,16 @@ def verdict(result: Interval, p_adjusted: float | None, delta: float, alpha: flo
        the sign of d decides, read through ``lower_is_better`` (loss: d < 0 is
        better; accuracy: d > 0 is better). A significant difference wins even
        when it also lies within +-delta: it is real, if perhaps small.
-    2. "equivalent": not significant, and the TOST (``tost``, unadjusted, at
-       alpha) puts the difference inside +-delta.
+    2. "equivalent": not significant, and the equivalence test says so:
+       ``equivalence`` where given (the sequential analysis passes its
+       Holm-adjusted one, ``SequentialLook``), else the TOST of ``result``
+       (``tost``, unadjusted, at alpha) puts the difference inside +-delta.
     3. "unresolved": neither; the data cannot decide (too few seeds, too much
        noise for delta, or a single seed a side, where ``p_adjusted`` is None).
   """
   if p_adjusted is not None and p_adjusted < alpha and result.diff != 0.0:
     return "better" if (result.diff < 0.0) == lower_is_better else "worse"
-  if tost(result, delta, alpha).equivalent:
+  if (equivalence if equivalence is not None else tost(result, delta, alpha)).equivalent:
     return "equivalent"
   return "unresolved"
 
@@ -287,9 +299,12 @@ def _design(n: int, paired: bool) -> tuple[float, float]:
 
 def _power_at_ncp(ncp: float, df: float, alpha: float) -> float:
   c = t_quantile(1.0 - alpha / 2, df)
-  # P(T'_ncp < -c) = P(T'_-ncp > c): SciPy's nct.cdf returns NaN deep in the
-  # lower tail (e.g. df=1, ncp=8) where nct.sf with -ncp returns its ~0.
-  return float(scipy_stats.nct.sf(c, df, ncp) + scipy_stats.nct.sf(c, df, -ncp))
+  # P(T'_ncp > c) = P(T'_-ncp < -c) and P(T'_ncp < -c) by SciPy's nctdtr, the
+  # cdf (nct.sf is 40 times slower behind its checks). nctdtr is NaN deep in
+  # the lower tail (e.g. df=1, ncp=8), where the probability is below double
+  # precision: nct.sf(c, df, -ncp) returns 0 at every such point (tests).
+  lower = float(special.nctdtr(df, ncp, -c))
+  return float(special.nctdtr(df, -ncp, -c)) + (lower if math.isfinite(lower) else 0.0)
 
 
 def t_test_power(diff: float, sd: float, n: int, paired: bool, alpha: float = 0.05) -> float:
@@ -351,19 +366,211 @@ def seeds_needed(diff: float, sd: float, paired: bool, alpha: float = 0.05,
   """The smallest n (pairs, or seeds per side) at which ``t_test_power`` reaches ``power``.
 
   None when even ``max_n`` does not (or diff = 0, which no n detects). The
-  power grows with n (both df and the noncentrality do), so the first n that
-  reaches it is the answer: min_detectable_difference(sd, n) <= |diff|.
+  power grows with n (both df and the noncentrality do), so the answer is
+  found by bisection: the n with min_detectable_difference(sd, n) <= |diff|
+  < min_detectable_difference(sd, n - 1).
   """
   if diff == 0.0:
     return None
-  for n in range(2, max_n + 1):
-    if t_test_power(diff, sd, n, paired, alpha) >= power:
-      return n
-  return None
+  return _first_n(lambda n: t_test_power(diff, sd, n, paired, alpha) >= power, 2, max_n)
+
+
+def _first_n(reaches, low: int, high: int) -> int | None:
+  """The smallest n in [low, high] where the monotone predicate ``reaches``
+  holds (False below it, True from it on); None where it holds nowhere."""
+  if high < low or not reaches(high):
+    return None
+  while low < high:
+    mid = (low + high) // 2
+    if reaches(mid):
+      high = mid
+    else:
+      low = mid + 1
+  return low
+
+
+# ------------------------------------------------------------ sequential looks
+# Adaptive seeds (``--until-resolved MAX_SEEDS``) test the same comparison
+# again after every seed added: at a fixed alpha, the chance that some look
+# rejects a true null grows with the looks (about 0.15 at alpha 0.05 over
+# looks at 2, 3, ..., 6 seeds). The looks are known in advance (seeds added
+# one at a time up to MAX_SEEDS), so alpha is split between them beforehand.
+SEQUENTIAL_METHOD = ("paired t and TOST at each look's share of alpha, Bonferroni over "
+                     "the looks, alpha spent by the power family (n / N)^3")
+SEQUENTIAL_REFERENCE = ("Kim and DeMets 1987, \"Design and analysis of group sequential "
+                        "tests based on the type I error spending rate function\", "
+                        "Biometrika 74:149-154; Lan and DeMets 1983, Biometrika 70:659-663")
+RHO = 3.0  # the power family's exponent: O'Brien-Fleming-like, little alpha early
+
+
+@dataclasses.dataclass(frozen=True)
+class SequentialDesign:
+  """The looks of adaptive seeds: look k tests ``first + k - 1`` seeds, the last ``last``.
+
+  Alpha is spent over the looks by the power family of Kim and DeMets (1987):
+  the looks with at most n seeds together spend alpha * (n / last)^rho, so
+  look k spends its share
+
+    w_k = (n_k / N)^rho - ((n_k - 1) / N)^rho   (the first look: (n_1 / N)^rho)
+
+  with N = ``last`` and nothing spent below 2 seeds, where no t test exists;
+  the shares sum to 1. Each look's tests run at alpha * w_k, and a rejection
+  at any look counts: by the union bound (Bonferroni over the looks),
+
+    P(some look rejects a true null) <= sum_k alpha * w_k = alpha,
+
+  whatever the dependence between looks (they share seeds) and whatever rule
+  decides to stop, since every look the rule could take is in the sum. It is
+  conservative (at alpha 0.05 and looks at 4-8 seeds the simulated rate is
+  0.03): the joint law of the looks' t statistics would spend alpha exactly
+  (Lan and DeMets 1983), but it has no closed form for Student's t.
+  rho = 3 keeps most of alpha for the last looks (early looks with 2-3 seeds
+  have little power to spend it on): simulated at first look 2, N = 8, a true
+  difference of 1.5 sd is found with probability 0.85, against 0.73 for
+  equal shares and 0.58 for the anytime-valid safe t-test (Grunwald, de
+  Heide and Koolen 2024, prior g = 1), which cannot reject at all with 4
+  seeds or fewer; fixed-alpha re-testing finds it with 0.97 but rejects a
+  true null with 0.18.
+  """
+  first: int
+  last: int
+  rho: float = RHO
+
+  def __post_init__(self):
+    if not 1 <= self.first <= self.last:
+      raise ValueError(f"a sequential design needs 1 <= first <= last seeds, got "
+                       f"first={self.first}, last={self.last}")
+    if not self.rho > 0.0:
+      raise ValueError(f"rho must be positive, got {self.rho}")
+
+  @property
+  def looks(self) -> int:
+    return self.last - self.first + 1
+
+  def seeds(self, look: int) -> int:
+    """The seeds of look ``look`` (1-based)."""
+    return self.first + look - 1
+
+  def spent(self, n: int) -> float:
+    """The share of alpha the looks with at most ``n`` seeds spend together."""
+    return 0.0 if n < 2 else min(1.0, n / self.last) ** self.rho
+
+  def share(self, look: int) -> float:
+    """w_k of look ``look`` (1-based); 0 past the last look (no alpha is left)."""
+    if look < 1:
+      raise ValueError(f"looks count from 1, got {look}")
+    if look > self.looks:
+      return 0.0
+    n = self.seeds(look)
+    return self.spent(n) - (self.spent(n - 1) if look > 1 else 0.0)
+
+
+def sequential_p(p_value: float | None, share: float) -> float | None:
+  """A look's p-value made valid over every look of its design: min(1, p / w_k).
+
+  P(p_k / w_k <= a for some look k) <= sum_k a * w_k = a under the null, so it
+  is a p-value whichever look it is read at, and Holm's adjustment applies
+  to it as to any (``holm``). None stays None (no test); a look with no
+  share (w_k = 0) can reject nothing: 1.
+  """
+  if p_value is None:
+    return None
+  return 1.0 if share <= 0.0 else min(1.0, p_value / share)
+
+
+@dataclasses.dataclass(frozen=True)
+class SequentialLook:
+  """One look of a comparison under a ``SequentialDesign``.
+
+  ``interval``: the paired t interval at level 1 - alpha * w_k (over every
+  look together, the mean lies outside at most alpha of the time: a
+  confidence sequence by the union bound), its ``p_value`` the look's own;
+  ``equivalence``: the TOST at alpha * w_k; ``p_difference`` and
+  ``p_equivalence``: their p-values made valid over the looks
+  (``sequential_p``), to be Holm-adjusted across the report's comparisons.
+  """
+  look: int
+  looks: int
+  share: float
+  interval: Interval
+  equivalence: Equivalence
+  p_difference: float | None
+  p_equivalence: float | None
+
+
+def sequential_look(a: Sequence[float], b: Sequence[float], design: SequentialDesign,
+                    look: int, delta: float, alpha: float = 0.05) -> SequentialLook:
+  """The tests of look ``look`` on the pairs (a[i], b[i]) it has (``SequentialLook``).
+
+  The equivalence null (the true difference is at least delta away from 0) is
+  a shifted mean in the metric's units, not a standardised effect, so the
+  anytime-valid safe t-test, built on the scale invariance of d = 0, does not
+  apply to it as it stands; the union bound does, to TOST as to the paired t.
+  """
+  share = design.share(look)
+  if share <= 0.0:  # no alpha at this look: shown at 1 - alpha, tests nothing
+    interval = paired_interval(a, b, 1.0 - alpha)
+    eq = tost(interval, delta, alpha)
+    eq = dataclasses.replace(eq, p_value=None if eq.p_value is None else 1.0,
+                             equivalent=False)
+  else:
+    interval = paired_interval(a, b, 1.0 - alpha * share)
+    eq = tost(interval, delta, alpha * share)
+  return SequentialLook(look, design.looks, share, interval, eq,
+                        sequential_p(interval.p_value, share),
+                        sequential_p(eq.p_value, share))
+
+
+def sequential_seeds_needed(diff: float, sd: float, first: int, alpha: float = 0.05,
+                            power: float = 0.8, rho: float = RHO,
+                            max_n: int = 64) -> int | None:
+  """The smallest last look N of a design from ``first`` seeds whose last look
+  alone detects ``diff`` with ``power``: a paired t test of N pairs at
+  alpha * w_N (``SequentialDesign(first, N).share`` of its last look).
+
+  The design's earlier looks can only add rejections, so its power is at
+  least this; N is a budget for ``--until-resolved`` (MAX_SEEDS, counted in
+  seeds that enter the verdict). ``alpha`` is the level the design spends
+  (the family's, divided by the comparisons it is adjusted with). None when
+  no N up to ``max_n`` reaches it, or diff = 0.
+
+  The smallest N, max(first, 2), is a design of one look, which spends all
+  of alpha; from the next N on the last look's share falls as the power of
+  its extra seeds rises, and "reaches ``power``" (>= 0.5) holds from some N
+  on, which bisection finds (checked against a scan of every N in the tests).
+  """
+  if diff == 0.0:
+    return None
+
+  def reaches(n: int) -> bool:
+    design = SequentialDesign(first, n, rho)
+    return t_test_power(diff, sd, n, True, alpha * design.share(design.looks)) >= power
+
+  single = max(first, 2)
+  if single <= max_n and reaches(single):
+    return single
+  return _first_n(reaches, single + 1, max_n)
 
 
 # ----------------------------------------------------- learning-rate sensitivity
-def lr_sensitivity(losses_by_lr: Mapping[float, float | None], l0: float) -> float:
+def capped_mean(losses: Sequence[float | None], l0: float) -> float:
+  """The mean of min(l, l0) over runs: each run at its own final loss, capped at l0.
+
+  A run with no finite loss (None, NaN, inf: it diverged) counts as l0, the
+  loss of a model that learned nothing; a run that stalled counts at its own
+  loss (capped at l0 like any other). This is l(eta) of ``lr_sensitivity``
+  and the score by which a tuned value is chosen.
+  """
+  if not losses:
+    raise ValueError("capped_mean needs at least one run")
+  if not math.isfinite(l0):
+    raise ValueError(f"l0 must be finite, got {l0}")
+  capped = [l0 if loss is None or not math.isfinite(loss) else min(loss, l0)
+            for loss in losses]
+  return sum(capped) / len(capped)
+
+
+def lr_sensitivity(losses_by_lr: Mapping[Any, Sequence[float | None]], l0: float) -> float:
   """How much a point loses by not having its learning rate tuned (Wortsman et al. 2023).
 
   Wortsman et al., "Small-scale proxies for large-scale Transformer training
@@ -373,25 +580,24 @@ def lr_sensitivity(losses_by_lr: Mapping[float, float | None], l0: float) -> flo
 
   the mean, over the learning rates swept (each equally weighted: the grid is
   the measure, log-spaced in the paper), of the final loss's excess over the
-  point's best learning rate. (The best is taken over the capped losses; it is
-  the same number whenever some run ended below l0.) l0 is the loss at initialisation (ln V for a
-  uniform prediction over V tokens); capping at l0 keeps a failed run from
-  counting for more than "learned nothing". A failed run (None, a non-finite
-  loss; the caller passes None for runs that diverged or stalled) counts as l0.
+  point's best learning rate. ``losses_by_lr`` maps each rate to the final
+  losses of its runs (its seeds); the cap applies per run, each at its own
+  final loss, and l(eta) is their mean (``capped_mean``): a run that stalled
+  counts at its real loss, one that diverged (None or non-finite: no loss) at
+  l0. l0 is the loss at initialisation (measured by an evaluation before
+  the first update, or ln V for a uniform prediction over V tokens); capping
+  at l0 keeps a run from counting for more than "learned nothing".
 
-  Raises ValueError when no run ended below l0: the formula would give 0,
+  Raises ValueError when no rate ended below l0: the formula would give 0,
   which would read as "insensitive" for a point that never trained.
   """
   if not losses_by_lr:
     raise ValueError("lr_sensitivity needs at least one learning rate")
-  if not math.isfinite(l0):
-    raise ValueError(f"l0 must be finite, got {l0}")
-  capped = [l0 if loss is None or not math.isfinite(loss) else min(loss, l0)
-            for loss in losses_by_lr.values()]
-  best = min(capped)
+  values = {lr: capped_mean(losses, l0) for lr, losses in losses_by_lr.items()}
+  best = min(values.values())
   if best >= l0:
     raise ValueError(f"no learning rate of {sorted(losses_by_lr)} ended below l0={l0}")
-  return sum(c - best for c in capped) / len(capped)
+  return sum(v - best for v in values.values()) / len(values)
 
 
 # ---------------------------------------------------------------- run outcomes
@@ -410,7 +616,8 @@ def classify_run(final_loss: float | None, diverged: bool, unigram_entropy: floa
     learned   otherwise (final_loss <= unigram_entropy - margin).
 
   Only "learned" runs carry a loss to compare; count the other two apart (as
-  failures, and as l0 in ``lr_sensitivity``).
+  failures). In ``lr_sensitivity`` a stalled run counts at its own loss and a
+  diverged one at l0.
   """
   if diverged or final_loss is None or not math.isfinite(final_loss):
     return "diverged"

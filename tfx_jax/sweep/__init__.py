@@ -8,6 +8,8 @@ line), run on this machine or a SLURM cluster, resume, report.
   local.py     local executor (N runs at a time, cores split, death-linked children)
   slurm.py     SLURM job array executor, squeue status
   execute.py   what is left to run, summary, report
+  confirm.py   the confirmation stage: fresh seeds at each point's chosen value
+  adaptive.py  --until-resolved: more seeds where a comparison is unresolved
   cli.py       ``python -m tfx_jax.sweep``
 """
 

@@ -6,12 +6,22 @@ its chosen tuned value, while it has fewer than N; then those run, the
 report is written again, and so on until every comparison is resolved or
 the points have N seeds. The points of one comparison get the same new seed
 (the smallest above the declared ones that the point lacks), so their
-differences stay paired. The selection of tuned values reads the declared
-seeds only, which every tuned value has; added seeds enter the comparisons.
+differences stay paired. On a sweep with confirmation seeds (``confirm``)
+the added seeds are confirmation seeds, N counts a point's confirmation
+seeds, and the tuning seeds never enter a verdict. A tuned sweep without
+confirmation seeds is refused (``cli``): its verdicts read the seeds that
+chose each point's value, and more of them would not remove that bias.
+
+Every round is another look at the same comparisons, so N is part of the
+test: sweep.json keeps the first N given (``until_resolved``), and the
+report tests such a sweep sequentially over the looks N allows
+(``report.analysis.sequential_design``), which keeps the chance of any
+false verdict at most alpha whichever round the sweep stops at.
 
 Added runs are ordinary runs recorded in sweep.json (``added``: each with the
-declared run it copies), so the same command resumes after a kill at any
-moment: the runs already added are rebuilt, finished ones are kept.
+run it copies and its stage), so the same command resumes after a kill at any
+moment: the runs already added are rebuilt, finished ones are kept. The
+confirmation stage (``confirm``) adds its runs the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from tfx_jax.sweep_record import AddedRun, RunEntry, SweepRecord
+from tfx_jax.sweep_record import AddedRun, RunEntry, Stage, SweepRecord
 
 if TYPE_CHECKING:
   from tfx_jax.report.schema import Report
@@ -27,12 +37,13 @@ if TYPE_CHECKING:
 _SEED_SUFFIX = re.compile(r"_s(\d+)$")
 
 
-def seeded_entry(template: RunEntry, seed: int) -> RunEntry:
-  """A pending copy of run ``template`` with another seed (name and overrides)."""
+def seeded_entry(template: RunEntry, seed: int, stage: Stage | None = None) -> RunEntry:
+  """A pending copy of run ``template`` with another seed (name and overrides),
+  in ``stage`` (default: the template's)."""
   return RunEntry(name=_SEED_SUFFIX.sub(f"_s{seed}", template.name), seed=seed,
                   values=template.values, overrides={**template.overrides, "seed": seed},
                   tuned=dict(template.tuned), evaluations=template.evaluations,
-                  notes=template.notes)
+                  notes=template.notes, stage=stage or template.stage)
 
 
 def restore_added(record: SweepRecord, previous: SweepRecord | None) -> None:
@@ -42,9 +53,10 @@ def restore_added(record: SweepRecord, previous: SweepRecord | None) -> None:
   record.added.clear()
   for added in previous.added if previous else []:
     template = by_name.get(added.like)
-    if template is None or added.name in by_name:
+    if (template is None or added.name in by_name
+        or (added.stage == "confirm" and not record.confirm)):
       continue  # the declaration changed: the added run no longer belongs to it
-    entry = seeded_entry(template, added.seed)
+    entry = seeded_entry(template, added.seed, added.stage)
     entry.inherit(old.get(entry.name))
     record.runs.append(entry)
     record.added.append(added)
@@ -53,8 +65,14 @@ def restore_added(record: SweepRecord, previous: SweepRecord | None) -> None:
 
 def add_seeds(record: SweepRecord, report: Report, max_seeds: int) -> list[RunEntry]:
   """Adds one seed to each point of an unresolved comparison below ``max_seeds``
-  seeds; returns the new runs (already in ``record``)."""
+  seeds (confirmation seeds, on a sweep that has them); returns the new runs
+  (already in ``record``). ``max_seeds`` is the budget sweep.json keeps
+  (``record.until_resolved``), over whose looks the report's sequential test
+  spends alpha; a record without one is tested as if its seeds were fixed."""
   from tfx_jax.report import analysis  # pylint: disable=import-outside-toplevel
+  if record.until_resolved is not None and max_seeds != record.until_resolved:
+    raise ValueError(f"max_seeds={max_seeds}, but the sweep's sequential design allows "
+                     f"{record.until_resolved} (sweep.json's until_resolved)")
   points = {p.key: p for p in report.points}
   declared_max = max(record.seeds)
   new = []
@@ -62,8 +80,10 @@ def add_seeds(record: SweepRecord, report: Report, max_seeds: int) -> list[RunEn
     point = points.get(key)
     if point is None or point.chosen is None:
       continue  # no learned run to add seeds to
-    entries = [e for e in record.runs
-               if record.point_key(e) == key and e.tuned == point.chosen]
+    # A confirmed point's seeds are its confirmation runs, at the value they
+    # were confirmed at; otherwise its runs at the chosen value.
+    entries = [e for e in record.runs if record.point_key(e) == key and (
+        e.stage == "confirm" if record.confirm else e.tuned == point.chosen)]
     seeds = {e.seed for e in entries}
     if not entries or len(seeds) >= max_seeds:
       continue
@@ -72,7 +92,7 @@ def add_seeds(record: SweepRecord, report: Report, max_seeds: int) -> list[RunEn
     template = min(entries, key=lambda e: e.seed)
     entry = seeded_entry(template, seed)
     record.runs.append(entry)
-    record.added.append(AddedRun(entry.name, seed, template.name))
+    record.added.append(AddedRun(entry.name, seed, template.name, entry.stage))
     new.append(entry)
   return new
 

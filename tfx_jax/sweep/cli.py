@@ -7,8 +7,9 @@
 
 Flags: ``--dry-run`` (list the runs, run nothing), ``--parallel N``,
 ``--executor local|slurm`` (``--slurm-args "..."``), ``--workdir`` (default
-``runs/``), ``--retry-failed``, ``--status``. Every run is validated before
-anything runs (exit 2, nothing written). Exit code 1 if a run failed.
+``runs/``), ``--retry-failed``, ``--status``, ``--tune``, ``--confirm``,
+``--until-resolved``. Every run is validated before anything runs (exit 2,
+nothing written). Exit code 1 if a run failed.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
                  "value and is compared at its best, e.g. optim.learning_rate=1e-3,3e-3")
   p.add_argument("--select-by", help="metric that picks each point's tuned values on "
                  "the validation split (default: the sweep's, or eval/loss)")
+  p.add_argument("--confirm", type=int, default=None, metavar="N",
+                 help="after the tuning stage, each point runs N fresh seeds (the same "
+                 "for every point, right above the tuning seeds) at its chosen tuned "
+                 "values; the verdicts read those runs only (default: the sweep's, or 0)")
   p.add_argument("--seeds", help="seeds, e.g. 0,1,2 or 0-4 (default: the sweep's, or 0)")
   p.add_argument("--name", help="sweep name (directory under --workdir)")
   p.add_argument("--workdir", default="runs", help="parent of the sweep directory")
@@ -68,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--until-resolved", type=int, default=0, metavar="MAX_SEEDS",
                  help="after the runs, add seeds one at a time to the points of "
                  "unresolved comparisons until all are resolved or the points have "
-                 "MAX_SEEDS seeds")
+                 "MAX_SEEDS seeds (confirmation seeds, on a tuned sweep: needs --confirm)")
   return p
 
 
@@ -109,7 +114,13 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
     changes["tune"] = spec_lib.parse_tune_flags(args.tune)
   if args.select_by:
     changes["select_by"] = args.select_by
+  if args.confirm is not None:
+    if args.confirm < 1:
+      raise ConfigError(f"--confirm={args.confirm}: the number of confirmation seeds per "
+                        "point, >= 1.")
+    changes["confirm"] = args.confirm
   sweep = dataclasses.replace(sweep, **changes)
+  check_confirm(sweep)
   if spec_lib.safe(sweep.name) != sweep.name:
     raise ConfigError(f"sweep name {sweep.name!r}: use letters, digits, '.', '+', '-', '_'.")
   # Command-line strings become typed values (the fields' own types).
@@ -147,6 +158,71 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
                              evaluations=evaluations)
 
 
+def check_confirm(sweep: spec_lib.Sweep) -> None:
+  """Confirmation seeds need a selection to confirm: tuned fields (ConfigError)."""
+  if isinstance(sweep.confirm, bool) or not isinstance(sweep.confirm, int) or (
+      sweep.confirm < 0):
+    raise ConfigError(f"confirm={sweep.confirm!r}: the number of confirmation seeds per "
+                      "point, an integer >= 0.")
+  if sweep.confirm and not sweep.tune:
+    raise ConfigError(
+        f"confirm={sweep.confirm} (--confirm): the sweep tunes no field, so there is no "
+        "selection to confirm; its verdicts already read runs no selection saw. Declare "
+        "tuned fields (--tune PATH=V1,V2) or leave --confirm out.")
+
+
+def check_until_resolved(sweep: spec_lib.Sweep, max_seeds: int) -> None:
+  """``--until-resolved`` on a tuned sweep adds confirmation seeds (ConfigError
+  without them: more of the seeds that chose would not remove their bias)."""
+  if max_seeds < 0:
+    raise ConfigError(f"--until-resolved={max_seeds}: must be a number of seeds >= 1.")
+  if max_seeds and sweep.tune and not sweep.confirm:
+    raise ConfigError(
+        f"--until-resolved {max_seeds} on a tuned sweep without confirmation seeds: its "
+        "verdicts read the seeds that chose each point's value, and adding more of them "
+        "does not remove that bias. Add --confirm N (fresh seeds at the chosen values; "
+        "--until-resolved then adds confirmation seeds, up to MAX_SEEDS per point).")
+
+
+def until_resolved_budget(max_seeds: int, previous: SweepRecord | None) -> int | None:
+  """The MAX_SEEDS sweep.json keeps (``SweepRecord.until_resolved``): the first
+  ``--until-resolved`` given fixes it, since the report's sequential test
+  splits alpha over the looks it allows before seeing any of them; an
+  invocation without the flag keeps it. A different budget later is a
+  ConfigError: alpha already split cannot be split again after a look, and
+  re-splitting it would bring back the optional stopping the test removes."""
+  kept = previous.until_resolved if previous else None
+  if not max_seeds:
+    return kept
+  if kept is not None and kept != max_seeds:
+    raise ConfigError(
+        f"--until-resolved {max_seeds}: this sweep's seeds are added up to {kept} "
+        f"(--until-resolved {kept}, in sweep.json): its verdicts' sequential test spends "
+        f"alpha over the looks that budget allows, fixed before the first look. Run it "
+        f"with --until-resolved {kept} (or without the flag), or start a new sweep "
+        "(--name, other --seeds) with the new budget.")
+  return max_seeds
+
+
+def warn_if_already_tested(sweep_dir: pathlib.Path) -> None:
+  """A warning where ``--until-resolved`` comes to a sweep whose report
+  already tested its comparisons at the full alpha: a design declared after
+  a look does not undo that look (continuing because it was unresolved is
+  optional stopping again). Its guarantee holds when it is declared on the
+  sweep's first invocation."""
+  from tfx_jax.report import schema  # pylint: disable=import-outside-toplevel
+  try:
+    report = schema.read(sweep_dir)
+  except (ValueError, KeyError):  # unreadable: nothing to say about it
+    return
+  if report is not None and any(c.p_adjusted is not None for c in report.comparisons):
+    print(f"warning: {sweep_dir / schema.FILENAME} already tested this sweep's "
+          "comparisons at the full alpha, before --until-resolved was declared; the "
+          "sequential test keeps alpha for looks planned before the first, so adding "
+          "seeds now because a verdict was unresolved can raise the chance of a false "
+          "one. Declare --until-resolved on a sweep's first invocation.", file=sys.stderr)
+
+
 # A tuned sweep evaluates every run on the split its selection never reads.
 TEST_EVALUATION = ["--split", "test"]
 
@@ -163,9 +239,11 @@ def report_split(base, overrides: dict[str, Any]) -> sweep_record.Split:
 def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
                  runs: Sequence[spec_lib.Run], command: str, previous: SweepRecord | None,
                  report_options: ReportOptions = ReportOptions(),
-                 notes: Mapping[str, Sequence[str]] | None = None) -> SweepRecord:
+                 notes: Mapping[str, Sequence[str]] | None = None,
+                 until_resolved: int | None = None) -> SweepRecord:
   """sweep.json's record; attempts, times, SLURM jobs and added seeds carried
-  over from ``previous``. ``notes``: {run name: what validation noted}."""
+  over from ``previous``. ``notes``: {run name: what validation noted};
+  ``until_resolved``: the MAX_SEEDS kept (``until_resolved_budget``)."""
   fields = [f for a in axes for f in a.fields]
   base = validate.base_values(sweep.config, sweep.overrides, fields)
   old = {e.name: e for e in previous.runs} if previous else {}
@@ -183,6 +261,7 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
       name=sweep.name, description=sweep.description, config=sweep.config,
       overrides=dict(sweep.overrides), seeds=tuple(sweep.seeds), evaluations=evaluations,
       tune={k: tuple(v) for k, v in dict(sweep.tune).items()}, select_by=sweep.select_by,
+      confirm=sweep.confirm, until_resolved=until_resolved,
       report_split="test" if test in evaluations else "validation",
       axes=tuple(AxisRecord(a.label, tuple(a.fields), tuple(dict(v) for v in a.values),
                             spec_lib.reference_index(a, base)) for a in axes),
@@ -201,7 +280,8 @@ def print_runs(record: SweepRecord, sweep_dir: pathlib.Path, queued=None) -> Non
                     for value in [*r.values, r.tuned] for k, v in value.items())
     slurm = f"  slurm {queued[r.name]}" if queued and r.name in queued else ""
     reason = f"  ({r.reason})" if r.reason else ""
-    print(f"  {r.name:<{width}}  {r.state:<8} step {r.step:<6} "
+    stage = f"{r.stage:<7} " if record.confirm else ""
+    print(f"  {r.name:<{width}}  {stage}{r.state:<8} step {r.step:<6} "
           f"{axis} seed={r.seed}{slurm}{reason}")
 
 
@@ -224,10 +304,8 @@ def _sweep(argv: list[str]) -> int:
     raise ConfigError(f"--stall-margin={args.stall_margin}: must be >= 0 (nats).")
   if args.equivalence_margin is not None and args.equivalence_margin <= 0:
     raise ConfigError(f"--equivalence-margin={args.equivalence_margin}: must be > 0.")
-  if args.until_resolved < 0:
-    raise ConfigError(f"--until-resolved={args.until_resolved}: must be a number of "
-                      "seeds >= 1.")
   sweep = declared_sweep(args, cli_overrides)
+  check_until_resolved(sweep, args.until_resolved)
   axes, runs = spec_lib.expand(sweep)
   notes = validate.check_runs(sweep.config, axes, runs)
   sweep_dir = pathlib.Path(args.workdir) / sweep.name
@@ -240,15 +318,25 @@ def _sweep(argv: list[str]) -> int:
       equivalence_margin=(args.equivalence_margin if args.equivalence_margin is not None
                           else kept.equivalence_margin))
   record = build_record(sweep, axes, runs, reproduce_command(argv), previous, options,
-                        notes)
+                        notes, until_resolved_budget(args.until_resolved, previous))
+  if record.until_resolved and not (previous and previous.until_resolved):
+    warn_if_already_tested(sweep_dir)
   state_lib.refresh(sweep_dir, record)
   n_axes = " x ".join(str(len(a.values)) for a in axes) or "1"
   n_tuned = math.prod(len(v) for v in dict(sweep.tune).values())
   tuned = f"{n_tuned} tuned values x " if sweep.tune else ""
-  header = (f"sweep {sweep.name}: {len(runs)} runs ({n_axes} points x {tuned}"
-            f"{len(sweep.seeds)} seeds) in {sweep_dir}")
+  first = (f"sweep {sweep.name}: {len(runs)} runs ({n_axes} points x {tuned}"
+           f"{len(sweep.seeds)} seeds) in {sweep_dir}")
+  stages = ""
+  if record.confirm:
+    from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
+    n_points = math.prod(len(a.values) for a in axes)
+    stages = (f"\n  then the confirmation stage: {n_points} points x {record.confirm} "
+              f"seeds ({confirm.seeds_text(record.confirmation_seeds())}), each point at "
+              "the tuned values its tuning stage chose; the verdicts read these runs only")
+  header = first + stages
   if args.dry_run:
-    print(header + "  [dry run: nothing written]")
+    print(first + "  [dry run: nothing written]" + stages)
     print(f"  base: {sweep.config} " + " ".join(
         f"--config.{k}={spec_lib.format_value(v)}" for k, v in sweep.overrides.items()))
     for r in record.runs:
@@ -268,6 +356,9 @@ def _sweep(argv: list[str]) -> int:
     print_runs(record, sweep_dir, slurm.queued_runs(record))
     print("  " + ", ".join(f"{n} {s}" for s, n in state_lib.counts(record).items() if n))
     report = schema.read(sweep_dir)
+    if record.confirm:
+      from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
+      print("\n".join(confirm.status_lines(record, report)))
     if report is not None:
       print(f"comparisons (from {sweep_dir / schema.FILENAME}):")
       print("\n".join(adaptive.unresolved_lines(record, report)))

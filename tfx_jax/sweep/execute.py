@@ -5,6 +5,13 @@ writes the report.
 Which runs are left: not finished, not diverged (a diverged run is a result),
 not failed unless ``--retry-failed``. Unfinished runs resume from their
 checkpoints, so the same command is both "run" and "resume".
+
+Stages (``confirm``): the local executor runs the tuning stage, writes the
+report (each point's chosen value), adds and runs the confirmation stage,
+writes the report again, then ``--until-resolved``'s rounds. The SLURM
+executor submits, per invocation, what the finished stages allow: the
+tuning stage; once it is done, the confirmation stage; once that is done,
+one ``--until-resolved`` round.
 """
 
 from __future__ import annotations
@@ -69,6 +76,10 @@ def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
     return code
   print(summary(record, time.time() - start), flush=True)
   report = _write_report(sweep_dir)
+  if record.confirm and report is not None:
+    code, report = _confirmation_stage(args, sweep_dir, record, report, save, user_env)
+    if code:
+      return code
   while args.until_resolved and report is not None:
     from tfx_jax.sweep import adaptive  # pylint: disable=import-outside-toplevel
     added = adaptive.add_seeds(record, report, args.until_resolved)
@@ -86,6 +97,29 @@ def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
       return code
     report = _write_report(sweep_dir)
   return 1 if state_lib.counts(record)["failed"] else 0
+
+
+def _confirmation_stage(args, sweep_dir, record, report, save, user_env
+                        ) -> tuple[int, Report | None]:
+  """Adds the confirmation runs the finished tuning stage allows and runs
+  them; (exit code, the report written after them)."""
+  from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
+  added = confirm.add_confirmation(record, report)
+  if not added:
+    reason = confirm.waiting(record)
+    if reason:
+      print(f"  confirmation stage: {reason}", flush=True)
+    return 0, report
+  save()
+  print(f"  confirmation stage: {len(added)} run(s), seeds "
+        f"{confirm.seeds_text(record.confirmation_seeds())} at each point's chosen value: "
+        + ", ".join(e.name for e in added), flush=True)
+  start = time.time()
+  code = _run_local(args, sweep_dir, record, added, save, user_env)
+  if code:
+    return code, report
+  print(summary(record, time.time() - start), flush=True)
+  return 0, _write_report(sweep_dir)
 
 
 def _run_local(args, sweep_dir, record, todo, save, user_env) -> int:
@@ -131,6 +165,18 @@ def _submit(args, sweep_dir, record, todo, save, env) -> int:
   todo = [e for e in todo if e.name not in queued]
   if queued:
     print(f"  {len(queued)} run(s) already queued or running in SLURM: not resubmitted")
+  if not todo and not queued and record.confirm:
+    # The tuning stage is done: its report chooses the values to confirm.
+    from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
+    report = _write_report(sweep_dir)
+    todo = confirm.add_confirmation(record, report) if report else []
+    if todo:
+      save()
+      print(f"  confirmation stage: {len(todo)} run(s), seeds "
+            f"{confirm.seeds_text(record.confirmation_seeds())} at each point's chosen "
+            "value; run the same command again once they are done")
+    elif confirm.waiting(record):
+      print(f"  confirmation stage: {confirm.waiting(record)}")
   if not todo and not queued and args.until_resolved:
     # One round per invocation: the runs so far are done; add the next seeds.
     from tfx_jax.sweep import adaptive  # pylint: disable=import-outside-toplevel

@@ -22,7 +22,11 @@ or on the command line (``tfx_jax.sweep.cli``). ``tune={"optim.learning_rate":
 every tuned value (several fields: their product) and every seed, as
 ordinary runs whose names include the tuned values; the report picks each
 point's own best value by ``select_by`` on the validation split and compares
-points at their chosen values on a split the selection never saw. An axis is
+points at their chosen values on a split the selection never saw.
+``confirm=N`` (``--confirm``) adds a confirmation stage: once every tuning
+run is done, each point runs N fresh seeds at its chosen value (the same
+seeds for every point, right above the declared ones), and the verdicts read
+those runs only, never the seeds that chose the value. An axis is
 
 - ``{"path": [v1, v2, ...]}``: one field, one run per value;
 - ``{"a": [1, 2], "b": [3, 4]}``: fields that move together (zipped: a=1,b=3
@@ -90,6 +94,9 @@ class Sweep:
   tune: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)
   # The metric that chooses a point's tuned values (on the validation split).
   select_by: str = "eval/loss"
+  # Confirmation seeds per point (0: none), run at each point's chosen tuned
+  # values after the tuning stage; only they enter the verdicts.
+  confirm: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

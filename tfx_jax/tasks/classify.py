@@ -76,9 +76,11 @@ def classify_loss(outputs: dict, batch: dict, *, lambda_pt: float = 0.0,
   n = jnp.maximum(real.sum(), 1.0)
   ft = jnp.sum(nll_B * real)
   objective = ft / n
-  sums = {"loss": ft, "nll": ft, "weight": real.sum(),
-          "correct": jnp.sum((jnp.argmax(logits, -1) == batch["label"]) * real),
-          **losses.log_z_sums(logits, real)}
+  correct_B = (jnp.argmax(logits, -1) == batch["label"]) * real
+  sums = {"loss": ft, "nll": ft, "weight": real.sum(), "correct": jnp.sum(correct_B),
+          **losses.log_z_sums(logits, real),
+          # One example per row: the standard errors across examples.
+          **losses.row_moments({"nll": nll_B * real, "correct": correct_B}, real)}
   if z_loss:
     objective = objective + z_loss * sums["log_z_sq"] / n
   if lambda_pt:

@@ -10,6 +10,8 @@ declaration and never imports decoding itself.
   (translate); greedy continuations of a few validation prompts (lm);
 * over a whole split (``Task.score_by_generation``, the evaluate command):
   BLEU and chrF of beam-search translations (sacreBLEU, Post 2018).
+
+Each score comes with sacreBLEU's bootstrap standard error (``bleu.py``).
 """
 
 from __future__ import annotations
@@ -27,26 +29,35 @@ def translation_examples(config) -> list[tuple[str, str]]:
 
 
 def translation_report(run, examples, config) -> SampleReport:
-  """eval/bleu of greedy translations, and a few of them as text."""
+  """eval/bleu of greedy translations with its bootstrap standard error
+  (eval/bleu_se), and a few of them as text."""
   from tfx_jax import bleu  # sacrebleu: only where BLEU is computed
   hyps = texts.translate_texts(run, [s for s, _ in examples], beam_size=1)
-  score, _ = bleu.corpus_bleu(hyps, [r for _, r in examples])
+  score = bleu.corpus_bleu(hyps, [r for _, r in examples])
   shown = "\n\n".join(f"source: {s}  \nhypothesis: {h}  \nreference: {r}"
                       for (s, r), h in list(zip(examples, hyps))[:config.eval.num_samples])
-  return {"eval/bleu": score}, {"samples": shown}
+  scalars = {"eval/bleu": score.score}
+  if score.se is not None:
+    scalars["eval/bleu_se"] = score.se
+  return scalars, {"samples": shown}
 
 
 def translation_scores(run, split, *, max_examples, beam_size, alpha):
-  """BLEU and chrF (sacrebleu) of beam-search translations of a split."""
+  """BLEU and chrF (sacrebleu) of beam-search translations of a split, each
+  with its bootstrap standard error (``bleu_se``, ``chrf_se``)."""
   from tfx_jax import bleu  # sacrebleu: only where BLEU is computed
   pairs = texts.translation_pairs(run.config, split, max_examples)
   hyps = texts.translate_texts(run, [s for s, _ in pairs], beam_size=beam_size,
                                alpha=alpha)
   refs = [r for _, r in pairs]
-  b, b_sig = bleu.corpus_bleu(hyps, refs)
-  c, c_sig = bleu.corpus_chrf(hyps, refs)
-  metrics = {"bleu": b, "chrf": c, "bleu_signature": b_sig, "chrf_signature": c_sig,
-             "num_examples": len(hyps), "beam_size": beam_size}
+  metrics = {}
+  for name, score in (("bleu", bleu.corpus_bleu(hyps, refs)),
+                      ("chrf", bleu.corpus_chrf(hyps, refs))):
+    metrics[name] = score.score
+    if score.se is not None:
+      metrics[f"{name}_se"] = score.se
+    metrics[f"{name}_signature"] = score.signature
+  metrics.update(num_examples=len(hyps), beam_size=beam_size)
   return metrics, hyps, refs
 
 

@@ -10,6 +10,9 @@ the task modules bind the settings each loss reads (``token_objective``).
   (PaLM, Chowdhery et al. 2022, section 5).
 * ``token_loss``: the objective of the token-level tasks (lm, translate, mlm)
   and its sums.
+* ``row_moments`` and ``standard_error``: the standard error of an evaluation
+  mean (loss, accuracy) across the rows of the evaluated batches, from sums
+  the evaluation step adds anyway (no second pass, no extra host transfer).
 * ``uniform_token_loss``: their loss at initialisation, ln |V|.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +48,20 @@ def label_smoothed_cross_entropy(
       only. Defaults to `logits.shape[-1]`.
 
   Returns:
-    (loss_sum, weight_sum): divide for the mean loss per real token.
+    (loss_sum, weight_sum): divide for the mean loss per real token. The
+    per-token losses are ``token_cross_entropy``.
+  """
+  loss = token_cross_entropy(logits, targets, smoothing, vocab_size)
+  if weights is None:
+    weights = jnp.ones(targets.shape, jnp.float32)
+  weights = weights.astype(jnp.float32)
+  return jnp.sum(loss * weights), jnp.sum(weights)
+
+
+def token_cross_entropy(logits: jax.Array, targets: jax.Array, smoothing: float = 0.0,
+                        vocab_size: int | None = None) -> jax.Array:
+  """The label-smoothed cross entropy of every token, [...] float32
+  (``label_smoothed_cross_entropy`` documents the arguments).
 
   Targets are `1 - smoothing` on the true id and `smoothing / (V - 1)` on each
   other real id. As in the flax WMT example, the entropy of that target
@@ -78,11 +95,7 @@ def label_smoothed_cross_entropy(
     real_t = (targets < vocab).astype(jnp.float32)
     target_term = (target_term - low_confidence * real_t * logit_t
                    + low_confidence * jnp.sum(logits * real, axis=-1))
-  loss = jax.nn.logsumexp(logits, axis=-1) - target_term - normalizer
-  if weights is None:
-    weights = jnp.ones(targets.shape, jnp.float32)
-  weights = weights.astype(jnp.float32)
-  return jnp.sum(loss * weights), jnp.sum(weights)
+  return jax.nn.logsumexp(logits, axis=-1) - target_term - normalizer
 
 
 def log_z_sums(logits, weights) -> dict:
@@ -93,19 +106,80 @@ def log_z_sums(logits, weights) -> dict:
   return {"log_z": jnp.sum(log_z * weights), "log_z_sq": jnp.sum(jnp.square(log_z) * weights)}
 
 
+def row_moments(values: dict[str, jax.Array], weights: jax.Array) -> dict[str, jax.Array]:
+  """The sums ``standard_error`` reads, over the rows of a batch (axis 0).
+
+  With N_r row r's sum of ``weights`` and X_r its sum of each weighted value
+  x in ``values`` (``{"nll": loss x weight}``, [B, ...]): ``<x>_sq`` =
+  sum_r X_r^2 and ``<x>_x_weight`` = sum_r X_r N_r per value, and
+  ``weight_sq`` = sum_r N_r^2 and ``rows`` (the rows with weight). Being
+  sums, they add over batches like the means' own sums.
+  """
+  n_B = jnp.sum(weights.reshape(weights.shape[0], -1), axis=1)
+  out = {"weight_sq": jnp.sum(jnp.square(n_B)), "rows": jnp.sum((n_B > 0).astype(jnp.float32))}
+  for name, x in values.items():
+    x_B = jnp.sum(x.reshape(x.shape[0], -1), axis=1)
+    out[f"{name}_sq"] = jnp.sum(jnp.square(x_B))
+    out[f"{name}_x_weight"] = jnp.sum(x_B * n_B)
+  return out
+
+
+def standard_error(sums: Mapping[str, Any], name: str) -> float | None:
+  """The standard error of the mean m = sum(``name``) / sum(weight) over the
+  evaluated rows (None: fewer than two rows, or ``row_moments`` not summed).
+
+  The rows are the sampling unit, each a cluster of tokens: the
+  cluster-robust (sandwich) variance of a mean, the linearised variance of a
+  ratio estimate (Cochran 1977, "Sampling Techniques", 3rd ed., ch. 6 and
+  9A; Liang and Zeger 1986, with the R / (R - 1) small-sample factor):
+
+    SE^2 = R / (R - 1) * sum_r (X_r - m N_r)^2 / (sum_r N_r)^2,
+
+  X_r and N_r row r's sums of the value and the weights, R the rows with
+  weight, the square expanded into the sums of ``row_moments`` (added in
+  float64 on the host, ``add_sums``). Rows with one token each (one example
+  per row: classification) give the textbook s / sqrt(n). The device's
+  float32 sums lose about 1e-7 x sum_r X_r^2 / sum_r (X_r - m N_r)^2 of
+  relative precision in the expansion (~1e-5 on the tiny LM), far below the
+  standard error's own sampling error.
+
+  Why rows and not tokens: the tokens of one row come from one document (or
+  a few, packed) and are read in one context, so their losses are
+  positively correlated, and the token-level s / sqrt(tokens) would be the
+  sampling error of the evaluated tokens as if each were drawn on its own, a
+  lower bound that is loosest where rows are long. The evaluation reads rows
+  (a fixed shuffle of the split, cut into rows), so the spread of the row
+  sums is the honest one. It is still a lower bound where one document
+  spans several rows (their losses are correlated too), and it measures how
+  far the evaluated sample's mean is from the split's (or the population's);
+  runs evaluated on the same sample share part of that error, so in a
+  comparison it is an upper bound on what the evaluation adds to the
+  seed-to-seed spread.
+  """
+  needed = (name, f"{name}_sq", f"{name}_x_weight", "weight", "weight_sq", "rows")
+  if any(k not in sums for k in needed):
+    return None
+  rows, total = float(sums["rows"]), float(sums["weight"])
+  if rows < 2 or total <= 0:
+    return None
+  mean = float(sums[name]) / total
+  squares = (float(sums[f"{name}_sq"]) - 2.0 * mean * float(sums[f"{name}_x_weight"])
+             + mean * mean * float(sums["weight_sq"]))
+  return math.sqrt(max(squares, 0.0) * rows / (rows - 1.0)) / total
+
+
 def token_sums(logits, batch, smoothing) -> tuple[jax.Array, dict]:
   """(objective sum, sums) of next-token predictions ``logits`` against
   ``batch["targets"]`` at ``batch["weights"]`` (``token_loss`` lists the sums)."""
   weights = batch["weights"].astype(jnp.float32)
   loss, denom = label_smoothed_cross_entropy(logits, batch["targets"], weights, smoothing)
   # Plain (unsmoothed) NLL for perplexity and train/nll, and accuracy.
-  if smoothing:
-    nll, _ = label_smoothed_cross_entropy(logits, batch["targets"], weights, 0.0)
-  else:
-    nll = loss
-  correct = jnp.sum((jnp.argmax(logits, -1) == batch["targets"]) * weights)
-  return loss, {"loss": loss, "nll": nll, "weight": denom, "correct": correct,
-                **log_z_sums(logits, weights)}
+  nll_tokens = token_cross_entropy(logits, batch["targets"]) * weights
+  nll = jnp.sum(nll_tokens) if smoothing else loss
+  correct_tokens = (jnp.argmax(logits, -1) == batch["targets"]) * weights
+  return loss, {"loss": loss, "nll": nll, "weight": denom,
+                "correct": jnp.sum(correct_tokens), **log_z_sums(logits, weights),
+                **row_moments({"nll": nll_tokens, "correct": correct_tokens}, weights)}
 
 
 def token_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
@@ -114,8 +188,10 @@ def token_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
 
   Sums: ``loss`` (objective summed), ``nll`` (unsmoothed, for perplexity),
   ``weight`` (tokens it was summed over), ``correct``, ``log_z`` and
-  ``log_z_sq``. With ``z_loss`` c > 0 the objective adds c * log^2 Z per
-  token (PaLM, Chowdhery et al. 2022, section 5: c = 1e-4), which keeps the
+  ``log_z_sq``, and the ``row_moments`` of ``nll`` and ``correct`` (for
+  their standard errors; a train step does not return them, so XLA drops
+  them). With ``z_loss`` c > 0 the objective adds c * log^2 Z per token
+  (PaLM, Chowdhery et al. 2022, section 5: c = 1e-4), which keeps the
   softmax normaliser near 1.
   """
   loss, sums = token_sums(outputs["logits"], batch, label_smoothing)

@@ -26,11 +26,13 @@ import numpy as np
 from tfx_jax.data import baselines
 from tfx_jax.data import rows as rows_lib
 from tfx_jax.model_config import Family
+from tfx_jax.tasks import losses
 
 # The evaluation metrics a task can report besides eval/loss (the mean NLL):
 # perplexity exp(loss) and accuracy come from the summed evaluation forward
 # (``metrics_from_sums``); bleu and chrf from decoded text (``generation.py``:
-# eval/bleu at every evaluation, both in the evaluate command).
+# eval/bleu at every evaluation, both in the evaluate command). Each but
+# perplexity comes with its standard error, ``<metric>_se``.
 Metric = Literal["perplexity", "accuracy", "bleu", "chrf"]
 FROM_SUMS: tuple[Metric, ...] = ("perplexity", "accuracy")
 FROM_GENERATION: tuple[Metric, ...] = ("bleu", "chrf")
@@ -93,7 +95,10 @@ class Task:
 
 
 def metrics_from_sums(task: Task, sums: dict) -> dict[str, float]:
-  """eval/loss, eval/perplexity, eval/accuracy (as the task has them) from sums."""
+  """eval/loss, eval/perplexity, eval/accuracy (as the task has them) from sums,
+  each mean with its standard error across the evaluated rows beside it
+  (eval/loss_se, eval/accuracy_se: ``losses.standard_error``; perplexity is
+  exp(loss), so it has none of its own)."""
   w = max(float(sums["weight"]), 1.0)
   loss = float(sums["nll"]) / w
   out = {"eval/loss": loss}
@@ -101,14 +106,20 @@ def metrics_from_sums(task: Task, sums: dict) -> dict[str, float]:
     out["eval/perplexity"] = float(math.exp(min(loss, 50.0)))
   if "accuracy" in task.metrics:
     out["eval/accuracy"] = float(sums["correct"]) / w
+  for metric, total in (("loss", "nll"), ("accuracy", "correct")):
+    se = losses.standard_error(sums, total)
+    if f"eval/{metric}" in out and se is not None:
+      out[f"eval/{metric}_se"] = se
   if "pt_loss" in sums:
     out["eval/pt_loss"] = float(sums["pt_loss"]) / max(float(sums["pt_weight"]), 1.0)
   return out
 
 
 def add_sums(total: dict | None, sums: dict) -> dict:
-  """Running totals of per-batch sums (host NumPy values)."""
-  sums = {k: np.asarray(v) for k, v in sums.items()}
+  """Running totals of per-batch sums (host NumPy values), in float64: the
+  standard errors subtract sums of squares, which float32 totals over many
+  batches would round."""
+  sums = {k: np.asarray(v, np.float64) for k, v in sums.items()}
   return sums if total is None else {k: total[k] + sums[k] for k in total}
 
 
