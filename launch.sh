@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|smoke|train ARGS...|srun-train ARGS...|sweep ARGS...|report SWEEP_DIR|bench ARGS...}
+# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|smoke|train ARGS...|srun-train ARGS...|sweep ARGS...|report SWEEP_DIR|bench ARGS...|compile ARGS...}
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -29,23 +29,40 @@ usage: ./launch.sh COMMAND
                   Hugging Face PyTorch (e.g. --quick --json bench.json; a
                   relative path is in the repository); the PyTorch side needs
                   the bench extra (README.md, Performance)
+  compile ARGS... python -m tfx_jax.compile ARGS... inside .venv, with the
+                  tpu-aot extra (libtpu) installed: compile a run for a TPU
+                  topology on this machine and check that it fits (e.g.
+                  --config configs/lm.py:llama_7b --topology v5e-16; docs/scale.md)
 USAGE
 }
 
 # Creates .venv (reusing packages already installed for the system Python)
-# and installs the project in editable mode with its test extras. The install
-# is redone only when pyproject.toml changes.
+# and installs the project in editable mode with its test extras (and the
+# extras named as arguments, e.g. tpu-aot). The install is redone only when
+# pyproject.toml or the extras change.
 setup_venv() {
   if [[ ! -x "$PY" ]]; then
     echo "==> creating $VENV" >&2
     "${PYTHON:-python3}" -m venv --system-site-packages "$VENV"
   fi
+  # The stamp is named after pyproject.toml and lists the extras installed with
+  # it: asking for one more installs once, asking for fewer installs nothing.
   local stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
-  if [[ ! -f "$stamp" ]]; then
-    echo "==> installing tfx_jax and its dependencies into $VENV" >&2
-    "$PY" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+  local extras=() extra missing=0
+  [[ -f "$stamp" ]] && mapfile -t extras < "$stamp"
+  for extra in test "$@"; do
+    if [[ " ${extras[*]} " != *" $extra "* ]]; then
+      extras+=("$extra")
+      missing=1
+    fi
+  done
+  if (( missing )); then
+    local joined
+    joined="$(IFS=,; echo "${extras[*]}")"
+    echo "==> installing tfx_jax and its dependencies ($joined) into $VENV" >&2
+    "$PY" -m pip install --quiet --disable-pip-version-check -e ".[$joined]"
     rm -f "$VENV"/.installed-*
-    touch "$stamp"
+    printf '%s\n' "${extras[@]}" > "$stamp"
   fi
 }
 
@@ -121,6 +138,11 @@ case "${1:-}" in
     shift
     setup_venv
     "$PY" benchmarks/bench.py "$@"
+    ;;
+  compile)
+    shift
+    setup_venv tpu-aot  # libtpu, matched to jax: compiles for TPU topologies here
+    "$PY" -m tfx_jax.compile "$@"
     ;;
   -h|--help|help)
     usage

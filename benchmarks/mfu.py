@@ -11,13 +11,11 @@ tokens at the config's sequence length, timed over ``--steps`` steps after
 ``--warmup`` (compilation excluded and reported).
 
 Model FLOPs per token follow PaLM (Chowdhery et al. 2022, Appendix B):
-6 N + 12 L H Q T, with N the parameters that take part in matrix products
-(every parameter but the learned position table, and but the input embedding
-when it is not tied to the output projection), L layers, H heads of width Q,
-T the sequence length. Causal attention is counted in full, as PaLM does,
-although fused kernels skip the masked half. MFU is the model FLOPs per
-second over the device's peak dense rate: ``--peak-tflops``, or for a known
-device (H100 SXM and H200: 989.4 TFLOP/s bf16, 494.7 tf32; A100: 312 / 156).
+6 N + 12 L H Q T (``tfx_jax/scale/flops.py``, shared with
+``python -m tfx_jax.compile``). MFU is the model FLOPs per second over the
+device's peak dense rate: ``--peak-tflops``, or a known device's from the chip
+table ``tfx_jax/scale/chips.py`` (H100 SXM and H200: 989.4 TFLOP/s bf16, 494.7
+tf32; A100: 312 / 156; the Cloud TPUs).
 """
 
 from __future__ import annotations
@@ -29,40 +27,18 @@ import sys
 import time
 
 import jax
-import numpy as np
 
 _HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 
-# Dense peak TFLOP/s of known devices: (substring of device_kind, bf16, float32 as tf32).
-PEAKS = (("H200", 989.4, 494.7), ("H100 PCIe", 756.0, 378.0), ("H100", 989.4, 494.7),
-         ("A100", 312.0, 156.0))
+from tfx_jax.scale import chips  # noqa: E402
+from tfx_jax.scale.flops import flops_per_token, matmul_params  # noqa: E402  (re-exported)
 
 
 def peak_tflops(device_kind: str, dtype: str) -> float | None:
-  for name, bf16, tf32 in PEAKS:
-    if name in device_kind:
-      return bf16 if dtype in ("bfloat16", "float16") else tf32
-  return None
-
-
-def matmul_params(params, model_cfg) -> int:
-  """Parameters that take part in a matrix product per token (see the docstring)."""
-  total = 0
-  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-    name = "/".join(str(getattr(k, "key", k)) for k in path)
-    if name.startswith("positions/"):  # a learned position table: a lookup
-      continue
-    if not model_cfg.tie_embeddings and name == "embedding/embedding":
-      continue
-    total += int(np.prod(leaf.shape))
-  return total
-
-
-def flops_per_token(n_params: int, model_cfg, seq: int) -> float:
-  layers = model_cfg.num_layers * (2 if model_cfg.family == "encoder_decoder" else 1)
-  width = model_cfg.num_heads * model_cfg.attention_head_dim
-  return 6.0 * n_params + 12.0 * layers * width * seq
+  """The dense peak of a known device (``scale/chips.py``) for ``dtype``, or None."""
+  chip = chips.chip_of(device_kind)
+  return None if chip is None else chip.peak_tflops(dtype)
 
 
 def measure(spec: str, overrides: dict, batch: int, steps: int, warmup: int) -> dict:
@@ -83,14 +59,15 @@ def measure(spec: str, overrides: dict, batch: int, steps: int, warmup: int) -> 
   data = sharding_lib.global_batch(
       _random_batch(model_cfg.family, batch, seq, model_cfg.vocab_size), run.mesh)
   t0 = time.perf_counter()
-  step = run.train_step().lower(state, data).compile()
+  hparams = run.step_hparams()
+  step = run.train_step().lower(state, data, hparams).compile()
   compile_s = time.perf_counter() - t0
   for _ in range(warmup):
-    state, metrics = step(state, data)
+    state, metrics = step(state, data, hparams)
   float(metrics["loss"])
   t0 = time.perf_counter()
   for _ in range(steps):
-    state, metrics = step(state, data)
+    state, metrics = step(state, data, hparams)
   loss = float(metrics["loss"])  # waits for the last step
   seconds = (time.perf_counter() - t0) / steps
   tokens_per_s = batch * seq / seconds

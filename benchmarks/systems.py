@@ -100,13 +100,14 @@ class TfxTrain:
     self.batch = sharding_lib.global_batch(
         _random_batch(model["family"], batch, seq, model["vocab_size"]), run.mesh)
     t0 = time.perf_counter()
-    self.step_fn = run.train_step().lower(self.state, self.batch).compile()
+    self.hparams = run.step_hparams()
+    self.step_fn = run.train_step().lower(self.state, self.batch, self.hparams).compile()
     self.compile_s = time.perf_counter() - t0
     self.tokens = batch * seq
     self.losses = []
 
   def __call__(self):
-    self.state, metrics = self.step_fn(self.state, self.batch)
+    self.state, metrics = self.step_fn(self.state, self.batch, self.hparams)
     self.losses.append(float(metrics["loss"]))  # blocks: the step is finished
 
 

@@ -6,9 +6,17 @@
 Presets: tiny (default data: the embedded Shakespeare corpus, ~1 minute on
 2 CPU cores), small, gpt2_small, llama_7b, llama_13b, llama_33b, llama_65b.
 Each preset is one row of ``_PRESETS``, applied over ``_COMMON``.
+
+``moe_variant(preset, ...)`` gives the overrides that turn a preset's dense
+FFN into a mixture of experts with the same active, or the same total,
+parameters, for a sweep axis of dense vs MoE (experiments/moe.py):
+
+  python -m tfx_jax.summary --config configs/lm.py:tiny --config.model.ffn_type=moe \
+      --config.model.expert_d_ff=254     # = moe_variant("tiny")["model.expert_d_ff"]
 """
 
 from tfx_jax.config_base import apply_preset, base_config, select_preset
+from tfx_jax.model_config import model_config_from_dict
 
 # Every preset starts from these; a row overrides what its paper does differently.
 # No embedding scaling: GPT-2 and LLaMA add positions to E[id] as it is.
@@ -85,3 +93,35 @@ def get_config(preset: str = "tiny"):
   apply_preset(c, row)
   c.lock()
   return c
+
+
+def moe_variant(preset: str = "tiny", *, num_experts: int = 8, experts_per_token: int = 2,
+                shared_experts: int = 0, match: str = "active") -> dict:
+  """``model.*`` overrides of a MoE variant of ``preset`` whose FFN layers
+  have as many active (``match="active"``: what a token computes with) or
+  total (``"total"``) parameters as the dense FFN, in the dense model's
+  activation (each expert gated or not as the preset's FFN).
+
+  A dense FFN of width F with m matrices of D x F (m = 2, or 3 gated) has
+  m D F parameters; the MoE layer has a router of D E and experts of width
+  F_e, of which k + s are active (k routed, s shared) and E + s exist, so
+  the width that matches is
+    active: m D F = m D F_e (k + s) + D E  ->  F_e = (m F - E) / (m (k + s)),
+    total:  m D F = m D F_e (E + s) + D E  ->  F_e = (m F - E) / (m (E + s)),
+  rounded down (``python -m tfx_jax.summary`` prints both counts). Matched
+  active parameters is Fedus et al. 2022's and OLMoE's comparison (same
+  FLOPs per token); matched total, the same memory.
+  """
+  if match not in ("active", "total"):
+    raise ValueError(f"match={match!r}; choose 'active' or 'total'")
+  cfg = model_config_from_dict(get_config(preset).model)
+  m = 3 if cfg.gated else 2
+  experts = experts_per_token if match == "active" else num_experts
+  width = (m * cfg.ffn_dim - num_experts) // (m * (experts + shared_experts))
+  if width < 1:
+    raise ValueError(f"{preset}: no expert width matches {match} parameters with "
+                     f"{num_experts} experts, {experts_per_token} per token and "
+                     f"{shared_experts} shared (dense FFN width {cfg.ffn_dim})")
+  return {"model.ffn_type": "moe", "model.num_experts": num_experts,
+          "model.experts_per_token": experts_per_token,
+          "model.shared_experts": shared_experts, "model.expert_d_ff": width}

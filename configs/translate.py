@@ -4,7 +4,7 @@
   python -m tfx_jax.summary --config configs/translate.py:base
 
 The default recipe is Transformer-base's: post-norm, sinusoidal positions,
-ReLU FFN, embeddings x sqrt(d_model), Adam(0.9, 0.98, eps 1e-9), lr =
+ReLU FFN, N(0, 1/d_model) embeddings x sqrt(d_model), Adam(0.9, 0.98, eps 1e-9), lr =
 d_model^-0.5 * min(step^-0.5, step * 4000^-1.5), label smoothing 0.1,
 dropout 0.1, tied embeddings over a shared vocabulary. Default data: the
 embedded en->de corpus.
@@ -15,13 +15,18 @@ Presets: tiny, base, big. Each preset is one row of ``_PRESETS``, applied over
 from tfx_jax.config_base import apply_preset, base_config, select_preset
 
 # Vaswani et al. 2017, section 3.4 scales the embeddings by sqrt(d_model);
-# scale_embeddings keeps that whatever model.position is set to.
+# scale_embeddings keeps that whatever model.position is set to. The token
+# table is N(0, 1/d_model) as in tensor2tensor, the paper's code, so scaled
+# tokens have unit variance beside the sinusoidal table's 0.71 (Glorot-uniform
+# scaled would be ~0.34 at d=128, V=2048: positions would drown the tokens).
+# With model.position=learned, set model.learned_position_init=token: the
+# table then starts as the tokens do (GPT-2's 0.02 would start ~50 times smaller).
 _COMMON = {
     "data": dict(name="tfx_gcc_translate/de"),
     "model": dict(family="encoder_decoder", norm_position="post", norm_type="layernorm",
                   activation="relu", position="sinusoidal", use_bias=True,
-                  tie_embeddings=True, scale_embeddings=True, dropout=0.1,
-                  norm_eps=1e-6),
+                  tie_embeddings=True, scale_embeddings=True, embedding_init="normal",
+                  dropout=0.1, norm_eps=1e-6),
     "optim": dict(optimizer="adam", b1=0.9, b2=0.98, eps=1e-9, schedule="inverse_sqrt",
                   warmup_steps=4000, scale_by_d_model=True, learning_rate=1.0,
                   weight_decay=0.0, grad_clip_norm=0.0),

@@ -1,60 +1,131 @@
-"""Norm placement with and without warmup, each at its own best learning rate
-(Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture").
+"""Where the LayerNorm goes, at initialisation and in training (Xiong et al.
+2020, "On Layer Normalization in the Transformer Architecture"), and the four
+placements of ``model.norm_position`` at their own best learning rates.
 
   python -m tfx_jax.sweep experiments/norm_placement.py:tiny
   python -m tfx_jax.sweep experiments/norm_placement.py --parallel 2
+  python -m tfx_jax.sweep experiments/norm_placement.py:placements --parallel 2
   python -m tfx_jax.report runs/norm_placement
 
-Axes: ``model.norm_position`` post / pre x warmup (``optim.warmup_steps`` 50 of
-300 steps, or none), every point trained at each learning rate of ``RATES``
-(Adam, cosine decay, gradient clipping off as in the paper) and compared at
-its best one on fresh confirmation seeds, paired. A 6-layer d_model 128 LM.
+``default``: Figure 3 and the warmup study on the paper's kind of model, a 6+6
+encoder-decoder with embeddings x sqrt(d) (``configs/translate.py:tiny`` at
+``model.num_layers=6``: d_model 128, 4 heads, d_ff 512, dropout 0.1, label
+smoothing 0.1, the embedded en->de data). Axes: ``model.norm_position`` post /
+pre x warmup (``optim.warmup_steps`` 120 of 1,200 steps, or none). Every run
+measures Figure 3 before training: the gradient norm of each layer's FFN
+output matrix W2 (``train.layer_stats_param=ffn_out``) at the initial
+parameters, averaged over the first 64 training batches
+(``train.layer_stats_init_batches=64``), logged as
+``layer_stats/init_grad_norm/ffn_out/<encoder|decoder>_<NN>``; the report's
+per-layer table and plot show it for each point over its confirmation seeds
+(each seed a faint dot). It does not depend on the warmup, so each norm
+position has it on 2 x 3 runs, 3 seeds. Then 1,200 steps of 16 pairs (Adam
+0.9/0.98, no clipping or weight decay, as the paper; the peak rate reached by
+a linear warmup or from the first step, then the same cosine decay), four
+times the last run's 300 steps: the report's loss curves (every 200 steps)
+and its "still improving" flag tell a post-LN run without warmup that trains
+more slowly from one that settles higher. Rates per point (``tune``): post-LN
+with warmup {3e-4, 1e-3, 3e-3} (the paper: 5e-4, 1e-3), post-LN without
+{1e-4, 3e-4, 1e-3} (it stalled at 3e-3 and above in the last run), pre-LN
+{1e-3, 3e-3, 1e-2} (it chose 3e-3, inside, in the last run), chosen on
+validation seed 0; then 3 confirmation seeds at each point's rate, paired
+(the last run's post vs pre difference without warmup, +0.36 nats with a
+paired spread of 0.02, resolves with 3). The comparisons read the test
+split: loss, and beam-4 BLEU over its 758 pairs.
 
-Published direction: post-LN needs the warmup stage, pre-LN does not (IWSLT14:
-post-LN without warmup 8.45 BLEU, with warmup ~34; pre-LN without warmup
-trains); post-LN's gradient norm at initialisation grows towards the top
-layers, pre-LN's does not (Figure 3). The report's tuned-values table and
-sensitivity curves give the loss at every rate, so "post-norm fails without
-warmup at a rate where pre-norm trains" is read at each rate, and the verdicts
-say whether it still holds at each point's best rate. ``train.log_layer_stats``
-logs the per-layer gradient norms of the first update, taken at the initial
-parameters; runs that do not get below the unigram loss count as stalled.
+Published direction: post-LN needs the warmup stage, pre-LN does not (IWSLT14
+de-en: post-LN without warmup 8.45 BLEU against ~34 with it; pre-LN without
+warmup trains); post-LN's W2 gradient norm at initialisation grows with the
+layer index (towards the output), pre-LN's stays flat (Figure 3, in the
+decoder as in the encoder).
 
-Variants: ``tiny`` (post vs pre, no warmup, 2 rates, 1 confirmation seed),
-``default`` (the 2 x 2 core, four rates, 2 tuning seeds, then 2 confirmation
-seeds at each point's chosen rate, 300 steps: 32 + 8 runs, about 38 minutes
-on 2 CPU cores with ``--parallel 2``).
+``placements``: post, pre, sandwich (x + Norm(F(Norm(x))); Ding et al. 2021)
+and DeepNorm (Norm(alpha x + F(x)), alpha = (2N)^(1/4), beta-scaled init;
+Wang et al. 2022), the choices of ``model.norm_position``, on a 6-layer
+d_model 128 decoder-only LM (``configs/lm.py:tiny``, LayerNorm, 1,000 steps,
+warmup 100, clipping off), each at its own best rate on its own grid: post
+{3e-4, 1e-3, 3e-3} (it chose 1e-3 and stalled above in the last run), pre
+{1e-3, 3e-3, 1e-2} (chose 3e-3), sandwich and DeepNorm {3e-4, 1e-3, 3e-3,
+1e-2} (sandwich never run before; DeepNorm chose the lowest rate of the
+deep_post_norm grid, and one seed of two stalled above it); tuning seed 0,
+3 confirmation seeds, every placement against pre-LN.
+
+Variants and cost on 2 CPU cores with ``--parallel 2``:
+``tiny`` (post vs pre on a 3-layer d_model 64 LM, W2 at initialisation over
+4 batches, 2 rates, 1 confirmation seed, 40 steps: a smoke test, about a
+minute); ``default`` (12 tuning + 12 confirmation runs of 1,200 steps; the
+last run's 2+2 model took 0.165 s a step, the 6+6 about three times that:
+about 9 minutes of training, 30 s of W2 measurement and 1-2 minutes of
+evaluations and beam search a run: about 140 minutes); ``placements`` (14
+tuning + 12 confirmation runs of 1,000 steps at the 6-layer LM's 3,100-4,000
+tokens/s: about 5 minutes of training and 1-2 minutes of evaluations a run,
+about 85 minutes).
 """
 
 from tfx_jax.sweep import Sweep
 
-RATES = [3e-4, 1e-3, 3e-3, 1e-2]
-WARMUP = {"optim.warmup_steps": [50, 0]}  # with, without
+WARMUP = {"optim.warmup_steps": [120, 0]}  # with (a tenth of the run), without
+PLACEMENTS = ["pre", "post", "sandwich", "deepnorm"]
+WIDE = [3e-4, 1e-3, 3e-3, 1e-2]
 
 
-def _base(steps: int) -> dict:
+def _rates(grids: dict) -> dict:
+  """``tune`` from {(axis field, value) pairs: rates}."""
+  return {"optim.learning_rate": [{"values": rates, "when": dict(when)}
+                                  for when, rates in grids.items()]}
+
+
+def _figure3(steps: int, init_batches: int) -> dict:
+  """The translation model of Figure 3 and its W2 gradients at initialisation."""
+  return {"model.num_layers": 6, "optim.schedule": "cosine", "optim.scale_by_d_model": False,
+          "optim.grad_clip_norm": 0.0, "train.num_steps": steps, "train.batch_size": 16,
+          "train.layer_stats_param": "ffn_out",
+          "train.layer_stats_init_batches": init_batches,
+          "eval.every_steps": steps // 6, "checkpoint.every_steps": steps // 3,
+          "eval.num_bleu_examples": 0}
+
+
+def _lm(steps: int) -> dict:
   return {"model.num_layers": 6, "model.d_model": 128, "model.num_heads": 4,
           "model.norm_type": "layernorm", "optim.grad_clip_norm": 0.0,
-          "train.num_steps": steps, "optim.decay_steps": steps,
+          "train.num_steps": steps, "optim.warmup_steps": steps // 10,
           "train.log_every_steps": 10, "eval.every_steps": steps // 2,
           "checkpoint.every_steps": steps // 2, "eval.num_samples": 0,
-          "model.scan_layers": True, "train.log_layer_stats": True}
+          "model.scan_layers": True}
 
 
 def get_sweep(variant: str = "default") -> Sweep:
   if variant == "tiny":
     return Sweep(
         name="norm_placement_tiny", config="configs/lm.py:tiny",
-        overrides={**_base(40), "model.num_layers": 3, "model.d_model": 64,
-                   "optim.warmup_steps": 0},
+        overrides={**_lm(40), "model.num_layers": 3, "model.d_model": 64,
+                   "optim.warmup_steps": 0, "train.layer_stats_param": "ffn_out",
+                   "train.layer_stats_init_batches": 4},
         axes=[{"model.norm_position": ["post", "pre"]}],
         tune={"optim.learning_rate": [1e-3, 1e-2]}, seeds=[0], confirm=1)
   if variant == "default":
+    post, pre = ("model.norm_position", "post"), ("model.norm_position", "pre")
     return Sweep(
-        name="norm_placement", config="configs/lm.py:tiny",
-        description="Post- vs pre-LayerNorm, with and without warmup, learning rate "
-        "tuned per point, clipping off (Xiong et al. 2020); 6-layer d_model 128 LM.",
-        overrides=_base(300),
+        name="norm_placement", config="configs/translate.py:tiny",
+        description="Post- vs pre-LayerNorm in a 6+6 encoder-decoder with scaled "
+        "embeddings (Xiong et al. 2020): the FFN W2 gradient norm per layer at "
+        "initialisation, the mean of 64 batches (Figure 3), and 1,200 steps with and "
+        "without warmup, learning rate tuned per point, clipping off.",
+        overrides=_figure3(1200, 64),
         axes=[{"model.norm_position": ["post", "pre"]}, WARMUP],
-        tune={"optim.learning_rate": RATES}, seeds=[0, 1], confirm=2)
-  raise ValueError(f"unknown variant {variant!r}; choose tiny or default")
+        tune=_rates({(post, ("optim.warmup_steps", 120)): [3e-4, 1e-3, 3e-3],
+                     (post, ("optim.warmup_steps", 0)): [1e-4, 3e-4, 1e-3],
+                     (pre,): [1e-3, 3e-3, 1e-2]}),
+        seeds=[0], confirm=3)
+  if variant == "placements":
+    on = lambda norm: (("model.norm_position", norm),)
+    return Sweep(
+        name="norm_placement_placements", config="configs/lm.py:tiny",
+        description="Post, pre, sandwich and DeepNorm placements, each at its own "
+        "best learning rate; 6-layer d_model 128 LM, 1,000 steps, clipping off.",
+        overrides=_lm(1000),
+        axes=[{"model.norm_position": PLACEMENTS}],
+        tune=_rates({on("pre"): [1e-3, 3e-3, 1e-2], on("post"): [3e-4, 1e-3, 3e-3],
+                     on("sandwich"): WIDE, on("deepnorm"): WIDE}),
+        seeds=[0], confirm=3)
+  raise ValueError(f"unknown variant {variant!r}; choose tiny, default or placements")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tfx_jax.blocks import TransformerLayer
-from tfx_jax.errors import ConfigError
+from tfx_jax.errors import ConfigError, InactiveSetting
 from tfx_jax.layers.attention import Attention
 from tfx_jax.layers.ffn import FeedForward
 from tfx_jax.layers.norms import DyT, RMSNorm, norm_factory
@@ -235,3 +235,38 @@ def test_embedding_init_sets_the_token_tables_scale():
     stds[init] = float(jnp.std(params["embedding"]["embedding"]))
   assert stds["normal"] == pytest.approx(64 ** -0.5, rel=0.02)
   assert stds["xavier"] == pytest.approx((2 / (4096 + 64)) ** 0.5, rel=0.02)
+
+
+@pytest.mark.parametrize("family,stack", [("decoder_only", "learned"),
+                                          ("encoder_decoder", "decoder_learned")])
+@pytest.mark.parametrize("init,scaled", [("xavier", False), ("xavier", True),
+                                         ("normal", True)])
+def test_learned_position_init_token_starts_positions_as_the_tokens(family, stack, init,
+                                                                    scaled):
+  """``learned_position_init=token``: the position vectors added to the tokens
+  have the token vectors' spread (the same initialisation and embed scale);
+  ``small`` is GPT-2's N(0, 0.02^2) whatever the tokens are."""
+  base = dict(family=family, num_layers=1, d_model=64, num_heads=2, vocab_size=4096,
+              max_len=512, position="learned", embedding_init=init,
+              scale_embeddings=scaled)
+  ids = jnp.arange(4096, dtype=jnp.int32)[None]
+  positions = jnp.arange(512, dtype=jnp.int32)[None]
+  args = (ids[:, :4],) if family == "decoder_only" else (ids[:, :4], ids[:, :4])
+  stds = {}
+  for start in ("small", "token"):
+    model = build_model(model_config_from_dict({**base, "learned_position_init": start}))
+    params = nn.unbox(model.init(jax.random.PRNGKey(0), *args)["params"])
+    added = model.apply({"params": params}, positions,
+                        method=lambda m, p: getattr(m, stack)(p))
+    tokens = model.apply({"params": params}, ids, method="embed_tokens")
+    stds[start] = float(jnp.std(added)), float(jnp.std(tokens))
+  position_std, token_std = stds["token"]
+  assert position_std == pytest.approx(token_std, rel=0.03)
+  assert stds["small"][0] == pytest.approx(0.02, rel=0.03)
+
+
+def test_learned_position_init_needs_learned_positions():
+  base = dict(family="decoder_only", position="rope", learned_position_init="token")
+  with pytest.raises(InactiveSetting, match="learned_position_init='token'.*'rope'"):
+    model_config_from_dict(base)
+  assert model_config_from_dict({**base, "position": "learned"}).learned_position_init == "token"

@@ -127,7 +127,7 @@ def test_causal_module_equals_the_reference_module():
   ref_layer = layer.clone(causal=False)
   orig = att.Attention._attend
   try:  # the reference formula in place of every fast path
-    att.Attention._attend = lambda self, q, k, v, m, b: att.dot_product_attention(
+    att.Attention._attend = lambda self, q, k, v, m, b, *_: att.dot_product_attention(
         q, k, v, m, b)
     ref = jax.jit(lambda p: ref_layer.apply(p, x, mask=mask))(params)
   finally:
@@ -207,9 +207,9 @@ def test_cudnn_attention_equals_xla_on_gpu(bias_kind):
 
 
 def test_the_module_takes_the_fused_path_when_the_backend_is_a_gpu(monkeypatch):
-  """With the backend reported as a GPU, the layer calls ``fused_attention``
-  (XLA's implementation for float32, run here on CPU) and still gives the
-  reference outputs at every real position."""
+  """Built for a GPU (``platform``, as the run's set-up passes it), the layer
+  calls ``fused_attention`` (XLA's implementation for float32, run here on
+  CPU) and still gives the reference outputs at every real position."""
   length = 32
   x = jnp.asarray(np.random.default_rng(6).normal(size=(B, length, 16)), jnp.float32)
   seg, mask = _packed_causal_mask(length)
@@ -220,8 +220,7 @@ def test_the_module_takes_the_fused_path_when_the_backend_is_a_gpu(monkeypatch):
   fused = att.fused_attention
   monkeypatch.setattr(att, "fused_attention",
                       lambda *a, **kw: calls.append(kw) or fused(*a, **kw))
-  monkeypatch.setattr(att.jax, "default_backend", lambda: "gpu")
-  got = layer.apply(params, x, mask=mask)
+  got = layer.clone(platform="gpu").apply(params, x, mask=mask)
   assert [(c["implementation"], c["causal"]) for c in calls] == [("xla", True)]
   real = np.asarray(seg > 0)
   np.testing.assert_allclose(np.asarray(got)[real], np.asarray(ref)[real],

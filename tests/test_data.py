@@ -405,3 +405,115 @@ def test_external_keys_follow_tfds_conventions():
   assert sources.dataset_spec("lm1b").text_key == "text"
   cfg = types.SimpleNamespace(name="lm1b", text_key="sentence")
   assert sources.resolve_keys(cfg).text_key == "sentence"
+
+
+# ------------------------------------------------------------ stream packing
+STREAM_DOCS = [{"text": "ab"}, {"text": "  "}, {"text": "cdefg"}, {"text": "hijklmnopq"},
+               {"text": "rs"}, {"text": "tuvwxyz0123"}]
+
+
+def _stream_batches(task, *, shuffle=False, seed=0, shard_index=0, shard_count=1,
+                    split="train", **fields):
+  cfg = data_config("stream_memory", "", packing="stream", train_fraction=1.0, **fields)
+  return list(pipeline.make_dataset(
+      cfg, tasks.get(task).rows, split, batch_size=2, seq_len=4, seed=seed,
+      tokenizer=tokenizer_lib.ByteTokenizer(), shuffle=shuffle, num_epochs=1,
+      shard_index=shard_index, shard_count=shard_count, source=STREAM_DOCS))
+
+
+def _expected_stream():
+  """[bos] + doc + [eos] + ... for the nonempty documents (byte ids = byte + 5)."""
+  ids = [tokenizer_lib.BOS_ID]
+  for doc in STREAM_DOCS:
+    if doc["text"].strip():
+      ids += [b + 5 for b in doc["text"].encode()] + [tokenizer_lib.EOS_ID]
+  return np.asarray(ids)
+
+
+def _rows_of(batches):
+  return [{k: b[k][r] for k in b} for b in batches for r in range(len(b["inputs"]))
+          if b["segment_ids"][r].max() > 0]
+
+
+def test_stream_packing_windows_the_documents_in_order():
+  """lm, data.packing=stream: windows of seq_len of [bos] d1 [eos] d2 [eos] ...,
+  one segment per window (no mask at document ends), positions 0..L-1 running
+  through them, and every token but bos a target exactly once per epoch (the
+  last window partial, padded)."""
+  stream = _expected_stream()  # 1 + (2+1) + (5+1) + (10+1) + (2+1) + (11+1) = 36
+  rows = _rows_of(_stream_batches("lm"))
+  assert len(rows) == -(-(len(stream) - 1) // 4) == 9
+  for i, row in enumerate(rows):
+    n = int(row["weights"].sum())
+    assert n == min(4, len(stream) - 1 - 4 * i)
+    np.testing.assert_array_equal(row["inputs"][:n], stream[4 * i:4 * i + n])
+    np.testing.assert_array_equal(row["targets"][:n], stream[4 * i + 1:4 * i + 1 + n])
+    np.testing.assert_array_equal(row["segment_ids"], [1] * n + [0] * (4 - n))
+    np.testing.assert_array_equal(row["positions"][:n], np.arange(n))
+  targets = np.concatenate([r["targets"][r["weights"] > 0] for r in rows])
+  np.testing.assert_array_equal(targets, stream[1:])
+  # The end-of-document token sits inside windows, attended across: window 0
+  # is "bos a b eos", window 1 starts in the next document.
+  assert list(rows[0]["inputs"]) == [tokenizer_lib.BOS_ID, 102, 103, tokenizer_lib.EOS_ID]
+  assert rows[1]["segment_ids"].tolist() == [1, 1, 1, 1]
+
+
+def test_stream_packing_shuffles_and_shards_whole_windows():
+  """Shuffled (per seed) and sharded, the windows are still each used once."""
+  def key(row):
+    return tuple(row["targets"].tolist())
+  ordered = sorted(map(key, _rows_of(_stream_batches("lm"))))
+  shuffled = [key(r) for r in _rows_of(_stream_batches("lm", shuffle=True, seed=5))]
+  assert sorted(shuffled) == ordered
+  assert shuffled != [key(r) for r in _rows_of(_stream_batches("lm"))]
+  shards = [key(r) for s in range(3)
+            for r in _rows_of(_stream_batches("lm", shard_index=s, shard_count=3))]
+  assert sorted(shards) == ordered
+
+
+def test_stream_packing_mlm_masks_the_windows():
+  """mlm, data.packing=stream: windows of seq_len stream tokens, masked as BERT
+  (never bos or eos), one segment, continuous positions."""
+  stream = _expected_stream()
+  rows = _rows_of(_stream_batches("mlm", mask_rate=0.5))
+  covered = np.concatenate([r["targets"][r["segment_ids"] > 0] for r in rows])
+  np.testing.assert_array_equal(covered, stream[:len(covered)])
+  assert len(covered) >= len(stream) - 1
+  chosen = np.concatenate([r["weights"] for r in rows]) > 0
+  special = np.isin(np.concatenate([r["targets"] for r in rows]),
+                    [0, tokenizer_lib.BOS_ID, tokenizer_lib.EOS_ID])
+  assert chosen.any() and not (chosen & special).any()
+  for r in rows:
+    n = int((r["segment_ids"] > 0).sum())
+    np.testing.assert_array_equal(r["positions"][:n], np.arange(n))
+
+
+def test_stream_packing_is_refused_for_whole_examples():
+  from tfx_jax import run_config  # pylint: disable=import-outside-toplevel
+  from helpers import tiny_config  # pylint: disable=import-outside-toplevel
+  config = tiny_config("translate.py:tiny", {"data.packing": "stream"})
+  with pytest.raises(ConfigError, match="data.packing='stream'.*lm, mlm.*'translate'"):
+    run_config.resolve(config)
+
+
+def test_train_fraction_reads_a_fixed_leading_share_of_train():
+  """data.train_fraction: the first ceil(f x N) training documents whatever the
+  seed; other splits whole."""
+  docs = [{"text": f"document {i}"} for i in range(10)]
+  tok = tokenizer_lib.ByteTokenizer()
+
+  def texts(split, seed, fraction):
+    cfg = data_config("fraction_memory", "", train_fraction=fraction)
+    ds = pipeline.make_dataset(cfg, tasks.get("lm").rows, split, batch_size=2, seq_len=16,
+                               seed=seed, tokenizer=tok, num_epochs=1, source=docs)
+    return sorted(tok.decode(b["inputs"][r][b["segment_ids"][r] == s])
+                  for b in ds for r in range(2) for s in set(b["segment_ids"][r]) - {0})
+
+  first_four = sorted(f"document {i}" for i in range(4))
+  assert texts("train", 0, 0.35) == texts("train", 7, 0.35) == first_four
+  assert len(texts("validation", 0, 0.35)) == 10
+  assert len(texts("train", 0, 1.0)) == 10
+  from tfx_jax.data.config import DataConfig  # pylint: disable=import-outside-toplevel
+  for bad in (0.0, 1.5):
+    with pytest.raises(ConfigError, match="data.train_fraction"):
+      DataConfig(train_fraction=bad).check()

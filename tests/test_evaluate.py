@@ -10,6 +10,7 @@ with a slow argmax reference; length extrapolation runs once per position scheme
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pathlib
@@ -21,8 +22,13 @@ import pytest
 import sacrebleu
 
 from tfx_jax import evaluate, generate, metrics, trained_run, search, texts
+from tfx_jax import run_config, run_setup, trainer
+from tfx_jax import status as status_lib
+from tfx_jax import train as train_command
+from tfx_jax.data import eval_cache
+from tfx_jax.errors import ConfigError
 from tfx_jax.model_config import Position
-from helpers import run_command, train
+from helpers import ROOT, run_command, tiny_config, train
 
 # ml_collections loads config files with the deprecated importlib load_module().
 pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
@@ -324,8 +330,25 @@ def test_length_extrapolation_for_every_position_scheme(position, tmp_path):
       continue
     assert math.isfinite(row["perplexity"]) and row["perplexity"] > 1.0, row
     assert float(cells[1]) == pytest.approx(row["perplexity"], abs=0.01)
-    # Every length scores the same tokens.
-    assert row["tokens"] == rows[0]["tokens"] == 4 * SEQ_LEN * MAX_BATCHES
+    # Every length scores the same tokens: the whole documents that hold the
+    # 4x windows' tokens (data.packing=documents, the default).
+    assert row["tokens"] == rows[0]["tokens"] >= 4 * SEQ_LEN * MAX_BATCHES
+    assert row["packing"] == "documents"
+
+
+def test_length_extrapolation_in_stream_packing(tmp_path):
+  """A run trained on the token stream is evaluated on it: windows of k x L of
+  the first n tokens, the same n at every length."""
+  overrides = {"model.position": "alibi", "train.seq_len": SEQ_LEN, "train.num_steps": 2,
+               "eval.every_steps": 2, "eval.num_batches": 0, "checkpoint.every_steps": 2,
+               "data.packing": "stream"}
+  workdir, _ = finished_run("lm.py:tiny", tmp_path / "run", overrides)
+  out = ok(evaluate, "--workdir", workdir, "--lengths", "1x,2x", "--max_batches",
+           MAX_BATCHES)
+  assert "data.packing=stream: windows of the split's token stream" in out
+  rows = json.loads((workdir / "eval" / "validation-2.lengths.json").read_text())
+  assert [r["tokens"] for r in rows] == [2 * SEQ_LEN * MAX_BATCHES] * 2
+  assert all(r["packing"] == "stream" and math.isfinite(r["perplexity"]) for r in rows)
 
 
 def _lengths(workdir, *flags) -> tuple[list[dict], str]:
@@ -418,3 +441,105 @@ def test_language_model_run_logs_samples(lm_run):
   for text in shown:
     prompt, _, continuation = text.partition(" **")
     assert len(prompt.split()) == 4 and continuation.endswith("**"), text
+
+
+# ------------------------------------------- evaluations in the training process
+AFTER_TRAINING = [["--max_batches", "2"], ["--lengths", "1x,2x", "--max_batches", "1"],
+                  ["--split", "test", "--max_batches", "1", "--step", "10"]]
+
+
+def _eval_files(workdir: pathlib.Path) -> dict[str, bytes]:
+  return {p.name: p.read_bytes() for p in (workdir / "eval").iterdir() if p.suffix != ".done"}
+
+
+def test_evaluations_in_the_training_process_write_what_the_command_writes(tmp_path):
+  """``train_and_evaluate(..., evaluations)`` (a sweep's ``--evaluate``) runs
+  each evaluation after the last step, in the training process, and writes
+  what ``python -m tfx_jax.evaluate`` writes for the same checkpoint, byte for
+  byte (an evaluation of another --step restores it); started again, a
+  finished run runs only the evaluations it has not done, from its checkpoint."""
+  workdir = tmp_path / "run"
+  result = trainer.train_and_evaluate(tiny_config("lm.py:tiny"), str(workdir), AFTER_TRAINING)
+  assert result.status == "finished"
+  written = _eval_files(workdir)
+  assert set(written) == {"validation-20.hyp.txt", "validation-20.ref.txt",
+                          "validation-20.json", "validation-20.lengths.json",
+                          "test-10.hyp.txt", "test-10.ref.txt", "test-10.json"}
+  assert [status_lib.evaluation_marker(workdir, i).read_text().split()
+          for i in range(3)] == AFTER_TRAINING
+  status = status_lib.read_status(workdir)
+  assert status["state"] == "finished" and status["cores"] >= 1
+  assert all(status["seconds"][p] > 0 for p in status_lib.PHASES), status["seconds"]
+  for args in AFTER_TRAINING:
+    ok(evaluate, "--workdir", workdir, *args)
+  assert _eval_files(workdir) == written
+  # One evaluation lost (a crash between two of them): only it runs again.
+  status_lib.evaluation_marker(workdir, 1).unlink()
+  (workdir / "eval" / "validation-20.lengths.json").unlink()
+  kept = {p: p.stat().st_mtime_ns for p in (workdir / "eval").iterdir()}
+  again = trainer.train_and_evaluate(tiny_config("lm.py:tiny"), str(workdir), AFTER_TRAINING)
+  assert again.status == "finished"
+  assert _eval_files(workdir) == written
+  assert {p: p.stat().st_mtime_ns for p in kept} == kept
+  resumed = status_lib.read_status(workdir)
+  assert resumed["state"] == "finished" and resumed["num_params"] == status["num_params"]
+  # Its time adds to the first attempt's: more evaluating, no more training.
+  assert resumed["seconds"]["evaluations"] > status["seconds"]["evaluations"]
+  assert resumed["seconds"]["train_steps"] == status["seconds"]["train_steps"]
+
+
+def test_a_bad_evaluation_is_refused_before_training(tmp_path):
+  code, _, err = run_command(train_command, [
+      "--config", ROOT / "configs" / "lm.py:tiny", "--workdir", tmp_path / "run",
+      "--evaluate=--split test --max_batchez 2"])
+  assert code == 2 and "Traceback" not in err
+  assert "evaluation --split test --max_batchez 2: Unknown command line flag" in err
+  assert "--max_batches" in err and not (tmp_path / "run").exists()
+  with pytest.raises(ConfigError, match="give --lengths too"):
+    trainer.train_and_evaluate(tiny_config("lm.py:tiny"), str(tmp_path / "run"),
+                               [["--rope_scaling", "linear"]])
+  with pytest.raises(ConfigError, match="evaluates language models"):
+    trainer.train_and_evaluate(tiny_config("mlm.py:tiny"), str(tmp_path / "run"),
+                               [["--lengths", "1x,2x"]])
+  assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------- evaluation data, prepared once
+class _NotRead:
+  """A pipeline that must not be read: the cache has what is asked for."""
+
+  def __iter__(self):
+    raise AssertionError("the evaluation pipeline was read again")
+
+
+def test_evaluation_batches_are_prepared_once_and_read_back_equal(tmp_path, monkeypatch):
+  config = run_config.resolve(tiny_config("lm.py:tiny"))
+  tokenizer = run_setup.load_tokenizer(config)
+
+  def batches(n, cfg=config, split="validation"):
+    data = run_setup.make_data(cfg, tokenizer, split, train=False)
+    return [b for _, b in zip(range(n), data)]
+
+  monkeypatch.setenv(eval_cache.ENV, "")  # off: the pipeline itself
+  live = batches(5)
+  monkeypatch.setenv(eval_cache.ENV, str(tmp_path / "cache"))
+  first = batches(3)  # stores 3 batches; the next pass reads them, prepares 2 more
+  assert len(list((tmp_path / "cache").glob("*/*.npz"))) == 3
+  more = batches(5)
+  [key] = list((tmp_path / "cache").iterdir())
+  assert len(list(key.glob("*.npz"))) == 5 and not (key / "end.json").exists()
+  read_back = eval_cache.CachedPass(_NotRead(), key, {})
+  for got in (first, more, [b for _, b in zip(range(5), read_back)]):
+    for a, b in zip(live, got):
+      assert a.keys() == b.keys()
+      for k in a:
+        assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
+  # The key: every field of the data config, the split, the tokenizer's model.
+  made = eval_cache.make_key(config.data, tokenizer, "validation")
+  assert set(made["data"]) == {f.name for f in dataclasses.fields(config.data)}
+  assert made["tokenizer"]["model_sha256"] == eval_cache.file_digest(tokenizer.model_path)
+  batches(1, split="test")
+  changed = dataclasses.replace(config, data=dataclasses.replace(config.data,
+                                                                 holdout_seed=1))
+  batches(1, cfg=changed)
+  assert len(list((tmp_path / "cache").iterdir())) == 3

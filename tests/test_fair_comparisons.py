@@ -178,7 +178,8 @@ def test_a_choice_at_the_end_of_the_grid_is_flagged(sweep_dir):
   text = build.render(record, summaries, report, {})
   assert "post (learning_rate = 0.001, the lowest tried); pre (learning_rate = 0.01" in text
   record = dataclasses.replace(record, tune={"optim.learning_rate": (1e-4, 1e-3, 1e-2)})
-  assert analysis.grid_edges(record.tune, {"optim.learning_rate": 1e-3}) == {}
+  assert analysis.grid_edges(record.point_grid(report.points[0].key),
+                             {"optim.learning_rate": 1e-3}) == {}
   assert analysis.grid_edges({"model.norm_position": ["pre", "post"]},
                              {"model.norm_position": "pre"}) == {}
 

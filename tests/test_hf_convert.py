@@ -1,7 +1,8 @@
 """Hugging Face interop: logits and greedy-decoding parity with transformers'
 own implementations, export -> import bit-identity, unrepresentable exports.
 
-Each architecture is a tiny random HF model (2 layers, 4 for Gemma 2; d_model
+Each architecture is a tiny random HF model (2 layers, 4 for Gemma 2, 3 for
+Qwen3-MoE; the mixtures of experts 4 experts, 2 per token; d_model
 32; vocab 100) with every parameter perturbed away from its initial value (norm
 gains, biases, the output bias buffer), so that a wrong or missing mapping shows
 in the logits.
@@ -103,11 +104,36 @@ def _hf_models():
           num_attention_heads=HEADS, num_key_value_heads=2, head_dim=6,
           query_pre_attn_scalar=6, sliding_window=4, attn_logit_softcapping=5.0,
           final_logit_softcapping=3.0, max_position_embeddings=64)),
+      # Mixtures of experts (last, as above): 4 experts of which 2 per token,
+      # every parameter perturbed (the routers too), so that a token routed
+      # differently, or a weight of a wrong expert, shows in the logits.
+      # Mixtral: LLaMA's block, every layer MoE, the top 2 renormalised.
+      "mixtral": (t.MixtralForCausalLM, t.MixtralConfig(
+          **common, hidden_size=D, intermediate_size=24, num_hidden_layers=LAYERS,
+          num_attention_heads=HEADS, num_key_value_heads=2, num_local_experts=4,
+          num_experts_per_tok=2, rms_norm_eps=1e-6, max_position_embeddings=64,
+          tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)),
+      # Qwen3-MoE: 3 layers, the first dense (mlp_only_layers, an FFN of its own
+      # width), experts narrower than it, the top 2 renormalised, tied.
+      "qwen3_moe": (t.Qwen3MoeForCausalLM, t.Qwen3MoeConfig(
+          **common, hidden_size=D, intermediate_size=48, moe_intermediate_size=16,
+          num_hidden_layers=3, num_attention_heads=HEADS, num_key_value_heads=2,
+          head_dim=16, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+          mlp_only_layers=[0], rms_norm_eps=1e-6, max_position_embeddings=64,
+          tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)),
+      # OLMoE: query and key norms over all heads at once; the top 2 scores as
+      # they are (norm_topk_prob False).
+      "olmoe": (t.OlmoeForCausalLM, t.OlmoeConfig(
+          **common, hidden_size=D, intermediate_size=16, num_hidden_layers=LAYERS,
+          num_attention_heads=HEADS, num_key_value_heads=2, num_experts=4,
+          num_experts_per_tok=2, max_position_embeddings=64, bos_token_id=1,
+          eos_token_id=2, pad_token_id=0)),
   }
 
 
 ARCHS = ("llama", "llama_linear", "llama_yarn", "gpt2", "bert", "t5", "t5_v1_0", "bart",
-         "marian", "gpt_neox", "gpt_neox_sequential", "qwen3", "gemma2")
+         "marian", "gpt_neox", "gpt_neox_sequential", "qwen3", "gemma2", "mixtral",
+         "qwen3_moe", "olmoe")
 
 
 def _perturb(model, seed):
@@ -284,6 +310,12 @@ def test_t5_feed_forward_without_a_model_activation_is_refused(hf_dirs, tmp_path
     ("gemma2", dict(block="parallel"), "model.block='parallel'"),
     ("gemma2", dict(scale_embeddings=False), "model.scale_embeddings=False"),
     ("gemma2", dict(qk_norm="rmsnorm"), "model.qk_norm='rmsnorm'"),
+    ("mixtral", dict(router="sigmoid"), "model.router='sigmoid'"),
+    ("mixtral", dict(router_norm_topk=False), "model.router_norm_topk=False"),
+    ("mixtral", dict(shared_experts=1), "model.shared_experts=1"),
+    ("mixtral", dict(moe_balance="bias"), "model.moe_balance=True"),
+    ("qwen3_moe", dict(capacity_factor=1.25), "model.capacity_factor=1.25"),
+    ("olmoe", dict(router="sigmoid"), "model.router='sigmoid'"),
 ])
 def test_unrepresentable_export_names_the_setting(arch, change, named, imported, tmp_path):
   cfg, params = imported[arch]
@@ -306,6 +338,14 @@ def test_new_architectures_are_imported_as_their_fields(imported):
           gemma2.scale_embeddings) == ("sandwich", "geglu_tanh", 6, True)
   assert (gemma2.attention_window, gemma2.global_every, gemma2.attention_logit_softcap,
           gemma2.final_logit_softcap) == (4, 2, 5.0, 3.0)
+  mixtral, qwen3_moe, olmoe = (imported[a][0] for a in ("mixtral", "qwen3_moe", "olmoe"))
+  assert (mixtral.ffn_type, mixtral.num_experts, mixtral.experts_per_token,
+          mixtral.expert_dim, mixtral.router, mixtral.router_norm_topk) == (
+              "moe", 4, 2, 24, "softmax", True)
+  assert (qwen3_moe.first_dense_layers, qwen3_moe.moe_every, qwen3_moe.ffn_dim,
+          qwen3_moe.expert_dim, qwen3_moe.router_norm_topk) == (1, 1, 48, 16, True)
+  assert (olmoe.qk_norm, olmoe.qk_norm_heads, olmoe.router_norm_topk) == (
+      "rmsnorm", "joint", False)
 
 
 @pytest.mark.parametrize("change", [
@@ -382,6 +422,8 @@ def test_qwen3_sliding_windows_match_transformers(window, fields, hf_dirs, impor
     ("gemma2", dict(layer_types=["full_attention", "chunked_attention"] * 2),
      "chunked_attention"),
     ("gemma2", dict(hidden_activation="quick_gelu"), "activation 'quick_gelu'"),
+    ("qwen3_moe", dict(mlp_only_layers=[1]), "mlp_only_layers=\\[1\\] is not a prefix"),
+    ("olmoe", dict(clip_qkv=8.0), "clip_qkv=8.0"),
 ])
 def test_unrepresented_hf_settings_are_refused(arch, changes, named, hf_dirs, tmp_path):
   _copy_with_config(hf_dirs[arch][1], tmp_path, **changes)

@@ -564,7 +564,9 @@ def test_tied_logits_are_hidden_times_embedding_transpose():
   ids = jnp.asarray(_rows(*[_tokens(15 + k, L) for k in range(B)]))
   _, state = model.apply({"params": params}, ids, capture_intermediates=True,
                          mutable=["intermediates"])
-  (hidden,) = state["intermediates"]["decoder"]["__call__"]
+  # The stack returns its hidden states and its MoE layers' router statistics.
+  ((hidden, router),) = state["intermediates"]["decoder"]["__call__"]
+  assert router == {}
   emb = np.asarray(nn.unbox(params["embedding"]["embedding"]))
   np.testing.assert_allclose(_logits(model, params, ids), np.asarray(hidden) @ emb.T,
                              **CLOSE)
@@ -582,7 +584,7 @@ def test_decoder_only_classifier_reads_last_real_token():
                            mutable=["intermediates"])
   class_logits = np.asarray(out["class_logits"])
   assert class_logits.shape == (B, 3)
-  (hidden,) = state["intermediates"]["decoder"]["__call__"]
+  ((hidden, _),) = state["intermediates"]["decoder"]["__call__"]  # (x, router stats)
   w = nn.unbox(params["classifier"])
   head = lambda h: np.asarray(h) @ np.asarray(w["kernel"]) + np.asarray(w["bias"])
   np.testing.assert_allclose(class_logits[0], head(hidden[0, L - 1]), **CLOSE)
@@ -599,7 +601,7 @@ def test_encoder_only_classifier_pools_the_first_token():
   out, state = model.apply({"params": params}, jnp.asarray(batch),
                            capture_intermediates=lambda m, _: m.name == "encoder",
                            mutable=["intermediates"])
-  (hidden,) = state["intermediates"]["encoder"]["__call__"]
+  ((hidden, _),) = state["intermediates"]["encoder"]["__call__"]  # (x, router stats)
   p = nn.unbox(params)
   pooled = np.tanh(np.asarray(hidden[:, 0]) @ np.asarray(p["pooler"]["kernel"])
                    + np.asarray(p["pooler"]["bias"]))

@@ -1,5 +1,8 @@
-"""Schedules, optimizer chain and loss against hand-written formulas."""
+"""Schedules, optimizers and loss against hand-written formulas; the traced
+hyperparameters (one program for a grid, the same bits as constants); Muon's
+parameter groups for every family."""
 
+import dataclasses
 import math
 
 import jax
@@ -23,14 +26,17 @@ def _cfg(**overrides):
   return cfg
 
 
-def _schedule(cfg, d_model=512, num_train_steps=1000):
+def _resolved(cfg, d_model, num_train_steps):
   resolved, _ = optim.resolve(cfg, num_train_steps=num_train_steps)
-  return optim.make_schedule(resolved, d_model=d_model)
+  return resolved, optim.hyperparameters(resolved, d_model=d_model)
+
+
+def _schedule(cfg, d_model=512, num_train_steps=1000):
+  return optim.make_schedule(*_resolved(cfg, d_model, num_train_steps))
 
 
 def _optimizer(cfg, d_model=512, num_train_steps=1000):
-  resolved, _ = optim.resolve(cfg, num_train_steps=num_train_steps)
-  return optim.make_optimizer(resolved, d_model=d_model)
+  return optim.make_optimizer(*_resolved(cfg, d_model, num_train_steps))
 
 
 def _lr(schedule, count):
@@ -325,3 +331,309 @@ def test_cross_entropy_and_gradient_equal_the_one_hot_formula(smoothing, vocab_s
   np.testing.assert_allclose(ours(logits), reference(logits), rtol=1e-6, atol=1e-5)
   np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(reference)(logits),
                              rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ wsd
+@pytest.mark.parametrize("shape", ["linear", "1-sqrt"])
+def test_wsd_warms_up_holds_then_decays_over_the_last_fraction(shape):
+  """Hägele et al. 2024: warmup, the peak until the last decay_fraction of the
+  steps, then linear or 1-sqrt down to min_lr_ratio x peak."""
+  schedule = _schedule(_cfg(schedule="wsd", learning_rate=1e-3, warmup_steps=10,
+                            decay_steps=100, decay_fraction=0.2, decay_shape=shape,
+                            min_lr_ratio=0.1))
+  s = (lambda p: p) if shape == "linear" else math.sqrt
+  expected = {0: 1e-4, 9: 1e-3, 50: 1e-3, 79: 1e-3}  # step = count + 1
+  for step in (85, 90, 95, 100):
+    expected[step - 1] = 1e-3 * (0.1 + 0.9 * (1 - s((step - 80) / 20)))
+  for count, want in expected.items():
+    np.testing.assert_allclose(_lr(schedule, count), want, rtol=1e-5)
+  assert _lr(schedule, 10_000) == pytest.approx(1e-4, rel=1e-5)
+
+
+def test_wsd_warmup_must_end_before_the_decay_starts():
+  with pytest.raises(optim.ConfigError, match="optim.warmup_steps"):
+    _schedule(_cfg(schedule="wsd", warmup_steps=90, decay_steps=100, decay_fraction=0.2))
+  with pytest.raises(optim.ConfigError, match="optim.decay_fraction"):
+    _schedule(_cfg(schedule="wsd", decay_fraction=0.0))
+
+
+@pytest.mark.parametrize("overrides,field", [
+    ({"optimizer": "adamw", "lion_b1": 0.95}, "optim.lion_b1"),
+    ({"optimizer": "lion", "b2": 0.95}, "optim.b2"),
+    ({"optimizer": "adamw", "adam_learning_rate_ratio": 0.5}, "optim.adam_learning_rate_ratio"),
+    ({"optimizer": "adam", "muon_momentum": 0.9}, "optim.muon_momentum"),
+    ({"schedule": "cosine", "decay_fraction": 0.5}, "optim.decay_fraction"),
+    ({"schedule": "linear", "decay_shape": "linear"}, "optim.decay_shape")])
+def test_a_field_of_another_optimizer_or_schedule_is_an_inactive_setting(overrides, field):
+  with pytest.raises(optim.InactiveSetting, match=field) as e:
+    _optimizer(_cfg(**overrides))
+  assert e.value.field == field
+
+
+def test_decay_shape_lists_its_choices():
+  with pytest.raises(optim.ConfigError, match="1-sqrt"):
+    _optimizer(_cfg(schedule="wsd", decay_shape="cosine"))
+
+
+# ---------------------------------------------------- first steps vs NumPy
+def _steps(cfg, params, grads, n=2):
+  opt = _optimizer(cfg)
+  state = opt.init(params)
+  out = []
+  for g in grads[:n]:
+    updates, state = jax.jit(opt.update)(g, state, params)
+    params = optax.apply_updates(params, updates)
+    out.append(jax.tree.map(np.asarray, params))
+  return out
+
+
+def _random_tree(rng, shapes):
+  return {k: {"kernel" if len(s) > 1 else "scale": jnp.asarray(rng.normal(size=s), jnp.float32)}
+          for k, s in shapes.items()}
+
+
+def test_adamw_and_clipping_first_steps_match_numpy():
+  rng = np.random.default_rng(0)
+  params = _random_tree(rng, {"wi": (4, 3), "norm": (3,)})
+  grads = [_random_tree(rng, {"wi": (4, 3), "norm": (3,)}) for _ in range(2)]
+  lr, b1, b2, eps, wd, clip = 1e-2, 0.9, 0.98, 1e-9, 0.1, 1.0
+  got = _steps(_cfg(learning_rate=lr, weight_decay=wd, grad_clip_norm=clip), params, grads)
+  p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
+  m = jax.tree.map(np.zeros_like, p)
+  v = jax.tree.map(np.zeros_like, p)
+  for t, g in enumerate(grads, start=1):
+    g = jax.tree.map(lambda x: np.asarray(x, np.float64), g)
+    norm = np.sqrt(sum(np.sum(x**2) for x in jax.tree.leaves(g)))
+    g = jax.tree.map(lambda x: x * min(1.0, clip / norm), g)
+    m = jax.tree.map(lambda m_, g_: b1 * m_ + (1 - b1) * g_, m, g)
+    v = jax.tree.map(lambda v_, g_: b2 * v_ + (1 - b2) * g_**2, v, g)
+    for k in p:
+      for name in p[k]:
+        step = (m[k][name] / (1 - b1**t)) / (np.sqrt(v[k][name] / (1 - b2**t)) + eps)
+        decay = wd * p[k][name] if name == "kernel" else 0.0  # norms: no decay
+        p[k][name] = p[k][name] - lr * (step + decay)
+    for k in p:
+      for name in p[k]:
+        np.testing.assert_allclose(got[t - 1][k][name], p[k][name], rtol=1e-5, atol=1e-7)
+
+
+def test_lion_first_steps_match_numpy():
+  """Chen et al. 2023, Algorithm 2: u = sign(b1 m + (1 - b1) g); m <- b2 m + (1 - b2) g;
+  p <- p - lr (u + wd p), the decay masked as AdamW's."""
+  rng = np.random.default_rng(1)
+  params = _random_tree(rng, {"wi": (4, 3), "norm": (3,)})
+  grads = [_random_tree(rng, {"wi": (4, 3), "norm": (3,)}) for _ in range(2)]
+  lr, b1, b2, wd = 1e-2, 0.8, 0.95, 0.5
+  got = _steps(_cfg(optimizer="lion", learning_rate=lr, weight_decay=wd, lion_b1=b1,
+                    lion_b2=b2), params, grads)
+  p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
+  m = jax.tree.map(np.zeros_like, p)
+  for t, g in enumerate(grads):
+    for k in p:
+      for name in p[k]:
+        g_ = np.asarray(g[k][name], np.float64)
+        u = np.sign(b1 * m[k][name] + (1 - b1) * g_)
+        m[k][name] = b2 * m[k][name] + (1 - b2) * g_
+        decay = wd * p[k][name] if name == "kernel" else 0.0
+        p[k][name] = p[k][name] - lr * (u + decay)
+        np.testing.assert_allclose(got[t][k][name], p[k][name], rtol=1e-5, atol=1e-7)
+
+
+# Jordan's quintic coefficients (optax.contrib's default).
+NS = (3.4445, -4.7750, 2.0315)
+
+
+def _newton_schulz(g, steps=5):
+  """The reference iteration in float64: X <- a X + (b A + c A^2) X, A = X X^T,
+  from X = G / ||G||_F, on the wide orientation."""
+  x = np.asarray(g, np.float64)
+  tall = x.shape[0] > x.shape[1]
+  x = x.T if tall else x
+  x = x / (np.linalg.norm(x) + 1e-8)
+  a, b, c = NS
+  for _ in range(steps):
+    A = x @ x.T
+    x = a * x + (b * A + c * A @ A) @ x
+  return x.T if tall else x
+
+
+def test_newton_schulz_reference_orthogonalises():
+  g = np.random.default_rng(2).normal(size=(48, 16))
+  singular = np.linalg.svd(_newton_schulz(g), compute_uv=False)
+  # Not exactly 1: the coefficients trade accuracy for speed (Jordan: roughly
+  # uniform in [0.5, 1.5]); far from G's own spread.
+  assert singular.min() > 0.6 and singular.max() < 1.3
+  assert np.ptp(np.linalg.svd(g, compute_uv=False)) > 3 * np.ptp(singular)
+
+
+def test_muon_first_step_is_the_scaled_orthogonalised_gradient():
+  """Every Muon leaf moves by -lr (0.2 sqrt(max(fan_in, fan_out)) NS(G) + wd W)
+  (Moonlight's update RMS), per layer of a scanned stack and over (heads, kv)
+  of attention kernels; the embedding moves as AdamW at ratio x lr."""
+  rng = np.random.default_rng(3)
+  shapes = {"wi": (8, 24), "query": (8, 2, 4), "out": (2, 4, 8)}
+  params = {"decoder": {"layers": {k: {"kernel": jnp.asarray(rng.normal(size=(2, *s)),
+                                                              jnp.float32)}
+                                   for k, s in shapes.items()}},
+            "embedding": {"embedding": jnp.asarray(rng.normal(size=(16, 8)), jnp.float32)}}
+  grads = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), jnp.float32), params)
+  lr, wd, ratio = 1e-2, 0.1, 0.5
+  [got] = _steps(_cfg(optimizer="muon", learning_rate=lr, weight_decay=wd,
+                      adam_learning_rate_ratio=ratio), params, [grads], n=1)
+  for name, shape in shapes.items():
+    w = np.asarray(params["decoder"]["layers"][name]["kernel"], np.float64)
+    g = np.asarray(grads["decoder"]["layers"][name]["kernel"], np.float64)
+    fan_in = shape[0] * (shape[1] if name == "out" else 1)
+    for layer in range(2):
+      # Nesterov at the first step: the momentum's direction is the gradient's,
+      # and the Frobenius normalisation removes its scale.
+      o = _newton_schulz(g[layer].reshape(fan_in, -1)).reshape(shape)
+      want = w[layer] - lr * (0.2 * math.sqrt(max(fan_in, w[layer].size // fan_in)) * o
+                              + wd * w[layer])
+      np.testing.assert_allclose(got["decoder"]["layers"][name]["kernel"][layer], want,
+                                 rtol=1e-5, atol=1e-6, err_msg=name)
+  # AdamW's first step is lr * sign(g) (bias-corrected), plus the decay.
+  e = np.asarray(params["embedding"]["embedding"], np.float64)
+  want = e - ratio * lr * (np.sign(np.asarray(grads["embedding"]["embedding"])) + wd * e)
+  np.testing.assert_allclose(got["embedding"]["embedding"], want, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------- muon's groups, by family
+# The input (reduction) axes of each kernel by its logical names, read off the
+# layers: projections from the residual stream read `embed`, the FFN's output
+# reads `mlp`, the attention's output reads (heads, kv).
+READS = {"query": ("embed",), "key": ("embed",), "value": ("embed",), "gate": ("embed",),
+         "wi": ("embed",), "wv": ("embed",), "mlm_dense": ("embed",), "pooler": ("embed",),
+         "wo": ("mlp",), "out": ("heads", "kv"), "router": ("embed",)}
+HEAD_AXES = ("vocab", "classes")
+
+
+@pytest.mark.parametrize("spec", ["lm.py:tiny", "mlm.py:tiny", "translate.py:tiny",
+                                  "finetune.py:tiny", "finetune.py:mlm_tiny", "lm.py:tiny+moe"])
+@pytest.mark.parametrize("scan", [False, True])
+def test_every_parameter_of_every_family_gets_its_group(spec, scan):
+  """Muon: every hidden kernel, its reduction axes those the layer reads and
+  the layer axis of a scanned stack and the expert axis of a mixture of
+  experts batch axes; Adam: embeddings, heads, norms, biases. Checked against
+  the parameters' logical axis names."""
+  import flax.linen as nn
+  from flax import traverse_util
+  from tfx_jax import muon, run_config
+  from tfx_jax.models import build_model, dummy_inputs
+  from helpers import load_config
+  spec, _, moe = spec.partition("+")
+  config = load_config(spec)
+  config.model.scan_layers = scan
+  if moe:
+    config.model.ffn_type, config.model.num_experts, config.model.experts_per_token = "moe", 4, 2
+  model_cfg = run_config.resolve(config).model
+  boxed = jax.eval_shape(lambda k: build_model(model_cfg).init(
+      {"params": k}, **dummy_inputs(model_cfg)), jax.random.PRNGKey(0))["params"]
+  groups = muon.assignment(boxed)
+  flat = traverse_util.flatten_dict(boxed, sep="/",
+                                    is_leaf=lambda _, v: isinstance(v, nn.LogicallyPartitioned))
+  assert set(groups["muon"]["parameters"]) | set(groups["adam"]["parameters"]) == set(flat)
+  assert groups["muon"]["count"] > 0 and groups["adam"]["count"] > 0
+  for path, box in flat.items():
+    names = box.names if isinstance(box, nn.LogicallyPartitioned) else ()
+    module, leaf = (["", *path.split("/")])[-2:]
+    if leaf != "kernel" or any(a in names for a in HEAD_AXES):
+      assert path in groups["adam"]["parameters"], path
+      continue
+    entry = groups["muon"]["parameters"][path]
+    reduction = tuple(names[a] for a in entry["reduction_axes"])
+    output = tuple(names[a] for a in entry["output_axes"])
+    assert reduction == READS[module], path
+    # Every axis is read or written, but a scanned stack's layer axis and the
+    # expert axis.
+    assert sorted(reduction + output, key=str) == sorted(
+        (n for n in names if n not in ("layers", "expert")), key=str), path
+    assert ("layers" in names) == (scan and "/layers/" in path), path
+  if scan:
+    assert any("/layers/" in p for p in groups["muon"]["parameters"])
+
+
+# ------------------------------------------- traced values: one program, same bits
+def _sharded(overrides):
+  from tfx_jax import run_config, run_setup
+  from helpers import tiny_config
+  resolved = run_config.resolve(tiny_config("lm.py:tiny", overrides))
+  return run_setup.ShardedRun(resolved, resolved.model)
+
+
+def _batches(n, seed=0):
+  rng = np.random.default_rng(seed)
+  for _ in range(n):
+    ids = rng.integers(5, 200, size=(4, 33)).astype(np.int32)
+    yield {"inputs": ids[:, :-1], "targets": ids[:, 1:],
+           "segment_ids": np.ones((4, 32), np.int32),
+           "positions": np.tile(np.arange(32, dtype=np.int32), (4, 1)),
+           "weights": np.ones((4, 32), np.float32)}
+
+
+def _lowered_text(overrides) -> str:
+  from tfx_jax import sharding
+  run = _sharded(overrides)
+  batch = sharding.global_batch(next(_batches(1)), run.mesh)
+  return run.train_step().lower(run.abstract_state, batch, run.step_hparams()).as_text()
+
+
+TUNED = {"optim.learning_rate": 2e-3, "optim.weight_decay": 0.05, "optim.warmup_steps": 3,
+         "optim.b1": 0.8, "optim.b2": 0.95, "optim.eps": 1e-8, "train.num_steps": 40,
+         "optim.min_lr_ratio": 0.2, "optim.grad_clip_norm": 0.5}
+
+
+def test_runs_differing_only_in_tuned_values_lower_to_one_program():
+  """The whole grid shares one compiled step (and one persistent-cache entry)."""
+  base = {"optim.weight_decay": 0.1}
+  text = _lowered_text(base)
+  assert _lowered_text({**base, **TUNED}) == text
+  # The constant form compiles the values in: another program per value.
+  constant = {**base, "optim.trace_hyperparameters": False}
+  assert _lowered_text(constant) != _lowered_text({**constant, **TUNED})
+
+
+@pytest.mark.parametrize("overrides", [
+    {"optim.weight_decay": 0.1},
+    {"optim.optimizer": "muon", "optim.schedule": "wsd", "optim.decay_fraction": 0.5,
+     "optim.accumulate_steps": 2, "model.scan_layers": True, "optim.weight_decay": 0.1}])
+def test_traced_and_constant_forms_give_the_same_bits(overrides):
+  from tfx_jax import sharding
+  got = []
+  for trace in (True, False):
+    run = _sharded({**overrides, "optim.trace_hyperparameters": trace})
+    state, step, hparams = run.init_state(), run.train_step(), run.step_hparams()
+    metrics = []
+    for batch in _batches(5):
+      state, m = step(state, sharding.global_batch(batch, run.mesh), hparams)
+      metrics.append({k: np.asarray(v) for k, v in m.items()})
+    got.append((metrics, jax.tree.map(np.asarray, state.params)))
+  (traced, params_t), (constant, params_c) = got
+  for a, b in zip(traced, constant):
+    for key in a:
+      np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+  jax.tree.map(np.testing.assert_array_equal, params_t, params_c)
+  # The logged rate is the one the step used: the warmup's, then the schedule's.
+  assert traced[0]["learning_rate"] == np.float32(3e-3) * np.float32(1 / 5)
+
+
+def test_summary_prints_the_optimizer_state_size():
+  from tfx_jax import run_config, summary
+  from helpers import tiny_config
+  sizes = {}
+  for name in ("adamw", "lion", "muon"):
+    run = run_config.resolve(tiny_config("lm.py:tiny", {"optim.optimizer": name}))
+    line = summary.optimizer_state(run, run.model)
+    sizes[name] = int(line.split(": ")[1].split(" values")[0].replace(",", ""))
+  from flax import traverse_util
+  shapes = traverse_util.unflatten_dict(summary.param_shapes(run.model), sep="/")
+  n = summary.count_params(run.model)
+  n_muon = optim.parameter_groups(run.optim, shapes)["muon"]["params"]
+  assert 0 < n_muon < n
+  assert optim.parameter_groups(dataclasses.replace(run.optim, optimizer="adamw"),
+                                shapes) is None
+  # Two moments (AdamW) or one (Lion) per parameter, plus the step counters;
+  # Muon: one moment of its matrices, two of the rest, its NS coefficients.
+  assert sizes["adamw"] == 2 * n + 2
+  assert sizes["lion"] == n + 2
+  assert sizes["muon"] == n_muon + 2 * (n - n_muon) + 3 + 4

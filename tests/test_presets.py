@@ -80,9 +80,16 @@ def test_summary_command_prints_the_table():
       cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
   lines = proc.stdout.strip().splitlines()
-  assert lines[-1] == "params: 6738415616"
+  end = lines.index("params: 6738415616")
   assert lines[0].split()[:2] == ["module", "params"]
-  body = lines[1:-1]
+  # A dense model computes with all its parameters; 2 N + 2 n_layer n_ctx d_attn
+  # FLOPs per token forward (Kaplan et al. 2020), 3x that to train.
+  assert lines[end + 1] == "active params: 6738415616 (100.0% of 6738415616)"
+  n = 6738415616 - 32000 * 4096  # the embedding table is read, not multiplied
+  forward = 2 * n + 2 * 32 * 2048 * 4096
+  assert lines[end + 2] == (f"FLOPs per token (seq_len 2048): forward {forward:,}  "
+                            f"train {3 * forward:,}")
+  body = lines[1:end]
   assert any(line.startswith("decoder/") for line in body)
   assert any(line.startswith("embedding") for line in body)
   # The per-module rows add up to the total.
@@ -164,7 +171,8 @@ def test_summary_shows_the_matched_count_of_a_gated_activation():
        "--config.model.activation=swiglu"],
       cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
-  total = int(proc.stdout.strip().splitlines()[-1].removeprefix("params: "))
+  total = int(next(line for line in proc.stdout.splitlines()
+                   if line.startswith("params: ")).removeprefix("params: "))
   assert total == _count(config, activation="swiglu")
   assert abs(total / _count(config, activation="relu") - 1) < 0.01
 

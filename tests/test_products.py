@@ -69,11 +69,11 @@ def test_other_contractions_keep_xla_s_own_product():
                                 jax.lax.dot_general(a, b, batched))
 
 
-def test_the_fast_product_is_chosen_for_bf16_on_cpu_only(monkeypatch):
-  assert products.dot_general_for(BF16) is products.dot_general
-  assert products.dot_general_for(jnp.float32) is None
-  monkeypatch.setattr(products.jax, "default_backend", lambda: "gpu")
-  assert products.dot_general_for(BF16) is None
+def test_the_fast_product_is_chosen_for_bf16_on_cpu_only():
+  assert products.dot_general_for(BF16, "cpu") is products.dot_general
+  assert products.dot_general_for(jnp.float32, "cpu") is None
+  assert products.dot_general_for(BF16, "gpu") is None
+  assert products.dot_general_for(BF16, "tpu") is None
 
 
 @pytest.mark.parametrize("tied", [True, False])

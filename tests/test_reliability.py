@@ -111,9 +111,9 @@ def poison_step(monkeypatch, bad_step: int):
   def poisoned(*args, **kwargs):
     train_step = make_train_step(*args, **kwargs)
 
-    def step_fn(state, batch):
+    def step_fn(state, batch, hparams):
       nan_if_bad = jnp.where(state.step == bad_step - 1, jnp.nan, 1.0)
-      return train_step(state, dict(batch, weights=batch["weights"] * nan_if_bad))
+      return train_step(state, dict(batch, weights=batch["weights"] * nan_if_bad), hparams)
 
     return step_fn
 

@@ -143,6 +143,34 @@ def test_layer_statistics_logged_later_are_not_called_initialisation(tmp_path):
   assert "| post | 0.5 | 2 |" in report
 
 
+def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
+  """Runs with train.layer_stats_init_batches: the section and the plot read
+  the step-0 means of layer_stats/init_grad_norm/<param>/..., not the
+  statistics logged during training (here at steps 10 and 20)."""
+  root = tmp_path / "init"
+  runs = []
+  for norm in ("pre", "post"):
+    for seed in (0, 1):
+      name = f"norm_position-{norm}_s{seed}"
+      write_run(root, name, seed, 1.0 + seed / 10, layer_grad=(7.0, 7.0),
+                layer_steps=(10, 20))
+      with metrics.MetricWriter(root / name / "tensorboard") as w:
+        w.write_scalars(0, {f"layer_stats/init_grad_norm/ffn_out/decoder_{i:02d}": g
+                            for i, g in enumerate(LAYER_GRAD[norm])})
+      runs.append({"name": name, "seed": seed, "values": [{"model.norm_position": norm}],
+                   "overrides": {}, "state": "finished", "wall_seconds": 60.0})
+  record = sweep_record("init", [_axis("model.norm_position", ["pre", "post"])], runs,
+                        seeds=[0, 1])
+  (root / "sweep.json").write_text(json.dumps(record))
+  build.write_report(root)
+  report = (root / "report.md").read_text()
+  assert "## Gradient norm per layer at initialisation\n" in report
+  assert "`layer_stats/init_grad_norm/ffn_out/<stack>_<layer>`" in report
+  assert "step 0, at the initial parameters" in report
+  assert "| post | 0.5 | 2 |" in report and "| pre | 1 | 1 |" in report
+  assert (root / "layers.png").stat().st_size > 5000
+
+
 def test_welch_interval_matches_hand_computation():
   iv = stats.welch_interval([1.5, 1.6, 1.7], [1.0, 1.2, 1.1])
   half = T_975_DF4 * math.sqrt(0.01 / 3 + 0.01 / 3)
@@ -316,8 +344,20 @@ def _single_point_sweep(root):
   return sweep_record("single_point", [], runs, seeds=[0, 1])
 
 
+def _per_point_sweep(root):
+  """The optimizer sweep below (per-point grids, AdamW at three lengths), two
+  seeds, on disk: seed 0 chooses, seed 1 is compared (no test split)."""
+  record, summaries = _optimizer_sweep(seeds=(0, 1))
+  for entry in record.runs:
+    write_run(root, entry.name, entry.seed, summaries[entry.name]["final"]["eval/loss"])
+  data = record.to_json()
+  data.update(report_split="validation", evaluations=[])
+  return data
+
+
 SWEEPS = {"one_seed": _one_seed_sweep, "failed_run": _failed_run_sweep,
-          "size_axis": _size_axis_sweep, "single_point": _single_point_sweep}
+          "size_axis": _size_axis_sweep, "single_point": _single_point_sweep,
+          "per_point": _per_point_sweep}
 
 
 def _write(root, make):
@@ -352,8 +392,15 @@ def test_every_plot_the_report_references_exists_and_renders_without_warnings(
               "size_axis": {"forest.png", "scale.png", "lengths.png", "layers.png",
                             "curves_model.d_model+model.num_heads.png",
                             "curves_model.activation.png"},
-              "single_point": {"layers.png"}}[kind]
+              "single_point": {"layers.png"},
+              "per_point": {"forest.png", "curves_optimizer.png",
+                            "sensitivity_optim.learning_rate_optimizer.png",
+                            "sensitivity_optim.adam_learning_rate_ratio_optimizer.png"},
+              }[kind]
   assert expected <= set(images), set(images)
+  if kind == "per_point":
+    assert "| - | muon | 100 |" in report and "3.00x (one seed: no interval)" in report
+    assert "`optim.learning_rate` in [0.0001, 0.0003] where optimizer=lion" in report
 
 
 def _drawn_figures(monkeypatch, root, make):
@@ -592,3 +639,194 @@ def test_points_show_the_evaluation_standard_error_beside_the_seed_spread(tmp_pa
   assert "| 0.0100 |" in rows["rope"] and "| **0.0311** |" in rows["alibi"]
   assert ("Evaluation noise above a quarter of the seed spread (in bold above): alibi "
           "eval/loss (eval SE 0.0311, seed std 0.0500)") in text
+
+
+# ------------------------------------------- per-point grids, effective speedup
+# An optimizer sweep: AdamW at 1x (the base), 1/2x and 2x the length, Muon and
+# Lion at 1x, each tuned on its own grid. The planted loss of a run is the
+# AdamW curve at the run's effective steps (``EFFECTIVE``: Muon's 100 steps
+# worth 300 of AdamW's), plus a penalty away from the point's best tuned
+# values, plus a per-seed offset every point shares (paired seeds).
+OPT_ROWS = [{"optim.optimizer": "adamw", "train.num_steps": 200},
+            {"optim.optimizer": "adamw", "train.num_steps": 100},
+            {"optim.optimizer": "adamw", "train.num_steps": 400},
+            {"optim.optimizer": "muon", "train.num_steps": 100},
+            {"optim.optimizer": "lion", "train.num_steps": 100}]
+OPT_TUNE = {"optim.learning_rate": [
+                {"values": [1e-3, 3e-3, 1e-2], "when": {"optim.optimizer": "adamw"}},
+                {"values": [1e-3, 3e-3, 1e-2], "when": {"optim.optimizer": "muon"}},
+                {"values": [1e-4, 3e-4], "when": {"optim.optimizer": "lion"}}],
+            "optim.adam_learning_rate_ratio": {"values": [0.3, 1.0],
+                                               "when": {"optim.optimizer": "muon"}}}
+EFFECTIVE = {"adamw": 1.0, "muon": 3.0, "lion": 1.5}  # AdamW steps per step
+OPT_L0 = 6.9
+
+
+def adamw_curve(steps: float) -> float:
+  """The planted AdamW endpoint loss after ``steps``: linear in log steps."""
+  return 4.0 - 0.5 * math.log2(steps / 100)
+
+
+def _penalty(optimizer: str, tuned: dict) -> float:
+  """Away from each point's best: AdamW's 3e-3 (inside its grid), Muon's 1e-2
+  and ratio 1.0, Lion's 3e-4 (the ends of their own grids)."""
+  lr, ratio = tuned["optim.learning_rate"], tuned.get("optim.adam_learning_rate_ratio")
+  best = {"adamw": 3e-3, "muon": 1e-2, "lion": 3e-4}[optimizer]
+  return (0.0 if lr == best else 0.2 if abs(math.log10(lr / best)) < 0.6 else 0.6) + (
+      0.05 if ratio == 0.3 else 0.0)
+
+
+def _optimizer_sweep(effective=EFFECTIVE, seeds=(0, 1, 2)):
+  """(record, summaries) of the planted optimizer sweep, in memory."""
+  from tfx_jax.sweep import spec as spec_lib  # pylint: disable=import-outside-toplevel
+  _, runs = spec_lib.expand(spec_lib.Sweep(
+      name="optimizers", config="configs/lm.py:tiny", axes=[OPT_ROWS], tune=OPT_TUNE,
+      seeds=list(seeds)))
+  summaries, entries = {}, []
+  for run in runs:
+    row = run.values[0]
+    loss = (adamw_curve(row["train.num_steps"] * effective[row["optim.optimizer"]])
+            + _penalty(row["optim.optimizer"], run.tuned) + 0.01 * run.seed)
+    entries.append({"name": run.name, "seed": run.seed, "values": [row],
+                    "tuned": run.tuned, "overrides": run.overrides, "state": "finished"})
+    summaries[run.name] = {"state": "finished", "step": row["train.num_steps"],
+                           "final": {"eval/loss": loss}, "test": {"eval/loss": loss},
+                           "initial": {"eval/loss": OPT_L0}, "curves": {}, "lengths": {}}
+  axis = {"label": "optimizer", "fields": ["optim.optimizer", "train.num_steps"],
+          "values": OPT_ROWS, "reference": 0}
+  record = records.SweepRecord.from_json(sweep_record(
+      "optimizers", [axis], entries, seeds=list(seeds), tune=OPT_TUNE,
+      report_split="test", evaluations=[["--split", "test"]]))
+  return record, summaries
+
+
+def _analyze_optimizers(**kwargs):
+  from tfx_jax.report import analysis  # pylint: disable=import-outside-toplevel
+  record, summaries = _optimizer_sweep(**kwargs)
+  baselines = {name: schema.Baseline(5.7, math.log(1024)) for name in summaries}
+  return record, analysis.analyze(record, summaries, baselines)
+
+
+def test_each_point_is_chosen_and_checked_on_its_own_grid():
+  """Lion's best rate, 3e-4, is inside the union of the grids but the top of
+  Lion's own: flagged; AdamW's 3e-3 is inside its own: not. Muon's
+  sensitivity reads its learning rates at its chosen Adam ratio only."""
+  record, report = _analyze_optimizers()
+  points = {p.values["optimizer"]: p for p in report.points}
+  muon, lion, adamw = (points["optimizer=muon,num_steps=100"],
+                       points["optimizer=lion,num_steps=100"],
+                       points["optimizer=adamw,num_steps=200"])
+  assert muon.chosen == {"optim.learning_rate": 1e-2, "optim.adam_learning_rate_ratio": 1.0}
+  assert muon.chosen_at_edge == {"optim.learning_rate": "highest",
+                                 "optim.adam_learning_rate_ratio": "highest"}
+  assert lion.chosen == {"optim.learning_rate": 3e-4}
+  assert lion.chosen_at_edge == {"optim.learning_rate": "highest"}
+  assert adamw.chosen_at_edge == {}
+  assert len(muon.tuned) == 6 and len(lion.tuned) == 2 and len(adamw.tuned) == 3
+  sens = {s.point["optimizer"]: s for s in report.sensitivity}
+  at_ratio = {lr: [adamw_curve(300) + _penalty("muon", {"optim.learning_rate": lr})
+                   + 0.01 * seed for seed in range(3)] for lr in (1e-3, 3e-3, 1e-2)}
+  assert sens["optimizer=muon,num_steps=100"].sensitivity == pytest.approx(
+      stats.lr_sensitivity(at_ratio, OPT_L0))
+  assert len(sens["optimizer=muon,num_steps=100"].curve) == 6  # the curve: every value
+  (row,) = [r for r in report.comparisons if r.value == "optimizer=lion,num_steps=100"]
+  assert ("tuned on seeds 0-2: optimizer=lion,num_steps=100 over learning_rate {0.0001, "
+          "0.0003}, optimizer=adamw,num_steps=200 over learning_rate {0.001, 0.003, 0.01}"
+          ) in row.design
+  # report.json keeps the grids as declared and reads back as it was.
+  data = json.loads(json.dumps(report.to_json()))
+  assert data["tune"]["optim.adam_learning_rate_ratio"] == [
+      {"values": [0.3, 1.0], "when": {"optim.optimizer": "muon"}}]
+  assert schema.Report.from_json(data) == report
+
+
+def test_effective_speedup_on_synthetic_curves_with_a_known_answer():
+  """Muon's 100 steps reach AdamW's loss at 300 steps (between its 200 and 400
+  step endpoints): 3x; Lion's, 150 steps: 1.5x. The seeds' offsets are shared
+  by every point, so the paired interval has no width."""
+  _, report = _analyze_optimizers()
+  rows = {r.optimizer: r for r in report.speedups}
+  assert set(rows) == {"muon", "lion"}
+  muon = rows["muon"]
+  assert muon.reference_steps == (100, 200, 400) and muon.seeds == (0, 1, 2)
+  assert muon.reference_steps_to_reach == pytest.approx(300.0)
+  assert muon.speedup == pytest.approx(3.0) and rows["lion"].speedup == pytest.approx(1.5)
+  assert (muon.interval.low, muon.interval.high) == (pytest.approx(3.0), pytest.approx(3.0))
+  assert muon.text == "3.00x [3.00, 3.00]" and not muon.not_decayed
+  # Outside AdamW's lengths: a bound, never an extrapolation.
+  _, report = _analyze_optimizers(effective={"adamw": 1.0, "muon": 8.0, "lion": 0.6})
+  rows = {r.optimizer: r for r in report.speedups}
+  assert (rows["muon"].speedup, rows["muon"].bound, rows["muon"].bound_value) == (
+      None, "more than", 4.0)
+  assert rows["lion"].text == "at most 1.00x" and rows["lion"].interval is None
+
+
+def test_speedup_interval_is_the_delta_method_over_paired_seeds():
+  """The interval of log speedup by the delta method with a t quantile
+  covers the true speedup at about its level over simulated sweeps (seed
+  effects shared by every point, plus each run's own noise); an end beyond
+  the AdamW lengths is a bound there; the curve is read at its first crossing."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report import speedup  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  lengths, n, trials, covered = (100, 200, 400), 4, 2000, 0
+  for _ in range(trials):
+    shared = rng.normal(0.0, 0.05, n)
+    x = adamw_curve(300) + shared + rng.normal(0.0, 0.02, n)
+    curves = [adamw_curve(s) + shared + rng.normal(0.0, 0.02, n) for s in lengths]
+    reach = speedup.steps_to_reach(float(x.mean()), lengths, [float(c.mean()) for c in curves])
+    i = reach.segment
+    iv = speedup.delta_interval(list(x), list(curves[i]), list(curves[i + 1]), lengths[i],
+                                lengths[i + 1], 100, (100, 400))
+    covered += iv.low <= 3.0 <= iv.high
+  assert 0.93 <= covered / trials <= 0.97, covered / trials
+  wide = speedup.delta_interval([3.3, 3.1], [3.5, 3.5], [3.0, 3.0], 200, 400, 100,
+                                (100, 400))
+  assert wide.high == 4.0 and wide.high_beyond and wide.n == 2
+  assert speedup.delta_interval([3.3], [3.5], [3.0], 200, 400, 100, (100, 400)) is None
+  # Not monotone (a noisy longer run): the smallest step count that reaches it.
+  reach = speedup.steps_to_reach(2.5, (100, 200, 400), (3.0, 2.4, 2.6))
+  assert reach.segment == 0 and reach.steps == pytest.approx(100 * 2 ** (0.5 / 0.6))
+
+
+def test_compute_table_sums_core_time_and_the_train_steps_share(tmp_path):
+  """report.json's ``compute``: per point and in total, wall time x cores
+  summed over the runs (the sweep's wall time, else the phases' sum), each
+  phase's core time and the share in train steps; report.md's table."""
+  root = tmp_path / "cost"
+  runs = []
+  # (activation, seed, cores, the sweep's wall seconds (0: not measured), train steps)
+  for act, seed, cores, wall, train_s in (("relu", 0, 1, 100.0, 60.0),
+                                          ("relu", 1, 2, 50.0, 30.0),
+                                          ("gelu", 0, 1, 80.0, 20.0),
+                                          ("gelu", 1, 1, 0.0, 10.0)):
+    name = f"activation-{act}_s{seed}"
+    write_run(root, name, seed, 3.0 + seed / 10)
+    status_lib.write_status(root / name, "finished", 30, cores=cores, seconds={
+        "startup": 10.0, "compile": 5.0, "train_steps": train_s, "evaluations": 4.0,
+        "checkpointing": 1.0})
+    runs.append({"name": name, "seed": seed, "values": [{"model.activation": act}],
+                 "overrides": {}, "state": "finished", "wall_seconds": wall})
+  record = sweep_record("cost", [_axis("model.activation", ["relu", "gelu"])], runs,
+                        seeds=[0, 1])
+  (root / "sweep.json").write_text(json.dumps(record))
+  build.write_report(root)
+  data = json.loads((root / "report.json").read_text())
+  relu, gelu = data["compute"]["points"]
+  assert (relu["key"], relu["runs"], relu["core_seconds"]) == ([0], 2, 200.0)
+  assert relu["phases"]["train_steps"] == 120.0 and relu["train_fraction"] == 0.6
+  assert relu["phases"]["startup"] == 30.0  # 10 s on 1 core + 10 s on 2
+  assert gelu["core_seconds"] == 80.0 + 30.0  # the unmeasured run: its phases' sum
+  total = data["compute"]["total"]
+  assert (total["runs"], total["core_seconds"]) == (4, 310.0)
+  assert total["train_fraction"] == round(150.0 / 310.0, 4)
+  report = schema.Report.from_json(data)
+  assert report.compute.total.train_fraction == pytest.approx(150.0 / 310.0)
+  assert report.to_json()["compute"] == data["compute"]
+  older = dict(data)
+  del older["compute"]
+  assert schema.Report.from_json(older).compute is None
+  text = (root / "report.md").read_text()
+  assert "## Compute" in text and "4 runs took 5.17 core-min, 48% of it in train steps" in text
+  assert "| relu | 2 | 3.33 core-min | 60% | 0.50 core-min |" in text
+  assert "| **total** | 4 | 5.17 core-min | 48% |" in text

@@ -161,3 +161,104 @@ def test_every_task_is_declared_once_with_its_hooks():
     assert (task.sample_inputs is None) == (task.sample_report is None)
   with pytest.raises(Exception, match="choices: lm, translate, mlm, classify"):
     tasks.get("summarize")
+
+
+# Which arrays of a layer each train.layer_stats_param reads, by their path in
+# the layer (the names of blocks.TransformerLayer), spelled out independently.
+LAYER_ARRAYS = {
+    "all": lambda path: True,
+    "self_attention": lambda path: path.startswith("self_attention/"),
+    "attention_qkv": lambda path: path in ("self_attention/query/kernel",
+                                           "self_attention/key/kernel",
+                                           "self_attention/value/kernel"),
+    "attention_out": lambda path: path == "self_attention/out/kernel",
+    "cross_attention": lambda path: path.startswith("cross_attention/"),
+    "ffn": lambda path: path.startswith("ffn/"),
+    "ffn_in": lambda path: path in ("ffn/wi/kernel", "ffn/wv/kernel"),
+    "ffn_out": lambda path: path == "ffn/wo/kernel",
+}
+
+
+def _tiny_model(family, scanned, activation="gelu"):
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  from tfx_jax.model_config import model_config_from_dict  # pylint: disable=import-outside-toplevel
+  from tfx_jax.models import build_model  # pylint: disable=import-outside-toplevel
+  cfg = model_config_from_dict(dict(family=family, num_layers=3, d_model=8, num_heads=2,
+                                    vocab_size=32, max_len=8, scan_layers=scanned,
+                                    activation=activation))
+  model = build_model(cfg)
+  ids = np.ones((2, 6), np.int32)
+  args = (ids,) if family != "encoder_decoder" else (ids, ids)
+  return model, nn.unbox(model.init(jax.random.PRNGKey(0), *args)["params"]), args
+
+
+@pytest.mark.parametrize("scanned", [True, False], ids=["scan", "loop"])
+@pytest.mark.parametrize("family", ["decoder_only", "encoder_only", "encoder_decoder"])
+def test_layer_stats_param_reads_its_arrays(family, scanned):
+  """Each choice of train.layer_stats_param (all of them, from the Literal)
+  gives each layer the NumPy norm of the arrays it names, in every family,
+  scanned or looped; a stack without them (an encoder's cross_attention) is
+  left out."""
+  import flax  # pylint: disable=import-outside-toplevel
+  from typing import get_args  # pylint: disable=import-outside-toplevel
+  from tfx_jax import layer_stats  # pylint: disable=import-outside-toplevel
+  assert set(LAYER_ARRAYS) == set(get_args(layer_stats.Param))
+  _, params, _ = _tiny_model(family, scanned, activation="swiglu")
+  params = jax.tree.map(np.asarray, params)
+  for param, chosen in LAYER_ARRAYS.items():
+    norms = run_setup.per_layer_norms(params, param)
+    for stack in ("encoder", "decoder"):
+      if stack not in params:
+        continue
+      for i in range(3):
+        layer = params[stack]["layers"] if scanned else params[stack][f"layer_{i}"]
+        flat = flax.traverse_util.flatten_dict(layer, sep="/")
+        arrays = [x[i] if scanned else x for path, x in flat.items() if chosen(path)]
+        if not arrays:
+          assert stack not in norms, (param, stack)
+          break
+        want = math.sqrt(sum(float(np.sum(np.square(a, dtype=np.float64))) for a in arrays))
+        np.testing.assert_allclose(float(norms[stack][i]), want, rtol=1e-5,
+                                   err_msg=f"{param} {stack} {i}")
+  if family == "encoder_decoder":  # the decoder's cross-attention, not the encoder's
+    assert set(run_setup.per_layer_norms(params, "cross_attention")) == {"decoder"}
+
+
+def test_init_grad_norms_of_ffn_out_averaged_over_batches():
+  """train.layer_stats_init_batches: each layer's gradient norm of its FFN output
+  matrix W2 (Xiong et al. 2020, Figure 3) is the NumPy norm of that array's
+  gradient, and the logged value is its mean over the N batches, batch i with
+  the dropout key of step i."""
+  from tfx_jax import layer_stats  # pylint: disable=import-outside-toplevel
+  model, params, _ = _tiny_model("decoder_only", scanned=False)
+  task = tasks.get("lm")
+  config = tiny_config("lm.py:tiny")
+  loss = task.objective(config, "decoder_only", train=True)
+  grad_norms = jax.jit(layer_stats.make_grad_norms(model, task, loss, "ffn_out"))
+  rng = np.random.default_rng(0)
+  batches = [{"inputs": rng.integers(5, 32, (2, 6)).astype(np.int32),
+              "targets": rng.integers(5, 32, (2, 6)).astype(np.int32),
+              "weights": np.ones((2, 6), np.float32),
+              "segment_ids": np.ones((2, 6), np.int32),
+              "positions": np.tile(np.arange(6, dtype=np.int32), (2, 1))}
+             for _ in range(4)]
+  key = jax.random.PRNGKey(3)
+
+  @jax.jit
+  def gradient(p, batch, rng):
+    def objective(q):
+      out = model.apply({"params": q}, **task.model_inputs(batch), rngs={"dropout": rng})
+      return loss(out, batch)[0]
+    return jax.grad(objective)(p)
+
+  per_batch = []
+  for i, batch in enumerate(batches[:3]):
+    grads = gradient(params, batch, jax.random.fold_in(key, i))["decoder"]
+    per_batch.append([np.linalg.norm(np.asarray(grads[f"layer_{j}"]["ffn"]["wo"]["kernel"],
+                                                np.float64)) for j in range(3)])
+  mean = layer_stats.mean_init_grad_norms(grad_norms, params, iter(batches), key, 3)
+  np.testing.assert_allclose(mean["decoder"], np.mean(per_batch, axis=0), rtol=1e-5)
+  assert not np.allclose(per_batch[0], per_batch[1])  # the batches differ
+  tags = layer_stats.tags({"layer_stats/init_grad_norm/ffn_out": mean})
+  assert sorted(tags) == [f"layer_stats/init_grad_norm/ffn_out/decoder_{j:02d}"
+                          for j in range(3)]

@@ -63,7 +63,8 @@ _TRAIN = _SETUP + textwrap.dedent("""
       train_step, _ = setup.compile_steps()
       losses = []
       for batch in batches(3):
-        state, m = train_step(state, sharding.global_batch(batch, setup.mesh))
+        state, m = train_step(state, sharding.global_batch(batch, setup.mesh),
+                              setup.step_hparams())
         losses.append(float(m["loss"]))
       flat = flax.traverse_util.flatten_dict(state.params, sep="/")
       mu = flax.traverse_util.flatten_dict(state.opt_state[1][0].mu, sep="/")
@@ -164,7 +165,8 @@ _RESTORE = _SETUP + textwrap.dedent("""
       state = setup.init_state()
       train_step = setup.train_step()
       for batch in batches(2):
-        state, _ = train_step(state, sharding.global_batch(batch, setup.mesh))
+        state, _ = train_step(state, sharding.global_batch(batch, setup.mesh),
+                              setup.step_hparams())
       with checkpoint.Checkpointer(directory) as ckpt:
         ckpt.save(2, state, {"position": 2}, {"mesh": str(mesh)})
       np.savez(values, **host_values(state))
@@ -203,9 +205,12 @@ def test_checkpoint_restores_across_meshes_and_process_counts(tmp_path):
                          values, port, str(i)], 1) for i in range(2)]
   got = [json.loads(_output(p)) for p in (one, *two)]
   assert [g["devices"] for g in got] == [1, 2, 2]
-  assert got[1]["mesh"] == {"data": 1, "fsdp": 2, "tensor": 1} and got[1]["leaves"] > 20
+  # Meshes given without an expert axis have one of size 1 (sharding.mesh_sizes).
+  assert got[1]["mesh"] == {"data": 1, "fsdp": 2, "tensor": 1, "expert": 1}
+  assert got[1]["leaves"] > 20
   back = json.loads(_output(_run(_RESTORE, ["restore", ckpt + "_moved", mixed, values], 8)))
-  assert back["devices"] == 8 and back["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2}
+  assert back["devices"] == 8 and back["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2,
+                                                   "expert": 1}
 
 
 def test_summary_shows_each_parameters_sharding_and_the_memory_per_device():

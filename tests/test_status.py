@@ -1,11 +1,17 @@
-"""status.json is written atomically and read back."""
+"""status.json is written atomically and read back; where a run's time goes."""
 
 import datetime
 import json
+import pathlib
+import subprocess
+import sys
+import time
 
 import pytest
 
 from tfx_jax import status
+
+_IMPORTED = time.time()
 
 
 def test_write_then_read(tmp_path):
@@ -40,3 +46,44 @@ def test_failed_write_keeps_previous_status(tmp_path):
     status.write_status(tmp_path, "running", 6, bad=cyclic)
   assert status.read_status(tmp_path)["step"] == 5
   assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
+
+
+def test_seconds_add_up_over_attempts_and_over_runs(tmp_path):
+  """status.json's ``seconds``: an attempt adds to what the earlier ones wrote,
+  every phase in ``PHASES`` order; the sweep sums them over runs."""
+  first = status.Seconds()
+  first.add("compile", 2.0)
+  first.add("train_steps", 5.0)
+  with first.timed("checkpointing"):
+    pass
+  status.write_status(tmp_path, "preempted", 10, seconds=first.to_json(), cores=2)
+  again = status.Seconds(status.read_status(tmp_path)["seconds"])
+  again.add("train_steps", 1.5)
+  again.add("startup", -1.0)  # a clock step back never removes time
+  written = again.to_json()
+  assert list(written) == list(status.PHASES)
+  assert (written["compile"], written["train_steps"], written["startup"]) == (2.0, 6.5, 0.0)
+  assert written["checkpointing"] >= 0.0
+  summed = status.summed([{"seconds": written}, None, {"state": "running"},
+                          {"seconds": {"train_steps": 0.5}}])
+  assert summed["train_steps"] == 7.0 and summed["compile"] == 2.0
+
+
+def test_process_start_is_this_process_s_own():
+  """A fresh interpreter started moments ago reports a start just before its
+  own clock reading, not the machine's boot or its parent's start."""
+  code = ("import time; from tfx_jax import status; "
+          "print(time.time() - status.process_start())")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       check=True, cwd=pathlib.Path(__file__).resolve().parents[1]).stdout
+  age = float(out)
+  assert 0.0 <= age < 60.0
+  # This process (pytest) started before this test module was imported.
+  assert status.process_start() <= _IMPORTED
+
+
+def test_evaluation_markers_hold_their_arguments(tmp_path):
+  assert not status.evaluation_marker(tmp_path, 1).exists()
+  status.mark_evaluation_done(tmp_path, 1, ["--split", "test", "--lengths", "1x,2x"])
+  assert status.evaluation_marker(tmp_path, 1).read_text() == "--split test --lengths 1x,2x\n"
+  assert not status.evaluation_marker(tmp_path, 0).exists()

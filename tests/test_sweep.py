@@ -213,10 +213,18 @@ def test_an_evaluation_runs_only_where_its_condition_holds(tmp_path, capsys):
   del older["runs"][1]["evaluations"]
   assert [list(e) for e in SweepRecord.from_json(older).runs[1].evaluations] == [
       ["--lengths", "1x,2x"]]
+  # The training command runs the evaluations (--evaluate), or, with
+  # --separate-evaluations, an evaluation command each follows it.
   script = slurm.render_script(tmp_path / "runs" / "pos", record, record.runs, "python",
                                tmp_path)
   rope_task, alibi_task = script.split("# position-alibi_s0")
+  assert rope_task.count("--evaluate=") == 2 and alibi_task.count("--evaluate=") == 1
+  assert "--rope_scaling yarn" in rope_task and "tfx_jax.evaluate" not in script
+  script = slurm.render_script(tmp_path / "runs" / "pos", record, record.runs, "python",
+                               tmp_path, separate_evaluations=True)
+  rope_task, alibi_task = script.split("# position-alibi_s0")
   assert "sweep-1.done" in rope_task and "sweep-1.done" not in alibi_task
+  assert "--evaluate=" not in script
   # A condition on a field no axis, tuned field or override sets is refused.
   code, _, err = in_process([f"{file}:other", "--workdir", tmp_path / "runs"], capsys)
   assert code == 2 and "when model.norm_type: no axis, tuned field or override" in err
@@ -252,6 +260,100 @@ def test_sweep_json_is_the_record_serialised_and_reads_back(tmp_path):
           "select_by", "report_split", "report_options", "slurm_jobs", "added"} <= set(data)
   assert {"name", "seed", "values", "tuned", "overrides", "state", "step", "reason",
           "attempts", "wall_seconds", "compile_seconds"} <= set(data["runs"][0])
+
+
+OPTIMIZER_AXIS = {"optim.optimizer": ["adamw", "adam", "adafactor"]}
+# Per-point grids: each optimizer its own learning rates, adamw alone a weight decay.
+PER_POINT_TUNE = {
+    "optim.learning_rate": [{"values": [1e-3, 3e-3], "when": {"optim.optimizer": "adam"}},
+                            {"values": [1e-2], "when": {"optim.optimizer": "adafactor"}}],
+    "optim.weight_decay": {"values": [0.0, 0.1], "when": {"optim.optimizer": "adamw"}}}
+
+
+def test_a_tuned_grid_may_be_each_points_own():
+  """Each point runs the product of the grids its axis values match; a point
+  no grid of a field matches is not tuned on it; names carry what is tuned."""
+  sweep = spec_lib.Sweep(name="opt", config="configs/lm.py:tiny", axes=[OPTIMIZER_AXIS],
+                         tune=PER_POINT_TUNE, seeds=[0, 1])
+  _, runs = spec_lib.expand(sweep)
+  by_point = {}
+  for run in runs:
+    if run.seed == 0:
+      by_point.setdefault(run.values[0]["optim.optimizer"], []).append(run.tuned)
+  assert by_point == {
+      "adamw": [{"optim.weight_decay": 0.0}, {"optim.weight_decay": 0.1}],
+      "adam": [{"optim.learning_rate": 1e-3}, {"optim.learning_rate": 3e-3}],
+      "adafactor": [{"optim.learning_rate": 1e-2}]}
+  assert len(runs) == 2 * 5
+  assert runs[0].name == "optimizer-adamw_weight_decay-0.0_s0"
+  assert "optim.learning_rate" not in runs[0].overrides  # adamw keeps the base rate
+  # A plain list is one grid for every point, as before.
+  plain = dataclasses.replace(sweep, tune={"optim.learning_rate": [1e-3, 3e-3]})
+  assert len(spec_lib.expand(plain)[1]) == 3 * 2 * 2
+
+
+@pytest.mark.parametrize("tune, message", [
+    ({"optim.learning_rate": {"values": [1e-3], "when": {"optim.optimizer": "lion"}}},
+     "when optim.optimizer=lion: not a value of its axis; choose from ['adamw', 'adam', "
+     "'adafactor']"),
+    ({"optim.learning_rate": {"values": [1e-3], "when": {"model.d_model": 64}}},
+     "when model.d_model: no axis sets model.d_model; a grid's condition names an axis "
+     "field: ['optim.optimizer']"),
+    ({"optim.learning_rate": [[1e-3], {"values": [1e-2], "when": {}}]},
+     "give either a list of values or a list of conditional grids"),
+    ({"optim.learning_rate": [{"values": [1e-3]},
+                              {"values": [1e-2], "when": {"optim.optimizer": "adam"}}]},
+     "2 grids apply to the point {'optim.optimizer': 'adam'}"),
+    ({"optim.learning_rate": {"value": [1e-3]}}, "got keys ['value']"),
+    ({"optim.learning_rate": {"values": [], "when": {"optim.optimizer": "adam"}}},
+     "values must be a non-empty list"),
+])
+def test_a_bad_per_point_grid_is_refused_naming_the_choices(tune, message):
+  sweep = spec_lib.Sweep(name="opt", config="configs/lm.py:tiny", axes=[OPTIMIZER_AXIS],
+                         tune=tune)
+  with pytest.raises(spec_lib.ConfigError, match=re.escape(message)):
+    spec_lib.expand(sweep)
+
+
+def test_tune_flags_with_conditions(tmp_path, capsys):
+  """``--tune PATH=V1,V2@AXIS_FIELD=VALUE``: a grid per flag; the record keeps
+  the grids (typed values) and reads them back; bad forms exit 2."""
+  from tfx_jax import sweep_record  # pylint: disable=import-outside-toplevel
+  assert spec_lib.parse_tune_flags(
+      ["optim.learning_rate=1e-3,3e-3@optim.optimizer=adamw",
+       "optim.learning_rate=1e-2@optim.optimizer=adafactor@model.d_model=64",
+       "optim.weight_decay=0.0,0.1"]) == {
+      "optim.learning_rate": [
+          {"values": ["1e-3", "3e-3"], "when": {"optim.optimizer": "adamw"}},
+          {"values": ["1e-2"], "when": {"optim.optimizer": "adafactor",
+                                        "model.d_model": "64"}}],
+      "optim.weight_decay": ["0.0", "0.1"]}
+  flags = ["--config", "configs/lm.py:tiny", "--axis", "optim.optimizer=adamw,adam,adafactor",
+           "--tune", "optim.learning_rate=1e-3,3e-3@optim.optimizer=adam",
+           "--tune", "optim.learning_rate=1e-2@optim.optimizer=adafactor",
+           "--tune", "optim.weight_decay=0.0,0.1@optim.optimizer=adamw",
+           "--name", "opt", "--workdir", tmp_path / "runs"]
+  code, out, err = in_process([*flags, "--dry-run"], capsys)
+  assert code == 0, err
+  assert "opt: 5 runs (3 points, 5 with their own tuned values, x 1 seeds)" in out
+  assert "optimizer-adafactor_learning_rate-0.01_s0" in out
+  sweep = cli.declared_sweep(cli._parser().parse_args([str(f) for f in flags]), {})
+  axes, runs = spec_lib.expand(sweep)
+  record = cli.build_record(sweep, axes, runs, "cmd", None)
+  assert record.grid(record.runs[0]) == {"optim.weight_decay": (0.0, 0.1)}
+  assert record.point_grid((1,)) == {"optim.learning_rate": (1e-3, 3e-3)}
+  sweep_record.write(tmp_path, record)
+  assert sweep_record.read(tmp_path).tune == record.tune
+  assert json.loads((tmp_path / "sweep.json").read_text())["tune"]["optim.weight_decay"] == [
+      {"values": [0.0, 0.1], "when": {"optim.optimizer": "adamw"}}]
+  for bad, message in (("optim.learning_rate=1e-3@optim.optimizer", "is AXIS_FIELD=VALUE"),
+                       ("optim.learning_rate=1e-3@optim.optimizer=adam,adamw", "one value"),
+                       ("optim.learning_rate=1e-3@optim.optimizer=sgd",
+                        "not a value of its axis")):
+    code, _, err = in_process([*flags[:4], "--tune", bad, "--workdir", tmp_path / "bad"],
+                              capsys)
+    assert code == 2 and message in err, err
+  assert not (tmp_path / "bad").exists()
 
 
 def test_a_sweep_written_by_an_earlier_version_resumes_and_reports(tmp_path, capsys):
@@ -343,10 +445,19 @@ def test_grid_runs_every_point_and_writes_the_report(grid):
     assert config["train"]["num_steps"] == TINY["train.num_steps"]
     assert [s for s, _ in final_scalars(workdir, "eval/loss")] == [0, 10, 20]
     assert f"start  {entry['name']}" in proc.stdout
+    seconds = status_lib.read_status(workdir)["seconds"]
+    assert seconds["train_steps"] > 0 and seconds["startup"] > 0
   if len(os.sched_getaffinity(0)) >= 2:  # one core each
     assert "(core 0;" in proc.stdout and "(core 1;" in proc.stdout
+  # Where the time went, summed over the runs (their status.json), beside
+  # their wall time as the sweep measured it.
+  assert "time in the runs, summed over 8 run(s): startup " in proc.stdout
+  assert re.search(r"wall [\d.]+s, of which train steps \d+%", proc.stdout)
   report = (sweep_dir / "report.md").read_text()
   data = json.loads((sweep_dir / "report.json").read_text())
+  assert data["compute"]["total"]["runs"] == 8 and "## Compute" in report
+  assert data["compute"]["total"]["core_seconds"] >= sum(r["wall_seconds"]
+                                                         for r in record["runs"])
   relu = next(p for p in data["points"]
               if p["values"] == {"model.activation": "relu", "model.norm_type": "layernorm"})
   assert relu["runs"] == 2 and relu["counts"]["diverged"] == 0
@@ -470,8 +581,44 @@ def test_diverged_and_failed_points_while_the_others_finish(tmp_path, env):
   # Failed runs are left alone unless --retry-failed.
   again = sweep(args, env)
   assert again.returncode == 1 and "leaving 1 failed run(s) alone" in again.stdout
-  assert "start" not in again.stdout
+  assert "  start  " not in again.stdout  # no run started (the summary names "startup")
   retried = sweep([*args, "--retry-failed"], env)
   assert retried.returncode == 1
   assert "start  name-no_such_dataset_s0" in retried.stdout
   assert "start  base_s0" not in retried.stdout
+
+
+def test_a_run_s_evaluations_run_in_its_training_command_unless_separate(tmp_path):
+  """By default one command a run: training, then its evaluations in the same
+  process (``--evaluate``); ``--separate-evaluations``: the training command,
+  then one ``python -m tfx_jax.evaluate`` each."""
+  record = SweepRecord.from_json({
+      "name": "s", "config": "configs/lm.py:tiny", "seeds": [0], "axes": [],
+      "runs": [{"name": "r", "seed": 0, "values": [], "overrides": {"seed": 0},
+                "evaluations": [["--split", "test"], ["--lengths", "1x,2x"]]}]})
+  entry = record.runs[0]
+  [command] = local.LocalExecutor(tmp_path, record, 1, {})._commands(entry)
+  assert command[1:3] == ["-m", "tfx_jax.train"]
+  assert command[-2:] == ["--evaluate=--split test", "--evaluate=--lengths 1x,2x"]
+  train, *evals = local.LocalExecutor(tmp_path, record, 1, {},
+                                      separate_evaluations=True)._commands(entry)
+  assert not any(a.startswith("--evaluate") for a in train)
+  assert [e[1:5] for e in evals] == [["-m", "tfx_jax.evaluate", "--workdir",
+                                      str(tmp_path / "r")]] * 2
+  assert [e[5:] for e in evals] == [["--split", "test"], ["--lengths", "1x,2x"]]
+
+
+def test_the_first_run_of_every_point_starts_before_the_second_of_any():
+  """Runs of one point share their compiled programs (seeds and tuned values
+  are traced), so parallel runs start on different points first."""
+  axis = {"label": "model.activation", "fields": ["model.activation"],
+          "values": [{"model.activation": "relu"}, {"model.activation": "swiglu"}]}
+  runs = [{"name": f"{act}_{lr}_s{seed}", "seed": seed,
+           "values": [{"model.activation": act}], "tuned": {"optim.learning_rate": lr}}
+          for act in ("relu", "swiglu") for lr in (1e-3, 3e-3) for seed in (0, 1)]
+  record = SweepRecord.from_json({"name": "s", "config": "configs/lm.py:tiny",
+                                  "seeds": [0, 1], "axes": [axis], "runs": runs})
+  order = [e.name for e in local.points_first(record, record.runs)]
+  assert order[:2] == ["relu_0.001_s0", "swiglu_0.001_s0"]
+  assert order[2:4] == ["relu_0.001_s1", "swiglu_0.001_s1"]
+  assert sorted(order) == sorted(r["name"] for r in runs)

@@ -100,10 +100,16 @@ def test_the_loss_at_initialisation_is_evaluated_at_step_0(lm_run, tmp_path):
   assert collect.run_summary(workdir, entry)["initial"]["eval/loss"] == loss
   short = {"train.num_steps": 2, "train.log_every_steps": 2, "eval.every_steps": 2,
            "checkpoint.every_steps": 2}
-  train("lm.py:tiny", tmp_path / "stats", short, {"train.log_layer_stats": True})
+  train("lm.py:tiny", tmp_path / "stats", short, {"train.log_layer_stats": True,
+                                                   "train.layer_stats_init_batches": 1})
   got = metrics.read_scalars(tmp_path / "stats" / "tensorboard")
   assert [s for s, _ in got["eval/loss"]] == [0, 2]
   assert [s for s, _ in got["layer_stats/grad_norm/decoder_00"]] == [1, 2]
+  # At initialisation, on the first batch with the first step's dropout key:
+  # the gradient that the first update takes.
+  (init,) = got["layer_stats/init_grad_norm/all/decoder_00"]
+  assert init[0] == 0
+  assert init[1] == pytest.approx(got["layer_stats/grad_norm/decoder_00"][0][1], rel=1e-5)
   assert [s for s, _ in got["train/loss"]] == [1, 2]
   train("lm.py:tiny", tmp_path / "off", short, {"eval.at_start": False})
   got = metrics.read_scalars(tmp_path / "off" / "tensorboard")
@@ -151,6 +157,30 @@ def test_resumed_run_matches_a_straight_run_bitwise(lm_run, tmp_path, capsys):
   assert [s for s, _ in got["eval/loss"]] == [0, 10, 20]
   assert second.metrics == straight.metrics
   assert checkpoint_steps(workdir) == [10, 20]
+
+
+def test_a_muon_run_shows_its_groups_and_resumes_bitwise(tmp_path, capsys):
+  """optim.optimizer=muon: the group of every parameter printed and written
+  beside the config; its state (momentum, Adam moments) resumes exactly."""
+  import json
+  muon = {"optim.optimizer": "muon"}
+  straight = train("lm.py:tiny", tmp_path / "straight", muon)
+  out = capsys.readouterr().out
+  assert "Parameter groups of optim.optimizer=muon" in out
+  assert "decoder/layer_*/self_attention/{key,out,query,value}/kernel" in out
+  written = json.loads((tmp_path / "straight" / trainer.OPTIMIZER_GROUPS).read_text())
+  assert "embedding/embedding" in written["groups"]["adam"]["parameters"]
+  assert written["groups"]["muon"]["parameters"][
+      "decoder/layer_0/self_attention/out/kernel"]["reduction_axes"] == [0, 1]
+  workdir = tmp_path / "run"
+  train("lm.py:tiny", workdir, muon, {"train.num_steps": 10})
+  resumed = train("lm.py:tiny", workdir, muon)
+  assert "Resumed from step 10" in capsys.readouterr().out
+  expected = metrics.read_scalars(tmp_path / "straight" / "tensorboard")
+  got = metrics.read_scalars(workdir / "tensorboard")
+  for tag in ("train/loss", "train/grad_norm", "train/learning_rate", "eval/loss"):
+    assert got[tag] == expected[tag], tag
+  assert resumed.metrics == straight.metrics
 
 
 def test_finished_run_started_again_does_nothing(lm_run, monkeypatch, capsys):

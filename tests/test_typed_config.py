@@ -43,7 +43,7 @@ def test_resolve_gives_typed_sections_and_keeps_the_config_as_given():
 
 @pytest.mark.parametrize("section, field, value, message", [
     ("optim", "schedule", "cosin", "optim.schedule='cosin' is not a valid choice; choose "
-     "one of: inverse_sqrt, cosine, linear, constant."),
+     "one of: inverse_sqrt, cosine, linear, constant, wsd."),
     ("train", "on_nonfinite", "ignore", "train.on_nonfinite='ignore' is not a valid "
      "choice; choose one of: stop, skip."),
     ("data", "tokenizer", "bpe", "data.tokenizer='bpe' is not a valid choice; choose one "

@@ -21,6 +21,11 @@ the branches (pre, sandwich).
 positions of the query (itself included: q - k < W, |q - k| < W in encoders),
 as Mistral; with ``model.global_every`` k, layers k, 2k, ... (1-based) attend
 to every key instead, as Gemma 2 alternates (k = 2).
+
+The ``model.ffn_type`` axis: the FFN sublayer is one dense FFN, or in the MoE
+layers (``model.moe_every``, ``model.first_dense_layers``) a mixture of
+experts (``layers/moe.py``). Each layer returns its router statistics; a stack
+returns them stacked over its MoE layers (``{}`` without any).
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ import jax.numpy as jnp
 
 from tfx_jax.layers.attention import Attention
 from tfx_jax.layers.ffn import FeedForward
+from tfx_jax.layers.moe import MixtureOfExperts, MoeSpec
 from tfx_jax.layers.positions import RotarySpec
-from tfx_jax.model_config import is_windowed
+from tfx_jax.model_config import is_moe_layer, is_windowed
 
 
 # ------------------------------------------------------------- norm placement
@@ -106,10 +112,21 @@ class LayerSpec:
   gate_width: int = 0  # attention gates per head (0: none)
   attention_window: int = 0  # 0: every layer attends to every key
   global_every: int = 0
+  moe: MoeSpec | None = None  # the mixture of experts of the MoE layers; None: dense
+  moe_every: int = 1
+  first_dense_layers: int = 0
+  # The backend the program is compiled for ("cpu", "gpu", "tpu"): the
+  # attention kernel and product form of every layer (models.build_model).
+  platform: str = "cpu"
 
   def windowed(self, layer: int) -> bool:
     """Whether self-attention of layer ``layer`` (0-based) is windowed."""
     return is_windowed(layer, self.attention_window, self.global_every)
+
+  def is_moe(self, layer: int) -> bool:
+    """Whether layer ``layer`` (0-based) has a mixture of experts as its FFN."""
+    return self.moe is not None and is_moe_layer(layer, "moe", self.moe_every,
+                                                 self.first_dense_layers)
 
 
 def residual_for(norm_position: str):
@@ -128,15 +145,17 @@ class TransformerLayer(nn.Module):
 
   ``window_mask`` is the self-attention mask restricted to the window (None
   without ``model.attention_window``); ``windowed`` says whether this layer
-  uses it (a bool, or a scanned boolean when the layers alternate).
+  uses it (a bool, or a scanned boolean when the layers alternate). Returns
+  (output, router statistics): ``RouterStats`` in a MoE layer, None else.
   """
   spec: LayerSpec
   use_cache: bool = False
   deterministic: bool = True
+  moe_layer: bool = False
 
   @nn.compact
   def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD, cross_mask,
-               cache_index, window_mask=None, windowed=False):
+               cache_index, window_mask=None, segment_ids_BL=None, windowed=False):
     s = self.spec
     drop = lambda y: nn.Dropout(s.dropout)(y, deterministic=self.deterministic)
 
@@ -148,24 +167,23 @@ class TransformerLayer(nn.Module):
           scale_logits=s.scale_logits, use_cache=self.use_cache,
           deterministic=self.deterministic, dtype=s.dtype, causal=causal,
           qk_norm=s.qk_norm, logit_softcap=s.attention_logit_softcap,
-          gate_width=s.gate_width, name=name)
+          gate_width=s.gate_width, platform=s.platform, name=name)
 
     self_mask = mask
     if window_mask is not None:
       self_mask = (window_mask if windowed is True else mask if windowed is False
                    else jnp.where(windowed, window_mask, mask))
     self_attn = attention("self_attention", s.rotary, causal=s.causal)
+    # The segment ids go with the mask only where it is their plain mask (no
+    # window): a kernel may then rebuild it from them (layers/tpu_attention.py).
     sublayers = [("self_attention", lambda y: self_attn(
-        y, mask=self_mask, bias=bias, positions_BL=positions_BL, cache_index=cache_index))]
+        y, mask=self_mask, bias=bias, positions_BL=positions_BL, cache_index=cache_index,
+        segment_ids_BL=segment_ids_BL if window_mask is None else None))]
     if s.cross_attention:
       cross_attn = attention("cross_attention", None)
       sublayers.append(("cross_attention",
                         lambda y: cross_attn(y, encoded_BSD, mask=cross_mask)))
-    ffn = FeedForward(
-        d_ff=s.d_ff, act=s.act, gated=s.gated, use_bias=s.use_bias, dropout=s.dropout,
-        deterministic=self.deterministic,
-        kernel_init=nn.initializers.variance_scaling(
-            s.vo_gain**2, "fan_avg", s.vo_distribution), dtype=s.dtype, name="ffn")
+    ffn, stats = self._ffn(mask)
     sublayers.append(("ffn", ffn))
     if s.parallel_branch is None:
       for name, f in sublayers:
@@ -173,7 +191,32 @@ class TransformerLayer(nn.Module):
     else:
       branches = [s.parallel_branch(x_BLD, f, s.norm, drop, name) for name, f in sublayers]
       x_BLD = x_BLD + sum(branches)
-    return x_BLD.astype(s.dtype), None
+    return x_BLD.astype(s.dtype), stats.get("router")
+
+  def _ffn(self, mask):
+    """The FFN sublayer (the one dispatch point of ``model.ffn_type``, through
+    ``moe_layer``), and a dict its router statistics land in when it runs."""
+    s = self.spec
+    stats = {}
+    kernel_init = nn.initializers.variance_scaling(
+        s.vo_gain**2, "fan_avg", s.vo_distribution)
+    if not self.moe_layer:
+      return FeedForward(
+          d_ff=s.d_ff, act=s.act, gated=s.gated, use_bias=s.use_bias, dropout=s.dropout,
+          deterministic=self.deterministic, kernel_init=kernel_init, dtype=s.dtype,
+          platform=s.platform, name="ffn"), stats
+    moe = MixtureOfExperts(
+        s.moe, act=s.act, gated=s.gated, use_bias=s.use_bias, dropout=s.dropout,
+        deterministic=self.deterministic, vo_gain=s.vo_gain,
+        vo_distribution=s.vo_distribution, dtype=s.dtype, platform=s.platform, name="ffn")
+
+    def ffn(y_BLD):
+      # A real token attends to itself; a padding token (segment 0) to nothing.
+      real_BL = (jnp.ones(y_BLD.shape[:2], bool) if mask is None
+                 else jnp.any(mask, axis=-1)[:, 0])
+      out, stats["router"] = moe(y_BLD, real_BL)
+      return out
+    return ffn, stats
 
 
 _REMAT_POLICIES = {
@@ -184,7 +227,11 @@ _REMAT_POLICIES = {
 
 
 class Stack(nn.Module):
-  """``num_layers`` layers (a Python loop or one ``nn.scan``) and the final norm."""
+  """``num_layers`` layers (a Python loop or one ``nn.scan``) and the final norm.
+
+  Returns (output, router statistics of the MoE layers stacked in layer order,
+  ``{}`` without any).
+  """
   spec: LayerSpec
   num_layers: int
   scan_layers: bool = False
@@ -194,15 +241,18 @@ class Stack(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD=None, cross_mask=None,
-               cache_index=None, window_mask=None):
+               cache_index=None, window_mask=None, segment_ids_BL=None):
+    """``segment_ids_BL``: the ids ``mask`` was built from (see Attention)."""
     layer_cls = TransformerLayer
     if self.remat != "none":
       layer_cls = nn.remat(layer_cls, policy=_REMAT_POLICIES[self.remat],
                            prevent_cse=not self.scan_layers)
     windowed = [self.spec.windowed(i) for i in range(self.num_layers)]
+    moe = [self.spec.is_moe(i) for i in range(self.num_layers)]
     if window_mask is None:
       windowed = [False] * self.num_layers
-    args = (mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index, window_mask)
+    args = (mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index, window_mask,
+            segment_ids_BL)
     if self.scan_layers:
       same = len(set(windowed)) == 1
       scanned = nn.scan(
@@ -212,12 +262,17 @@ class Stack(nn.Module):
           length=self.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
       # Layers alike: one Python bool for all; alternating: one bool per layer.
       kind = windowed[0] if same else jnp.asarray(windowed)
-      x_BLD, _ = scanned(self.spec, self.use_cache, self.deterministic, name="layers")(
-          x_BLD, *args, kind)
+      # model_config: a scanned stack's layers are all MoE or all dense.
+      x_BLD, stats = scanned(self.spec, self.use_cache, self.deterministic, moe[0],
+                             name="layers")(x_BLD, *args, kind)
     else:
+      per_layer = []
       for i in range(self.num_layers):
-        x_BLD, _ = layer_cls(self.spec, self.use_cache, self.deterministic,
-                             name=f"layer_{i}")(x_BLD, *args, windowed[i])
+        x_BLD, layer_stats = layer_cls(self.spec, self.use_cache, self.deterministic,
+                                       moe[i], name=f"layer_{i}")(x_BLD, *args, windowed[i])
+        per_layer.append(layer_stats)
+      per_layer = [st for st in per_layer if st is not None]
+      stats = jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer) if per_layer else None
     if self.spec.final_norm:
       x_BLD = self.spec.norm(name="final_norm")(x_BLD)
-    return x_BLD
+    return x_BLD, ({} if stats is None else stats)

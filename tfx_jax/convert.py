@@ -1,5 +1,5 @@
-"""Hugging Face checkpoints in and out: LLaMA, GPT-2, GPT-NeoX, Qwen3, Gemma 2, BERT,
-T5 (1.0, v1.1), BART, Marian.
+"""Hugging Face checkpoints in and out: LLaMA, GPT-2, GPT-NeoX, Qwen3, Gemma 2,
+Mixtral, Qwen3-MoE, OLMoE, BERT, T5 (1.0, v1.1), BART, Marian.
 
   python -m tfx_jax.convert from-hf --hf-dir DIR --workdir W
   python -m tfx_jax.convert to-hf --workdir W --out DIR
@@ -37,7 +37,7 @@ from tfx_jax.cli import exit_code
 from tfx_jax.config_base import base_config
 from tfx_jax.errors import ConfigError
 from tfx_jax.hf import ARCHITECTURES, Architecture, architecture_for
-from tfx_jax.model_config import ModelConfig, is_windowed, model_config_from_dict
+from tfx_jax.model_config import ModelConfig, is_windowed, model_config_from_dict, moe_layers
 
 # HF tokenizer files, in order of preference: SentencePiece models, then tokenizer.json.
 _TOKENIZER_FILES = ("tokenizer.model", "spiece.model", "source.spm",
@@ -97,9 +97,11 @@ def from_hf(hf_dir) -> tuple[ModelConfig, dict]:
   cfg = _model_config(arch, hf_cfg, set(weights))
   flat = {}
   for rule in arch.rules(cfg):
-    if rule.hf not in weights:
-      raise ConfigError(f"{hf_dir}: weight {rule.hf!r} of {arch.name} is missing.")
-    for path, value in zip(rule.tfx, rule.to_tfx(np.asarray(weights[rule.hf], np.float32))):
+    missing = [name for name in rule.hf_names if name not in weights]
+    if missing:
+      raise ConfigError(f"{hf_dir}: weight {missing[0]!r} of {arch.name} is missing.")
+    arrays = [np.asarray(weights[name], np.float32) for name in rule.hf_names]
+    for path, value in zip(rule.tfx, rule.to_tfx(*arrays)):
       flat[path] = np.ascontiguousarray(value)
   params = flax.traverse_util.unflatten_dict(flat, sep="/")
   _check_tree(cfg, params)
@@ -132,7 +134,17 @@ def _effective(cfg: ModelConfig) -> dict:
             "num_classes", "ff_multiple_of", "d_ff", "gated_d_ff", "num_kv_heads",
             "num_layers", "num_encoder_layers", "num_decoder_layers", "embedding_norm"):
     d.pop(k)
-  d.update(ffn_dim=cfg.ffn_dim, kv_heads=cfg.kv_heads, embedding_norm=cfg.has_embedding_norm,
+  # A mixture of experts: the width its experts have; the dense width only
+  # where a layer is dense; the balancing only as far as the forward reads it
+  # (the expert bias chooses experts; the auxiliary loss and its rate train).
+  for k in ("expert_d_ff", "router_bias_rate"):
+    d.pop(k)
+  if cfg.ffn_type == "moe":
+    d.update(expert_dim=cfg.expert_dim, moe_balance=cfg.moe_balance == "bias")
+  n_layers = max(cfg.encoder_layers, cfg.decoder_layers)
+  dense = cfg.ffn_type == "dense" or len(moe_layers(cfg, n_layers)) < n_layers
+  d.update(ffn_dim=cfg.ffn_dim if dense else 0, kv_heads=cfg.kv_heads,
+           embedding_norm=cfg.has_embedding_norm,
            encoder_layers=cfg.encoder_layers if cfg.family != "decoder_only" else 0,
            decoder_layers=cfg.decoder_layers if cfg.family != "encoder_only" else 0,
            head_dim=cfg.attention_head_dim)
@@ -190,7 +202,8 @@ def to_hf(cfg: ModelConfig, params, out_dir, special_ids: dict | None = None) ->
                                           sep="/").items()}
   tensors = {}
   for rule in arch.rules(cfg):
-    tensors[rule.hf] = np.ascontiguousarray(rule.to_hf(*(flat[p] for p in rule.tfx)))
+    for name, value in rule.hf_tensors(*(flat[p] for p in rule.tfx)).items():
+      tensors[name] = np.ascontiguousarray(value)
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   (out / "config.json").write_text(json.dumps(cfg_out, indent=2))

@@ -16,114 +16,173 @@ sampling error of the evaluated examples, which the sweep report sets beside
 the seed-to-seed spread.
 
 ``--lengths 1x,2x,4x,8x`` instead evaluates a language model trained at
-length L on non-overlapping windows of L, 2L, 4L, 8L tokens (the ALiBi
-paper's extrapolation experiment) and prints a table
+length L on rows of L, 2L, 4L, 8L tokens (the ALiBi paper's extrapolation
+experiment), read as the run was trained (``data.packing``): ``stream``,
+non-overlapping windows of the split's token stream, through document ends
+(as Press et al.); ``documents``, whole documents packed into rows of kL,
+attention within each, so only documents longer than L see more context
+(``scoring.extrapolation``). It prints a table
 (``workdir/eval/<split>-<step>.lengths.json``). With ``--rope_scaling``
 (linear, ntk, yarn) and ``--rope_scaling_factor`` a RoPE model is evaluated
 with its positions scaled, as trained otherwise; YaRN's original context
 (``--rope_original_max_len``) defaults to the run's ``train.seq_len``. Those
 results go to ``<split>-<step>.lengths.rope-<scaling>.json``, e.g.
 ``validation-1000.lengths.rope-yarn-x4-from128.json``.
+
+The same evaluations run in the training process, after its last step:
+``python -m tfx_jax.train ... --evaluate="--split test"`` (a sweep's
+evaluations) parses each argument list with ``parse_request`` (checked
+before training) and runs them with ``after_training``: ``evaluate`` on the
+live parameters, which writes the same files and prints the same lines as
+this command, then ``status.mark_evaluation_done``, so that each runs once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import get_args
+import pathlib
+import shlex
+from typing import Sequence, get_args
 
 from absl import flags
 
 from tfx_jax import distributed
 from tfx_jax import files
 from tfx_jax import scoring
+from tfx_jax import status
 from tfx_jax.cli import new_flags, run_main
 from tfx_jax.errors import ConfigError
 from tfx_jax.model_config import RopeScaling
 
+
+def _define_request_flags(fv: flags.FlagValues) -> None:
+  """The flags of one evaluation (all but --workdir and the process flags)."""
+  flags.DEFINE_string("split", "validation", "Dataset split.", flag_values=fv)
+  flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).", flag_values=fv)
+  flags.DEFINE_string("lengths", None, "Length extrapolation, e.g. 1x,2x,4x,8x "
+                      "(decoder_only).", flag_values=fv)
+  flags.DEFINE_enum("rope_scaling", None, list(get_args(RopeScaling)),
+                    "--lengths of a RoPE run: scale its rotary positions "
+                    "(model.rope_scaling).", flag_values=fv)
+  flags.DEFINE_float("rope_scaling_factor", None, "With --rope_scaling: the context "
+                     "extension factor.", flag_values=fv)
+  flags.DEFINE_integer("rope_original_max_len", None, "With --rope_scaling=yarn: the "
+                       "pre-training context (default: the run's train.seq_len).",
+                       flag_values=fv)
+  flags.DEFINE_integer("max_batches", 0, "Evaluate at most this many batches / windows "
+                       "(0: the whole split).", flag_values=fv)
+  flags.DEFINE_integer("beam_size", 4, "Translation: beam size (1 = greedy).",
+                       flag_values=fv)
+  flags.DEFINE_float("alpha", 0.6, "Translation: GNMT length penalty alpha.",
+                     flag_values=fv)
+
+
 FLAGS = new_flags()
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.", flag_values=FLAGS)
-_SPLIT = flags.DEFINE_string("split", "validation", "Dataset split.", flag_values=FLAGS)
-_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).",
-                             flag_values=FLAGS)
-_LENGTHS = flags.DEFINE_string(
-    "lengths", None, "Length extrapolation, e.g. 1x,2x,4x,8x (decoder_only).",
-    flag_values=FLAGS)
-_ROPE_SCALING = flags.DEFINE_enum(
-    "rope_scaling", None, list(get_args(RopeScaling)),
-    "--lengths of a RoPE run: scale its rotary positions (model.rope_scaling).",
-    flag_values=FLAGS)
-_ROPE_FACTOR = flags.DEFINE_float(
-    "rope_scaling_factor", None, "With --rope_scaling: the context extension factor.",
-    flag_values=FLAGS)
-_ROPE_ORIGINAL = flags.DEFINE_integer(
-    "rope_original_max_len", None, "With --rope_scaling=yarn: the pre-training context "
-    "(default: the run's train.seq_len).", flag_values=FLAGS)
-_MAX_BATCHES = flags.DEFINE_integer(
-    "max_batches", 0, "Evaluate at most this many batches / windows (0: the whole "
-    "split).", flag_values=FLAGS)
-_BEAM = flags.DEFINE_integer("beam_size", 4, "Translation: beam size (1 = greedy).",
-                             flag_values=FLAGS)
-_ALPHA = flags.DEFINE_float("alpha", 0.6, "Translation: GNMT length penalty alpha.",
-                            flag_values=FLAGS)
+_define_request_flags(FLAGS)
 distributed.define_flags(FLAGS)
 flags.adopt_module_key_flags(distributed, flag_values=FLAGS)  # listed in --help
 flags.mark_flag_as_required("workdir", flag_values=FLAGS)
 
 
-# ------------------------------------------------------------------- main
-def _check_processes(run, multiples) -> None:
-  """Several processes evaluate teacher-forced splits; decoding runs on one."""
+@dataclasses.dataclass(frozen=True)
+class Request:
+  """One evaluation: what the command's flags other than --workdir ask for."""
+  split: str = "validation"
+  step: int | None = None
+  lengths: tuple[int, ...] | None = None  # --lengths' multiples of train.seq_len
+  rope_scaling: str | None = None
+  rope_scaling_factor: float | None = None
+  rope_original_max_len: int | None = None
+  max_batches: int = 0
+  beam_size: int = 4
+  alpha: float = 0.6
+
+
+def _request_of(fv: flags.FlagValues) -> Request:
+  """The request of parsed flags; ConfigError for combinations that never apply."""
+  # `is not None`: an empty --lengths= is a bad spec, not "no extrapolation".
+  lengths = fv["lengths"].value
+  multiples = tuple(scoring.parse_lengths(lengths)) if lengths is not None else None
+  if fv["rope_scaling"].value is None:
+    for name in ("rope_scaling_factor", "rope_original_max_len"):
+      if fv[name].value is not None:
+        raise ConfigError(f"--{name} applies with --rope_scaling (linear, ntk, yarn).")
+  elif not multiples:
+    raise ConfigError("--rope_scaling applies to length extrapolation: give --lengths "
+                      "too (e.g. --lengths 1x,2x,4x).")
+  return Request(**{f.name: fv[f.name].value for f in dataclasses.fields(Request)
+                    if f.name != "lengths"}, lengths=multiples)
+
+
+def parse_request(args: Sequence[str]) -> Request:
+  """The request of an argument list of this command without --workdir
+  (``["--split", "test"]``); ConfigError naming a bad argument."""
+  fv = flags.FlagValues()
+  _define_request_flags(fv)
+  what = f"evaluation {shlex.join(args) or '(no arguments)'}"
+  try:
+    rest = fv(["evaluate", *args])
+  except flags.Error as e:
+    raise ConfigError(f"{what}: {e}; its arguments are those of python -m "
+                      f"tfx_jax.evaluate but --workdir: "
+                      f"{', '.join('--' + n for n in sorted(fv) if n != 'undefok')}.") from None
+  if rest[1:]:
+    raise ConfigError(f"{what}: unexpected arguments {shlex.join(rest[1:])}.")
+  try:
+    return _request_of(fv)
+  except ConfigError as e:
+    raise ConfigError(f"{what}: {e}") from None
+
+
+# ------------------------------------------------------------------- checks
+def scaled_model(request: Request, config):
+  """The run's model config with ``--rope_scaling`` applied (None without the
+  flag); ConfigError for a run it cannot apply to, before a checkpoint is read."""
+  if request.rope_scaling is None:
+    return None
+  return scoring.with_rope_scaling(
+      config.model, int(config.train.seq_len), request.rope_scaling,
+      request.rope_scaling_factor, request.rope_original_max_len)
+
+
+def check(request: Request, config) -> None:
+  """ConfigError where ``request`` cannot evaluate a run of the resolved
+  ``config`` (a RunConfig): what the command checks before it reads a
+  checkpoint, so that the trainer refuses it before training."""
   import jax  # pylint: disable=import-outside-toplevel
   from tfx_jax import tasks  # pylint: disable=import-outside-toplevel
-  if jax.process_count() == 1:
-    return
-  if multiples or tasks.get(run.config.task).score_by_generation is not None:
-    what = "--lengths" if multiples else f"task={run.config.task!r} (decoding)"
+  scaled_model(request, config)
+  if request.lengths and config.model.family != "decoder_only":
+    raise ConfigError("--lengths evaluates language models (model.family="
+                      f"'decoder_only'); this run is {config.model.family!r}.")
+  # Several processes evaluate teacher-forced splits; decoding runs on one.
+  if jax.process_count() > 1 and (
+      request.lengths or tasks.get(config.task).score_by_generation is not None):
+    what = "--lengths" if request.lengths else f"task={config.task!r} (decoding)"
     raise ConfigError(f"{what} is evaluated by one process; run it without "
                       "--distributed.")
 
 
-def _rope_scaled(workdir, multiples):
-  """The run's model config with ``--rope_scaling`` applied, or None without the
-  flag; checked on the saved config, before a checkpoint is read."""
-  from tfx_jax import run_config  # pylint: disable=import-outside-toplevel
-  from tfx_jax.trained_run import load_config  # pylint: disable=import-outside-toplevel
-  if _ROPE_SCALING.value is None:
-    for flag in (_ROPE_FACTOR, _ROPE_ORIGINAL):
-      if flag.value is not None:
-        raise ConfigError(f"--{flag.name} applies with --rope_scaling (linear, ntk, "
-                          "yarn).")
-    return None
-  if not multiples:
-    raise ConfigError("--rope_scaling applies to length extrapolation: give --lengths "
-                      "too (e.g. --lengths 1x,2x,4x).")
-  config = load_config(workdir)
-  return scoring.with_rope_scaling(
-      run_config.resolve(config).model, int(config.train.seq_len),
-      _ROPE_SCALING.value, _ROPE_FACTOR.value, _ROPE_ORIGINAL.value)
-
-
-def main(argv):
-  del argv
-  # Deferred: jax, orbax and the model load only when the command runs, so
-  # --help and flag errors answer at once.
-  distributed.initialize_from_flags(FLAGS)
-  from tfx_jax.trained_run import load_run
-  # `is not None`: an empty --lengths= is a bad spec, not "no extrapolation".
-  multiples = (scoring.parse_lengths(_LENGTHS.value)
-               if _LENGTHS.value is not None else None)
-  scaled = _rope_scaled(_WORKDIR.value, multiples)
-  run = load_run(_WORKDIR.value, _STEP.value)
+# --------------------------------------------------------------- evaluation
+def evaluate(run, request: Request) -> list[pathlib.Path]:
+  """Evaluates ``run`` (a ``trained_run.TrainedRun``: loaded from a checkpoint,
+  or the training loop's live state) as ``request`` asks; process 0 writes
+  the files under ``<workdir>/eval`` and prints the results. Returns the
+  files written (none on the other processes)."""
+  check(request, run.config)
+  scaled = scaled_model(request, run.config)
   if scaled is not None:  # the same parameters under the scaled positions
     run = dataclasses.replace(run, model_cfg=scaled)
-  _check_processes(run, multiples)
   out_dir = run.workdir / "eval"
-  out_dir.mkdir(exist_ok=True)
-  stem = out_dir / f"{_SPLIT.value}-{run.step}"
-  if multiples:
-    rows = scoring.extrapolation(run, _SPLIT.value, multiples, _MAX_BATCHES.value)
+  if distributed.is_chief():
+    out_dir.mkdir(exist_ok=True)
+  stem = out_dir / f"{request.split}-{run.step}"
+  if request.lengths:
+    rows = scoring.extrapolation(run, request.split, list(request.lengths),
+                                 request.max_batches)
     if not distributed.is_chief():
-      return
+      return []
     tag = None
     if scaled is not None:
       tag = scoring.rope_scaling_tag(scaled)
@@ -134,27 +193,75 @@ def main(argv):
     print(scoring.format_extrapolation(rows, run.model_cfg.position, tag))
     # Scaled results have their own file: they never replace the run's own.
     suffix = f".lengths.rope-{tag}.json" if tag else ".lengths.json"
-    path = out_dir / f"{_SPLIT.value}-{run.step}{suffix}"
+    path = out_dir / f"{request.split}-{run.step}{suffix}"
     files.write_json(path, rows)
-    print(f"written: {path}")
-    return
-  metrics, hyps, refs = scoring.score_split(run, _SPLIT.value, max_batches=_MAX_BATCHES.value,
-                                            beam_size=_BEAM.value, alpha=_ALPHA.value)
+    print(f"written: {path}", flush=True)
+    return [path]
+  metrics, hyps, refs = scoring.score_split(run, request.split,
+                                            max_batches=request.max_batches,
+                                            beam_size=request.beam_size,
+                                            alpha=request.alpha)
   if not distributed.is_chief():
-    return  # process 0 writes and prints what all of them computed
+    return []  # process 0 writes and prints what all of them computed
   stem.with_suffix(".hyp.txt").write_text("".join(h.replace("\n", " ") + "\n" for h in hyps))
   stem.with_suffix(".ref.txt").write_text("".join(r.replace("\n", " ") + "\n" for r in refs))
-  metrics.update(step=run.step, split=_SPLIT.value, task=run.config.task)
-  files.write_json(out_dir / f"{_SPLIT.value}-{run.step}.json", metrics)
+  metrics.update(step=run.step, split=request.split, task=run.config.task)
+  files.write_json(stem.with_suffix(".json"), metrics)
   print(f"{run.config.task} evaluation of {run.workdir} at step {run.step} "
-        f"({_SPLIT.value}, {metrics['num_examples']} examples)")
+        f"({request.split}, {metrics['num_examples']} examples)")
   for key, value in metrics.items():
     if key not in ("step", "split", "task", "num_examples") and not key.endswith("signature"):
       print(f"  {key}: {value:.4f}" if isinstance(value, float) else f"  {key}: {value}")
   for key in ("bleu_signature", "chrf_signature"):
     if key in metrics:
       print(f"  sacrebleu {key.split('_')[0]} signature: {metrics[key]}")
-  print(f"written: {stem}.hyp.txt, {stem}.ref.txt, {stem}.json")
+  print(f"written: {stem}.hyp.txt, {stem}.ref.txt, {stem}.json", flush=True)
+  return [stem.with_suffix(s) for s in (".hyp.txt", ".ref.txt", ".json")]
+
+
+# ------------------------------------------------------- after training
+def pending(workdir: str | pathlib.Path, requests: Sequence[tuple[Sequence[str], Request]]
+            ) -> list[tuple[int, Sequence[str], Request]]:
+  """(index, arguments, request) of the evaluations after training not done
+  yet: those without their ``status.evaluation_marker``."""
+  return [(i, args, request) for i, (args, request) in enumerate(requests)
+          if not status.evaluation_marker(workdir, i).exists()]
+
+
+def after_training(workdir: str | pathlib.Path,
+                   requests: Sequence[tuple[Sequence[str], Request]], step: int,
+                   final=None, log=print) -> None:
+  """Runs the ``pending`` evaluations of a run whose training finished at
+  ``step``, each as ``python -m tfx_jax.evaluate --workdir RUN ARGS`` would,
+  and marks it done: on ``final`` (the trainer's live ``TrainedRun``; None:
+  restored from the checkpoint of ``step``), or on the checkpoint of another
+  ``--step`` it asks for."""
+  from tfx_jax.trained_run import load_run  # pylint: disable=import-outside-toplevel
+  for i, args, request in pending(workdir, requests):
+    log(f"Evaluating: python -m tfx_jax.evaluate --workdir {workdir} {shlex.join(args)}")
+    if request.step not in (None, step):
+      run = load_run(workdir, request.step)
+    else:
+      final = final or load_run(workdir, step)
+      run = final
+    evaluate(run, request)
+    if distributed.is_chief():
+      status.mark_evaluation_done(workdir, i, args)
+
+
+# ------------------------------------------------------------------- main
+def main(argv):
+  del argv
+  # Deferred: jax, orbax and the model load only when the command runs, so
+  # --help and flag errors answer at once.
+  distributed.initialize_from_flags(FLAGS)
+  from tfx_jax import run_config  # pylint: disable=import-outside-toplevel
+  from tfx_jax.trained_run import load_config, load_run  # pylint: disable=import-outside-toplevel
+  request = _request_of(FLAGS)
+  if request.rope_scaling is not None or request.lengths:
+    # Checked on the saved config, before a checkpoint is read.
+    check(request, run_config.resolve(load_config(_WORKDIR.value)))
+  evaluate(load_run(_WORKDIR.value, request.step), request)
 
 
 if __name__ == "__main__":

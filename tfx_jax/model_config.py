@@ -21,6 +21,10 @@ NormPosition = Literal["post", "pre", "sandwich", "deepnorm"]
 NormType = Literal["layernorm", "rmsnorm", "dyt"]
 # Per-head norm of queries and keys before RoPE (Dehghani et al. 2023; Qwen3, OLMo 2).
 QKNorm = Literal["none", "layernorm", "rmsnorm"]
+# What the query-key norm normalises: each head's vector on its own (one gain
+# per head dimension, shared by the heads: Qwen3), or all heads' queries (keys)
+# as one vector (one gain per element: OLMo 2, OLMoE).
+QKNormHeads = Literal["per_head", "joint"]
 # sequential: x + F2(N2(x + F1(N1(x)))); parallel: x + F1(N1(x)) + F2(N2(x)) (GPT-J, PaLM).
 Block = Literal["sequential", "parallel"]
 # A sigmoid gate on each head's attention output, from the layer input (Qiu et al. 2025).
@@ -39,9 +43,22 @@ SinusoidalLayout = Literal["interleaved", "halves"]
 # d_model), or N(0, 1/d_model) as Vaswani et al. (tensor2tensor, fairseq), which
 # with ``scale_embeddings`` gives unit-variance embeddings.
 EmbeddingInit = Literal["xavier", "normal"]
+# The learned position table's start (model.position='learned'): small, N(0,
+# 0.02^2) as GPT-2 and BERT; token, the token table's own distribution
+# (embedding_init) and scale (scale_embeddings), so that positions start the
+# size of the tokens they are added to, as every other scheme can.
+LearnedPositionInit = Literal["small", "token"]
 # RoPE context extension: positions interpolated (Chen et al. 2023), the base
 # raised ("NTK-aware"), or YaRN (Peng et al. 2023); see layers/positions.py.
 RopeScaling = Literal["none", "linear", "ntk", "yarn"]
+# The FFN's place: one dense FFN, or a mixture of experts (layers/moe.py).
+FfnType = Literal["dense", "moe"]
+# Router scores: softmax over the experts (Switch, Mixtral) or a sigmoid per
+# expert (DeepSeek-V3).
+Router = Literal["softmax", "sigmoid"]
+# Load balancing: the auxiliary loss (Switch / GShard; its weight is
+# train.moe_aux_loss), the auxiliary-loss-free bias (DeepSeek-V3), or none.
+MoeBalance = Literal["aux_loss", "bias", "none"]
 
 
 
@@ -55,6 +72,8 @@ class Samples:
 SoftCap = Annotated[float, Samples((0.0, 5.0))]  # c * tanh(x / c); 0 = off
 Window = Annotated[int, Samples((0, 2))]  # sliding-window width; 0 = full attention
 GlobalEvery = Annotated[int, Samples((0, 2))]  # every k-th layer full; 0 = none
+# Expert capacity C = ceil(factor * tokens * k / experts); 0 = dropless.
+CapacityFactor = Annotated[float, Samples((0.0, 2.0))]
 
 # Norm placements whose norms sit inside each sublayer's branch: the ones a
 # parallel block can use (post and deepnorm normalise the sum itself).
@@ -92,6 +111,7 @@ class ModelConfig:
   tie_embeddings: bool = True
   scale_embeddings: bool = False  # token embeddings x sqrt(d_model) (Vaswani et al.)
   embedding_init: EmbeddingInit = "xavier"  # the token table: xavier, normal N(0, 1/d_model)
+  learned_position_init: LearnedPositionInit = "small"
   use_bias: bool = True
   # Divide attention logits by sqrt(d_k), d_k the head width (Vaswani et al.); T5
   # does not (folded into its initialisation).
@@ -119,12 +139,31 @@ class ModelConfig:
   dtype: DType = "float32"  # compute dtype; params stay float32
   # ---- stability and attention knobs (README, "The ablation axes") ----------
   qk_norm: QKNorm = "none"
+  qk_norm_heads: QKNormHeads = "per_head"
   attention_logit_softcap: SoftCap = 0.0  # Gemma 2: 50
   final_logit_softcap: SoftCap = 0.0  # Gemma 2: 30
   block: Block = "sequential"
   attention_window: Window = 0  # keys within this distance of the query (itself included)
   global_every: GlobalEvery = 0  # with a window: layers k, 2k, ... (1-based) attend fully
   attention_gate: AttentionGate = "none"
+  # ---- mixture of experts (layers/moe.py; README, "The ablation axes") -----
+  ffn_type: FfnType = "dense"
+  num_experts: int = 8
+  experts_per_token: int = 2  # k of the top-k routing
+  shared_experts: int = 0  # experts every token passes through (DeepSeekMoE)
+  # Hidden width of each expert; 0 = the dense FFN's (ffn_dim), as Switch and
+  # Mixtral, whose experts are copies of the dense FFN. > 0: as given.
+  expert_d_ff: int = 0
+  router: Router = "softmax"
+  # The k chosen scores renormalised to sum to 1 (Mixtral, Qwen3-30B-A3B); off:
+  # the raw scores weigh the experts (OLMoE, Switch).
+  router_norm_topk: bool = True
+  moe_every: int = 1  # layers k, 2k, ... (1-based) are MoE, the others dense
+  first_dense_layers: int = 0  # the first layers stay dense (DeepSeek-V3: 3)
+  moe_balance: MoeBalance = "aux_loss"
+  # u of DeepSeek-V3's bias update b_i <- b_i + u sign(mean load - load_i).
+  router_bias_rate: float = 0.001
+  capacity_factor: CapacityFactor = 0.0
 
   # ---- derived quantities -------------------------------------------------
   @property
@@ -168,6 +207,13 @@ class ModelConfig:
     return m * -(-(2 * plain // 3) // m)
 
   @property
+  def expert_dim(self) -> int:
+    """Hidden width of each expert (and of each shared expert): ``expert_d_ff``,
+    or the dense FFN's width ``ffn_dim`` when 0 (every expert a copy of the
+    dense FFN's shape, so top-1 routing has the dense model's active size)."""
+    return self.expert_d_ff or self.ffn_dim
+
+  @property
   def encoder_layers(self) -> int:
     return self.num_encoder_layers or self.num_layers
 
@@ -198,6 +244,22 @@ def is_windowed(layer: int, attention_window: int, global_every: int) -> bool:
   every layer when ``global_every`` is 0, else all but layers k, 2k, ... (1-based),
   which attend fully (Gemma 2: k = 2, layer 0 windowed). False without a window."""
   return bool(attention_window) and not (global_every and (layer + 1) % global_every == 0)
+
+
+def is_moe_layer(layer: int, ffn_type: str, moe_every: int, first_dense_layers: int) -> bool:
+  """Whether layer ``layer`` (0-based) has a mixture of experts in the FFN's
+  place: with ``model.ffn_type='moe'``, the layers from ``first_dense_layers``
+  on that are multiples of ``moe_every`` (1-based: k, 2k, ...), as Qwen3-MoE's
+  ``decoder_sparse_step`` with its first ``mlp_only_layers`` (DeepSeek-V3's
+  ``first_k_dense_replace``)."""
+  return (ffn_type == "moe" and layer >= first_dense_layers
+          and (layer + 1) % moe_every == 0)
+
+
+def moe_layers(cfg: ModelConfig, num_layers: int) -> tuple[int, ...]:
+  """The MoE layers (0-based) of a stack of ``num_layers`` layers of ``cfg``."""
+  return tuple(i for i in range(num_layers) if is_moe_layer(
+      i, cfg.ffn_type, cfg.moe_every, cfg.first_dense_layers))
 
 
 def deepnorm_constants(family: str, num_encoder_layers: int,
@@ -271,6 +333,12 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
             f"model.{name}", _FIELDS[name].default,
             f"model.{name}={getattr(cfg, name)!r} needs model.position='rope' (position "
             f"is {cfg.position!r}); leave it at {_FIELDS[name].default!r} or use rope.")
+  if cfg.position != "learned" and cfg.learned_position_init != "small":
+    raise InactiveSetting(
+        "model.learned_position_init", "small",
+        f"model.learned_position_init={cfg.learned_position_init!r} sets the learned "
+        f"position table's start; model.position is {cfg.position!r}, which has none: "
+        "leave it at 'small' or use model.position='learned'.")
   if not 0.0 < cfg.rope_fraction <= 1.0:
     raise ConfigError(f"model.rope_fraction must be in (0, 1], got {cfg.rope_fraction}.")
   if cfg.position == "rope" and (cfg.rope_dims == 0 or cfg.rope_dims % 2):
@@ -323,6 +391,11 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
     raise ConfigError(
         "model.num_token_types (token-type embeddings) is available for "
         "family='decoder_only' and 'encoder_only', not 'encoder_decoder'.")
+  if cfg.qk_norm == "none" and cfg.qk_norm_heads != "per_head":
+    raise InactiveSetting(
+        "model.qk_norm_heads", "per_head",
+        f"model.qk_norm_heads={cfg.qk_norm_heads!r} says what model.qk_norm normalises, "
+        "which is 'none': set model.qk_norm (layernorm, rmsnorm) or leave it at 'per_head'.")
   for name in ("attention_logit_softcap", "final_logit_softcap"):
     if getattr(cfg, name) < 0:
       raise ConfigError(f"model.{name} must be >= 0 (0 = off), got {getattr(cfg, name)}.")
@@ -339,6 +412,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         f"model.block='parallel' sums the sublayers of one input, each through its "
         f"own norm: model.norm_position must be one of {', '.join(PARALLEL_NORM_POSITIONS)}"
         f" (got {cfg.norm_position!r}, which normalises the residual stream itself).")
+  _validate_moe(cfg)
   capacity = position_capacity(cfg)
   if seq_len is not None and capacity is not None and seq_len > capacity:
     raise ConfigError(
@@ -346,6 +420,62 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         "which learned absolute positions cannot represent; raise model.max_len "
         "or use a relative scheme (model.position = rope, alibi, t5_bias).")
   return cfg
+
+
+# The fields that only a mixture of experts reads, and the one that only the
+# bias balancing reads.
+MOE_FIELDS = ("num_experts", "experts_per_token", "shared_experts", "expert_d_ff",
+              "router", "router_norm_topk", "moe_every", "first_dense_layers",
+              "moe_balance", "router_bias_rate", "capacity_factor")
+
+
+def _validate_moe(cfg: ModelConfig) -> None:
+  """The mixture-of-experts fields: in range, and set only where they are read."""
+  if cfg.ffn_type != "moe":
+    for name in MOE_FIELDS:
+      if getattr(cfg, name) != _FIELDS[name].default:
+        raise InactiveSetting(
+            f"model.{name}", _FIELDS[name].default,
+            f"model.{name}={getattr(cfg, name)!r} is read by model.ffn_type='moe' only "
+            f"(ffn_type is {cfg.ffn_type!r}); leave it at {_FIELDS[name].default!r} "
+            "or set model.ffn_type=moe.")
+    return
+  for name in ("num_experts", "experts_per_token", "moe_every"):
+    if getattr(cfg, name) < 1:
+      raise ConfigError(f"model.{name} must be >= 1, got {getattr(cfg, name)}.")
+  for name in ("shared_experts", "expert_d_ff", "first_dense_layers"):
+    if getattr(cfg, name) < 0:
+      raise ConfigError(f"model.{name} must be >= 0, got {getattr(cfg, name)}.")
+  if cfg.experts_per_token > cfg.num_experts:
+    raise ConfigError(
+        f"model.experts_per_token={cfg.experts_per_token} is more than "
+        f"model.num_experts={cfg.num_experts}; choose k in 1..{cfg.num_experts}.")
+  if not (math.isfinite(cfg.capacity_factor) and cfg.capacity_factor >= 0):
+    raise ConfigError(f"model.capacity_factor must be >= 0 (0 = dropless), got "
+                      f"{cfg.capacity_factor}.")
+  if not (math.isfinite(cfg.router_bias_rate) and cfg.router_bias_rate > 0):
+    raise ConfigError(f"model.router_bias_rate must be > 0 (DeepSeek-V3: 0.001), got "
+                      f"{cfg.router_bias_rate}.")
+  if cfg.moe_balance != "bias" and cfg.router_bias_rate != _FIELDS["router_bias_rate"].default:
+    raise InactiveSetting(
+        "model.router_bias_rate", _FIELDS["router_bias_rate"].default,
+        f"model.router_bias_rate={cfg.router_bias_rate} is the rate of the expert "
+        f"bias, read with model.moe_balance='bias' only (moe_balance is "
+        f"{cfg.moe_balance!r}).")
+  stacks = {"decoder_only": (cfg.decoder_layers,), "encoder_only": (cfg.encoder_layers,),
+            "encoder_decoder": (cfg.encoder_layers, cfg.decoder_layers)}[cfg.family]
+  for n in stacks:
+    if not moe_layers(cfg, n):
+      raise ConfigError(
+          f"model.ffn_type='moe' with model.first_dense_layers={cfg.first_dense_layers} "
+          f"and model.moe_every={cfg.moe_every} leaves no MoE layer among {n}; lower "
+          "them, or use model.ffn_type=dense.")
+    if cfg.scan_layers and len(moe_layers(cfg, n)) != n:
+      raise ConfigError(
+          "model.scan_layers=True scans one layer over the stack, so every layer must "
+          f"be alike; model.moe_every={cfg.moe_every} and model.first_dense_layers="
+          f"{cfg.first_dense_layers} mix dense and MoE layers: set model.scan_layers="
+          "False, or moe_every=1 and first_dense_layers=0.")
 
 
 def model_config_from_dict(d: Mapping[str, Any] | Any, *,

@@ -10,12 +10,14 @@ Inputs follow the batch contract: int32 token ids with 0 = padding,
 (index within the document). Every family returns a dict with ``logits``
 [B, L, V] (the textbook chapter's Generator returns log_softmax of these; we keep logits
 and take log_softmax in the loss / decoder), plus ``class_logits`` [B, C] when
-``num_classes > 0``.
+``num_classes > 0``, and ``moe`` ({stack: RouterStats} of its MoE layers,
+layers/moe.py) when ``model.ffn_type='moe'``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -25,7 +27,8 @@ from tfx_jax.blocks import LayerSpec, Stack, parallel_branch_for, residual_for
 from tfx_jax.layers import products
 from tfx_jax.layers.attention import softcap, xavier
 from tfx_jax.layers.ffn import activation_fn
-from tfx_jax.layers.norms import norm_factory
+from tfx_jax.layers.moe import moe_spec
+from tfx_jax.layers.norms import JointHeads, norm_factory
 from tfx_jax.layers.positions import (LearnedPositions, RotarySpec, T5RelativeBias,
                                       alibi_bias, rotary_spec, sinusoidal)
 from tfx_jax.model_config import ModelConfig, deepnorm_constants
@@ -62,12 +65,54 @@ def position_scheme(cfg: ModelConfig) -> PositionScheme:
   }[cfg.position]
 
 
+def token_init(cfg: ModelConfig):
+  """The token table's initializer (``model.embedding_init``): Glorot-uniform
+  over (vocab, d_model), or N(0, 1/d_model) as tensor2tensor and fairseq."""
+  return {"xavier": nn.initializers.xavier_uniform(),
+          "normal": nn.initializers.normal(cfg.d_model ** -0.5)}[cfg.embedding_init]
+
+
+def learned_position_init(cfg: ModelConfig):
+  """The one dispatch point of ``model.learned_position_init``: (initializer,
+  scale) of the learned position table.
+
+  small: N(0, 0.02^2), unscaled (GPT-2, BERT). token: every entry drawn as the
+  token table's are (``token_init`` at the token table's shape, so Glorot's
+  fan is the vocabulary's, not max_len's) and scaled as tokens are
+  (``embed_scale``): positions start the size of the tokens they are added to.
+  """
+  if cfg.learned_position_init == "small":
+    return nn.initializers.normal(0.02), 1.0
+  tokens = token_init(cfg)
+
+  def like_tokens(key, shape, dtype=jnp.float32):
+    # Glorot's bound sqrt(6 / (fan_in + fan_out)) of the (vocab, d_model) table.
+    table_shape = (cfg.vocab_size, cfg.d_model)
+    if cfg.embedding_init == "xavier":
+      limit = (6.0 / sum(table_shape)) ** 0.5
+      return jax.random.uniform(key, shape, dtype, -limit, limit)
+    return tokens(key, shape, dtype)
+
+  return like_tokens, cfg.embed_scale
+
+
 # The one dispatch point of ``model.attention_gate``: gates per head.
 _GATE_WIDTHS = {"none": lambda k: 0, "headwise": lambda k: 1, "elementwise": lambda k: k}
 
 
-def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerSpec:
-  """Resolves the config into the hyper-parameters of one stack's layers."""
+def qk_norm_for(cfg: ModelConfig):
+  """The one dispatch point of ``model.qk_norm_heads``: the query-key norm
+  factory (None without ``model.qk_norm``), per head or over all heads jointly."""
+  if cfg.qk_norm == "none":
+    return None
+  make = norm_factory(cfg.qk_norm, cfg.norm_eps, _DTYPES[cfg.dtype], axis="kv")
+  return make if cfg.qk_norm_heads == "per_head" else functools.partial(JointHeads, make=make)
+
+
+def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool,
+               platform: str = "cpu") -> LayerSpec:
+  """Resolves the config into the hyper-parameters of one stack's layers, for
+  a program compiled for ``platform`` (``build_model``)."""
   act, gated = activation_fn(cfg.activation)
   residual, final_norm = residual_for(cfg.norm_position)
   alpha, beta, dist = 1.0, 1.0, "uniform"  # Xavier-uniform, as in the textbook chapters' code
@@ -89,14 +134,29 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool) -> LayerS
       cross_attention=cross_attention, dtype=_DTYPES[cfg.dtype],
       causal=stack == "decoder",
       parallel_branch=parallel_branch_for(cfg.block, cfg.norm_position),
-      qk_norm=(None if cfg.qk_norm == "none" else
-               norm_factory(cfg.qk_norm, cfg.norm_eps, _DTYPES[cfg.dtype], axis="kv")),
+      qk_norm=qk_norm_for(cfg),
       attention_logit_softcap=cfg.attention_logit_softcap,
       gate_width=_GATE_WIDTHS[cfg.attention_gate](cfg.attention_head_dim),
-      attention_window=cfg.attention_window, global_every=cfg.global_every)
+      attention_window=cfg.attention_window, global_every=cfg.global_every,
+      moe=moe_spec(cfg), moe_every=cfg.moe_every,
+      first_dense_layers=cfg.first_dense_layers, platform=platform)
+
+
+def _with_router_stats(out: dict, **stacks) -> dict:
+  """``out`` with ``moe`` = the router statistics of the stacks that have MoE layers."""
+  moe = {name: stats for name, stats in stacks.items() if stats}
+  return {**out, "moe": moe} if moe else out
 
 
 # ------------------------------------------------------------------- helpers
+def _segments(ids_BL, segment_ids, cache_index):
+  """The segment ids a causal stack's mask is built from (ones where none are
+  given); None while decoding from a cache, whose mask is the cache's."""
+  if cache_index is not None:
+    return None
+  return _defaults(ids_BL, segment_ids, None)[0]
+
+
 def attention_mask(q_seg_BL, k_seg_BS, *, causal: bool):
   """[B, 1, L, S] boolean: same segment, key not padding, and (causal) key <= query."""
   mask = (q_seg_BL[:, :, None] == k_seg_BS[:, None, :]) & (k_seg_BS[:, None, :] > 0)
@@ -153,18 +213,19 @@ class _Family(nn.Module):
   cfg: ModelConfig
   deterministic: bool = True
   use_cache: bool = False  # a KV cache for token-by-token generation
+  platform: str = "cpu"  # the backend compiled for (build_model resolves it)
 
   def _make_embedder(self):
     cfg = self.cfg
-    init = {"xavier": nn.initializers.xavier_uniform(),
-            "normal": nn.initializers.normal(cfg.d_model ** -0.5)}[cfg.embedding_init]
     return nn.Embed(
         cfg.vocab_size, cfg.d_model, dtype=_DTYPES[cfg.dtype], name="embedding",
-        embedding_init=nn.with_logical_partitioning(init, ("vocab", "embed")))
+        embedding_init=nn.with_logical_partitioning(token_init(cfg), ("vocab", "embed")))
 
   def _make_positions(self, name):
-    if position_scheme(self.cfg).absolute == "learned":
-      return LearnedPositions(self.cfg.max_len, self.cfg.d_model, name=name)
+    cfg = self.cfg
+    if position_scheme(cfg).absolute == "learned":
+      init, scale = learned_position_init(cfg)
+      return LearnedPositions(cfg.max_len, cfg.d_model, init=init, scale=scale, name=name)
     return None
 
   def _make_bias(self, name, *, bidirectional):
@@ -252,7 +313,7 @@ class _Family(nn.Module):
     if not cfg.tie_embeddings:
       self.output = nn.Dense(
           cfg.vocab_size, use_bias=False, dtype=_DTYPES[cfg.dtype],
-          dot_general=products.dot_general_for(_DTYPES[cfg.dtype]),
+          dot_general=products.dot_general_for(_DTYPES[cfg.dtype], self.platform),
           kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
                                                    ("embed", "vocab")))
     if cfg.output_bias:
@@ -269,7 +330,8 @@ class _Family(nn.Module):
     x_TD = x_BLD.reshape(-1, x_BLD.shape[-1])
     if self.cfg.scale_output:
       x_TD = x_TD * self.cfg.d_model**-0.5
-    if self.cfg.tie_embeddings and products.uses_fast_products(_DTYPES[self.cfg.dtype]):
+    if self.cfg.tie_embeddings and products.uses_fast_products(_DTYPES[self.cfg.dtype],
+                                                               self.platform):
       # x E^T through the bf16 product (Embed.attend's own product is bf16 -> bf16).
       dtype = _DTYPES[self.cfg.dtype]
       logits = products.matmul(x_TD.astype(dtype), self.embedding.embedding.astype(dtype).T,
@@ -287,7 +349,8 @@ class _Family(nn.Module):
 
   def _stack(self, stack, n, *, cross_attention, use_cache):
     cfg = self.cfg
-    return Stack(layer_spec(cfg, stack, cross_attention=cross_attention), n,
+    return Stack(layer_spec(cfg, stack, cross_attention=cross_attention,
+                            platform=self.platform), n,
                  scan_layers=cfg.scan_layers, remat=cfg.remat, use_cache=use_cache,
                  deterministic=self.deterministic, name=stack)
 
@@ -323,8 +386,10 @@ class DecoderOnly(_Family):
     mask, windowed, bias, positions, index = self._causal_inputs(
         inputs, segment_ids, positions, self.t5)
     x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types)
-    x = self.decoder(x, mask, bias, positions, cache_index=index, window_mask=windowed)
-    out = {"logits": self._logits(x)}
+    x, router = self.decoder(x, mask, bias, positions, cache_index=index,
+                             window_mask=windowed,
+                             segment_ids_BL=_segments(inputs, segment_ids, index))
+    out = _with_router_stats({"logits": self._logits(x)}, decoder=router)
     if self.cfg.num_classes:
       seg, _ = _defaults(inputs, segment_ids, None)
       # GPT-1 fine-tuning: the last real token's final hidden state.
@@ -343,7 +408,7 @@ class EncoderOnly(_Family):
     norm = norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype])
     dense = lambda n, axes, name: nn.Dense(
         n, dtype=_DTYPES[cfg.dtype], name=name, use_bias=cfg.use_bias,
-        dot_general=products.dot_general_for(_DTYPES[cfg.dtype]),
+        dot_general=products.dot_general_for(_DTYPES[cfg.dtype], self.platform),
         kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(), axes))
     # BERT's MLM transform: dense + gelu + norm, then the (tied) vocab projection + bias.
     self.mlm_dense = dense(cfg.d_model, ("embed", "embed_out"), "mlm_dense")
@@ -363,9 +428,10 @@ class EncoderOnly(_Family):
     windowed = window_mask(mask, positions, positions, cfg.attention_window, causal=False)
     bias = self._bias(self.t5, positions, positions)
     x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types)
-    x = self.encoder(x, mask, bias, positions, window_mask=windowed)
+    x, router = self.encoder(x, mask, bias, positions, window_mask=windowed,
+                             segment_ids_BL=segment_ids)
     h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(x), approximate=False))
-    out = {"logits": self._logits(h, self.mlm_bias)}
+    out = _with_router_stats({"logits": self._logits(h, self.mlm_bias)}, encoder=router)
     if cfg.num_classes:
       # BERT's pooler: tanh(dense) of the first token (BOS / [CLS]).
       pooled = jnp.tanh(self.pooler(x[:, 0]))
@@ -398,6 +464,10 @@ class EncoderDecoder(_Family):
 
   def encode(self, inputs, inputs_segment_ids=None, inputs_positions=None):
     """Source ids [B, S] -> encoder output [B, S, D]."""
+    return self._encode(inputs, inputs_segment_ids, inputs_positions)[0]
+
+  def _encode(self, inputs, inputs_segment_ids=None, inputs_positions=None):
+    """(encoder output, the encoder's router statistics)."""
     if inputs_segment_ids is None:
       inputs_segment_ids = (inputs > 0).astype(jnp.int32)
     seg, pos = _defaults(inputs, inputs_segment_ids, inputs_positions)
@@ -405,11 +475,12 @@ class EncoderDecoder(_Family):
     windowed = window_mask(mask, pos, pos, self.cfg.attention_window, causal=False)
     bias = self._bias(self.encoder_t5, pos, pos)
     x = self._embed(inputs, pos, self.encoder_learned, self.encoder_embed_norm)
-    return self.encoder(x, mask, bias, pos, window_mask=windowed)
+    return self.encoder(x, mask, bias, pos, window_mask=windowed, segment_ids_BL=seg)
 
   def decode(self, decoder_inputs, encoded, inputs_segment_ids,
-             decoder_segment_ids=None, decoder_positions=None):
-    """Target prefix [B, L] attending to ``encoded`` -> {"logits": [B, L, V]}."""
+             decoder_segment_ids=None, decoder_positions=None, encoder_router=None):
+    """Target prefix [B, L] attending to ``encoded`` -> {"logits": [B, L, V]}
+    (and ``moe``, with ``encoder_router`` the encoder's statistics, if any)."""
     mask, windowed, bias, pos, index = self._causal_inputs(
         decoder_inputs, decoder_segment_ids, decoder_positions, self.decoder_t5)
     B, L = decoder_inputs.shape
@@ -420,16 +491,18 @@ class EncoderDecoder(_Family):
     # unpacked sources (inputs > 0).
     cross_mask = attention_mask(q_seg, inputs_segment_ids, causal=False)
     x = self._embed(decoder_inputs, pos, self.decoder_learned, self.decoder_embed_norm)
-    x = self.decoder(x, mask, bias, pos, encoded, cross_mask, index, windowed)
-    return {"logits": self._logits(x)}
+    x, router = self.decoder(x, mask, bias, pos, encoded, cross_mask, index, windowed,
+                             _segments(decoder_inputs, decoder_segment_ids, index))
+    return _with_router_stats({"logits": self._logits(x)}, encoder=encoder_router or {},
+                              decoder=router)
 
   def __call__(self, inputs, decoder_inputs, inputs_segment_ids=None,
                decoder_segment_ids=None, inputs_positions=None, decoder_positions=None):
     if inputs_segment_ids is None:
       inputs_segment_ids = (inputs > 0).astype(jnp.int32)
-    encoded = self.encode(inputs, inputs_segment_ids, inputs_positions)
+    encoded, router = self._encode(inputs, inputs_segment_ids, inputs_positions)
     return self.decode(decoder_inputs, encoded, inputs_segment_ids, decoder_segment_ids,
-                       decoder_positions)
+                       decoder_positions, encoder_router=router)
 
 
 _FAMILIES = {"decoder_only": DecoderOnly, "encoder_only": EncoderOnly,
@@ -437,9 +510,19 @@ _FAMILIES = {"decoder_only": DecoderOnly, "encoder_only": EncoderOnly,
 
 
 def build_model(cfg: ModelConfig, *, deterministic: bool = True,
-                use_cache: bool = False) -> nn.Module:
-  """The one dispatch point of ``model.family``."""
-  return _FAMILIES[cfg.family](cfg, deterministic=deterministic, use_cache=use_cache)
+                use_cache: bool = False, platform: str | None = None) -> nn.Module:
+  """The one dispatch point of ``model.family``.
+
+  ``platform`` is the backend the program is compiled for ("cpu", "gpu",
+  "tpu"), which picks the attention kernel and product form of the layers;
+  None: this host's default backend. A run's set-up passes its mesh's
+  (``run_setup.ShardedRun``), so a step compiled ahead of time for a TPU on a
+  CPU host (``python -m tfx_jax.compile``) is the TPU's program.
+  """
+  if platform is None:
+    platform = jax.default_backend()
+  return _FAMILIES[cfg.family](cfg, deterministic=deterministic, use_cache=use_cache,
+                               platform=platform)
 
 
 def stack_layer_params(params):

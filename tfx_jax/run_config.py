@@ -29,7 +29,8 @@ from tfx_jax import tasks
 from tfx_jax import typed_config
 from tfx_jax.data import files_corpus
 from tfx_jax.data.config import DataConfig
-from tfx_jax.errors import ConfigError
+from tfx_jax.errors import ConfigError, InactiveSetting
+from tfx_jax.layer_stats import Param as LayerStatsParam
 from tfx_jax.model_config import DType, ModelConfig, model_config_from_dict
 from tfx_jax.optim import OptimConfig
 from tfx_jax.sharding import MeshConfig
@@ -40,10 +41,14 @@ need = typed_config.need
 # data order or what is learned. Others (num_steps, eval, logging) may change.
 RESUME_FIELDS = ("model.", "compute_dtype", "task", "seed", "data.name", "data.version",
                  "data.tokenizer",
-                 "data.vocab_size", "data.mask_rate", "train.batch_size",
+                 "data.vocab_size", "data.mask_rate", "data.packing",
+                 "data.train_fraction", "train.batch_size",
                  "train.seq_len", "optim.optimizer", "optim.accumulate_steps")
 # stop: end the run as diverged; skip: drop the update and keep going.
 OnNonfinite = Literal["stop", "skip"]
+# Where the MoE load-balancing loss takes its loads: over the whole batch, or
+# over each sequence, then averaged (DeepSeek-V3's sequence-wise loss).
+MoeAuxScope = Literal["batch", "sequence"]
 NONFINITE_CHOICES = get_args(OnNonfinite)
 DEFAULT_DTYPE = "float32"
 
@@ -67,6 +72,24 @@ class TrainConfig:
   # self-attention logit (layer_stats/max_attention_logit/<stack>_<NN>),
   # computed inside the jitted step.
   log_layer_stats: bool = False
+  # The arrays each layer's statistics are taken over (tfx_jax/layer_stats.py):
+  # all (every array of the layer), or one part, e.g. ffn_out, the FFN's output
+  # matrix W2 of Xiong et al. 2020's Figure 3; tags then name it
+  # (layer_stats/grad_norm/ffn_out/<stack>_<NN>).
+  layer_stats_param: LayerStatsParam = "all"
+  # N > 0: before the first update, each layer's gradient norm at the initial
+  # parameters on the first N training batches, their mean logged at step 0
+  # as layer_stats/init_grad_norm/<layer_stats_param>/<stack>_<NN> (Xiong et
+  # al. 2020, Figure 3, average over batches).
+  layer_stats_init_batches: int = 0
+  # Mixture of experts (model.ffn_type=moe; layers/moe.py), logged as
+  # train/moe_aux_loss and train/router_z_loss: the weight of the
+  # load-balancing loss with model.moe_balance=aux_loss (Switch: 0.01), where
+  # it takes its loads (moe_aux_scope), and the weight of the router z-loss
+  # (ST-MoE, Zoph et al. 2022: 0.001; 0 = off).
+  moe_aux_loss: float = 0.01
+  moe_aux_scope: MoeAuxScope = "batch"
+  router_z_loss: float = 0.0
 
   def check(self) -> TrainConfig:
     for name in ("num_steps", "batch_size", "seq_len", "log_every_steps"):
@@ -76,6 +99,19 @@ class TrainConfig:
          "must be in [0, 1)")
     need(math.isfinite(self.z_loss) and self.z_loss >= 0, "train.z_loss", self.z_loss,
          "must be a number >= 0 (0 = off; PaLM: 1e-4)")
+    for name in ("moe_aux_loss", "router_z_loss"):
+      value = getattr(self, name)
+      need(math.isfinite(value) and value >= 0, f"train.{name}", value,
+           "must be a number >= 0 (0 = off)")
+    need(self.layer_stats_init_batches >= 0, "train.layer_stats_init_batches",
+         self.layer_stats_init_batches, "must be >= 0 (0 = off)")
+    if (self.layer_stats_param != "all" and not self.log_layer_stats
+        and not self.layer_stats_init_batches):
+      raise InactiveSetting(
+          "train.layer_stats_param", "all",
+          f"train.layer_stats_param={self.layer_stats_param!r} chooses the arrays of the "
+          "per-layer statistics, which are off: set train.log_layer_stats=True or "
+          "train.layer_stats_init_batches > 0, or leave it at 'all'.")
     return self
 
 
@@ -237,6 +273,24 @@ def _resolve_model(config) -> ModelConfig:
   return cfg
 
 
+def _check_router_losses(model: ModelConfig, train: TrainConfig) -> None:
+  """train.moe_aux_loss, moe_aux_scope and router_z_loss are set only where a
+  mixture of experts reads them."""
+  defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+  reads = {"moe_aux_loss": model.ffn_type == "moe" and model.moe_balance == "aux_loss",
+           "moe_aux_scope": model.ffn_type == "moe" and model.moe_balance == "aux_loss",
+           "router_z_loss": model.ffn_type == "moe"}
+  for name, read in reads.items():
+    value = getattr(train, name)
+    if not read and value != defaults[name]:
+      raise InactiveSetting(
+          f"train.{name}", defaults[name],
+          f"train.{name}={value!r} is read by a mixture of experts "
+          f"(model.ffn_type=moe{' with model.moe_balance=aux_loss' if name != 'router_z_loss' else ''}); "
+          f"this model has ffn_type={model.ffn_type!r}, moe_balance={model.moe_balance!r}: "
+          f"leave it at {defaults[name]!r}.")
+
+
 def resolve(config) -> RunConfig:
   """Every section of ``config`` read and checked, before devices, data or
   compilation; raises ConfigError naming the field (exit 2 at the commands)."""
@@ -251,19 +305,33 @@ def resolve(config) -> RunConfig:
   rows = tasks.get(config.task).rows
   if rows.check_data is not None:
     rows.check_data(data)
+  if train.layer_stats_param == "cross_attention" and model.family != "encoder_decoder":
+    raise ConfigError(
+        "train.layer_stats_param='cross_attention' reads the decoder's cross-attention "
+        f"of model.family='encoder_decoder'; this model is {model.family!r}: choose one "
+        f"of {', '.join(c for c in get_args(LayerStatsParam) if c != 'cross_attention')}.")
+  if data.packing == "stream" and rows.window is None:
+    raise ConfigError(
+        f"data.packing='stream' cuts the split's token stream into windows, which only "
+        f"the tasks that read text have (task in "
+        f"{', '.join(t.name for t in tasks.TASKS.values() if t.rows.window)}); "
+        f"task={config.task!r} reads whole examples: use data.packing='documents'.")
   # data.name=files: the fields, the task's needs and the patterns (no file read).
   files_corpus.check_config(data, rows)
-  n_data, n_fsdp, _ = sharding.mesh_sizes(sections["mesh"])
+  _check_router_losses(model, train)
+  n_data, n_fsdp, _, n_expert = sharding.mesh_sizes(sections["mesh"])
+  # The expert axis shards the batch outside the experts (sharding.BATCH_AXES).
+  axes = "mesh.data x mesh.fsdp" + (" x mesh.expert" if n_expert != 1 else "")
   for section in ("train", "eval"):
     size = sections[section].batch_size
     if data.num_shards:
       need(size % data.num_shards == 0, f"{section}.batch_size", size,
            f"must be divisible by the number of data shards "
            f"(data.num_shards={data.num_shards})")
-    if n_data != -1 and n_fsdp != -1:  # else known once the devices are
-      need(size % (n_data * n_fsdp) == 0, f"{section}.batch_size", size,
-           f"must be divisible by the batch axes of the mesh (mesh.data x mesh.fsdp "
-           f"= {n_data * n_fsdp})")
+    if -1 not in (n_data, n_fsdp, n_expert):  # else known once the devices are
+      n_batch = n_data * n_fsdp * n_expert
+      need(size % n_batch == 0, f"{section}.batch_size", size,
+           f"must be divisible by the batch axes of the mesh ({axes} = {n_batch})")
   source = config.to_dict() if hasattr(config, "to_dict") else dict(config)
   return RunConfig(seed=typed_config.check_value("", "seed", int, config.seed),
                    task=config.task, compute_dtype=model.dtype, model=model,

@@ -16,6 +16,7 @@ split.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, Callable, Iterable
@@ -28,6 +29,8 @@ import numpy as np
 import optax
 from jax.experimental import multihost_utils
 
+from tfx_jax import layer_stats as layer_stats_lib
+from tfx_jax import optim
 from tfx_jax import sharding as sharding_lib
 from tfx_jax import tasks
 from tfx_jax.data import pipeline
@@ -35,16 +38,18 @@ from tfx_jax.data import shards as shards_lib
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
+from tfx_jax.layers import moe
 from tfx_jax.model_config import ModelConfig
 from tfx_jax.models import build_model, dummy_inputs
-from tfx_jax.optim import make_optimizer, make_schedule
 
 # Evaluation reads a fixed shuffle of the split (the same for every run and
 # seed): eval.num_batches then samples the whole split, not its first
 # documents (one work, one genre), and runs stay comparable across seeds.
 EVAL_SEED = 0
-# The stacks whose layers ``train.log_layer_stats`` reports, in this order.
-LAYER_STACKS = ("encoder", "decoder")
+# The stacks whose layers ``train.log_layer_stats`` reports, in this order,
+# and each layer's norm over the arrays of ``train.layer_stats_param``.
+LAYER_STACKS = layer_stats_lib.LAYER_STACKS
+per_layer_norms = layer_stats_lib.per_layer_norms
 
 
 @flax.struct.dataclass
@@ -66,7 +71,8 @@ def check_devices(config, *, num_shards: int | None = None) -> None:
   """
   mesh = sharding_lib.make_mesh(config.mesh)
   check_batches(config, process_count=jax.process_count(), num_shards=num_shards,
-                batch_axes=(mesh.shape["data"] * mesh.shape["fsdp"], mesh.devices.size))
+                batch_axes=(mesh.shape["data"] * mesh.shape["fsdp"] * mesh.shape["expert"],
+                            mesh.devices.size))
 
 
 def check_batches(config, *, process_count: int, num_shards: int | None = None,
@@ -87,7 +93,7 @@ def check_batches(config, *, process_count: int, num_shards: int | None = None,
                      (size % num_shards == 0,
                       f"the number of data shards (data.num_shards={num_shards})"),
                      (size % n_batch == 0, f"the batch axes of the mesh (mesh.data x "
-                      f"mesh.fsdp = {n_batch} on {n_devices} devices)")):
+                      f"mesh.fsdp x mesh.expert = {n_batch} on {n_devices} devices)")):
       if not ok:
         raise ConfigError(f"{section}.batch_size={size} must be divisible by {what}.")
 
@@ -170,31 +176,6 @@ def _gather_json(value: Any) -> list[Any]:
 
 
 # -------------------------------------------------------------- the steps
-def per_layer_norms(tree) -> dict[str, jax.Array]:
-  """{stack: [num_layers] L2 norms}: each layer's norm over all its arrays.
-
-  Scanned stacks hold ``<stack>/layers/...`` with a leading layer axis; loop
-  stacks hold ``<stack>/layer_<i>/...``. Stacks a model lacks are left out.
-  """
-  out = {}
-  for stack in LAYER_STACKS:
-    sub = tree.get(stack) if hasattr(tree, "get") else None
-    if sub is None:
-      continue
-    if "layers" in sub:
-      leaves = jax.tree.leaves(sub["layers"])
-      num = leaves[0].shape[0]
-      sq = sum(jnp.sum(jnp.square(x.astype(jnp.float32)).reshape(num, -1), axis=1)
-               for x in leaves)
-    else:
-      names = sorted((k for k in sub if k.startswith("layer_")),
-                     key=lambda k: int(k.split("_")[1]))
-      sq = jnp.stack([sum(jnp.sum(jnp.square(x.astype(jnp.float32)))
-                          for x in jax.tree.leaves(sub[k])) for k in names])
-    out[stack] = jnp.sqrt(sq)
-  return out
-
-
 def per_layer_max_logits(intermediates) -> dict[str, jax.Array]:
   """{stack: [num_layers]}: each layer's largest self-attention logit, from the
   ``max_attention_logit`` values the attention layers sow (see Attention)."""
@@ -213,30 +194,44 @@ def per_layer_max_logits(intermediates) -> dict[str, jax.Array]:
   return out
 
 
-def make_train_step(model_cfg: ModelConfig, config, tx: optax.GradientTransformation,
-                    schedule):
-  """``train_step(state, batch) -> (state, metrics)``: pure, jitted by the caller.
+def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None):
+  """``train_step(state, batch, hparams) -> (state, metrics)``: pure, jitted by
+  the caller.
+
+  ``hparams`` is the run's ``optim.Hyperparameters`` (traced, or constants
+  closed over by the caller): the optimizer and its schedule are built from
+  them inside the step, so the state's tree is the one ``optim.make_optimizer``
+  gives for the section's choices, whatever the values.
 
   Metrics stay on the device: ``loss`` (the objective, label-smoothed where
   ``train.label_smoothing`` > 0, plus ``train.z_loss``), ``nll`` (the
   unsmoothed NLL, on eval/loss's scale), ``output_log_z`` (mean log Z of the
   output softmax), ``z_loss`` (the z-loss term), ``grad_norm``,
-  ``learning_rate``, ``finite``; with ``train.log_layer_stats`` also
-  ``layer_stats/{grad,param,update}_norm`` and
+  ``learning_rate`` (the rate of this update, from the step's own
+  schedule), ``finite``; with ``train.log_layer_stats`` also
+  ``layer_stats/{grad,param,update}_norm`` (over the arrays of
+  ``train.layer_stats_param``, ``layer_stats.metric_key``) and
   ``layer_stats/max_attention_logit`` as {stack: [num_layers]} arrays,
   computed in the step at no extra host sync.
   """
   task = tasks.get(config.task)
-  model = build_model(model_cfg, deterministic=False)
+  model = build_model(model_cfg, deterministic=False, platform=platform)
   loss = task.objective(config, model_cfg.family, train=True)
   skip_nonfinite = config.train.on_nonfinite == "skip"
   accumulate = int(config.optim.accumulate_steps)
   layer_stats = bool(config.train.log_layer_stats)
+  stats_param = config.train.layer_stats_param
   z_loss = float(config.train.z_loss)
+  # DeepSeek-V3's expert bias, moved from each step's loads (0: not balanced so).
+  bias_rate = (model_cfg.router_bias_rate if model_cfg.ffn_type == "moe"
+               and model_cfg.moe_balance == "bias" else 0.0)
   # The attention layers' sown logit maxima are computed only when collected.
   collect = ["intermediates"] if layer_stats else []
 
-  def train_step(state: TrainState, batch: dict):
+  def train_step(state: TrainState, batch: dict, hparams: optim.Hyperparameters):
+    # float32 arrays whether traced or constant: the same arithmetic either way.
+    hp = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), hparams)
+    tx = optim.make_optimizer(config.optim, hp)
     rng = jax.random.fold_in(state.rng, state.step)
 
     def loss_fn(params):
@@ -251,6 +246,8 @@ def make_train_step(model_cfg: ModelConfig, config, tx: optax.GradientTransforma
     finite = jnp.isfinite(objective) & jnp.isfinite(grad_norm)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
+    if bias_rate:  # out of the gradient: its own rule, from this step's loads
+      params = moe.update_expert_bias(params, state.params, sums["router/counts"], bias_rate)
     new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     if skip_nonfinite:
       # Keep parameters and optimizer statistics of the last finite step.
@@ -263,21 +260,23 @@ def make_train_step(model_cfg: ModelConfig, config, tx: optax.GradientTransforma
                "output_log_z": sums["log_z"] / weight,
                "z_loss": z_loss * sums["log_z_sq"] / weight,
                "grad_norm": grad_norm, "finite": finite,
-               "learning_rate": schedule(update_count), "weight": sums["weight"]}
+               "learning_rate": optim.make_schedule(config.optim, hp)(update_count),
+               "weight": sums["weight"], **moe.router_metrics(sums)}
     if layer_stats:
       metrics["layer_stats/max_attention_logit"] = per_layer_max_logits(sown)
-      metrics["layer_stats/grad_norm"] = per_layer_norms(grads)
-      metrics["layer_stats/param_norm"] = per_layer_norms(params)
-      metrics["layer_stats/update_norm"] = per_layer_norms(updates)
+      for kind, tree in (("grad_norm", grads), ("param_norm", params),
+                         ("update_norm", updates)):
+        metrics[layer_stats_lib.metric_key(kind, stats_param)] = per_layer_norms(
+            tree, stats_param)
     return new, metrics
 
   return train_step
 
 
-def make_eval_step(model_cfg: ModelConfig, config):
+def make_eval_step(model_cfg: ModelConfig, config, platform: str | None = None):
   """``eval_step(params, batch) -> (sums, predictions)``: the one evaluation forward."""
   task = tasks.get(config.task)
-  model = build_model(model_cfg, deterministic=True)
+  model = build_model(model_cfg, deterministic=True, platform=platform)
   loss = task.objective(config, model_cfg.family, train=False)
 
   def eval_step(params, batch):
@@ -323,22 +322,53 @@ def state_initializer(config, model_cfg: ModelConfig, tx: optax.GradientTransfor
   def init_boxed(rng):
     params = model.init({"params": rng}, **inputs)["params"]
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                      opt_state=tx.init(params), rng=rng)
+                      opt_state=_unbox_masked(tx.init(params)), rng=rng)
 
   return init_boxed
+
+
+def _unbox_masked(opt_state):
+  """``optax.partition`` (muon's groups) stands a ``MaskedNode`` for each leaf
+  of another group; initialised on boxed parameters, it sits in a box with no
+  array, which has no sharding: the node alone, as the unboxed state has it."""
+  is_box = lambda x: isinstance(x, nn.LogicallyPartitioned)
+  return jax.tree.map(
+      lambda x: x.value if is_box(x) and isinstance(x.value, optax.MaskedNode) else x,
+      opt_state, is_leaf=is_box)
+
+
+def _traced_in(mesh, step):
+  """``step`` traced with ``mesh`` as the abstract mesh in context, which the
+  kernels that run per device under ``shard_map`` read (layers/tpu_attention.py)."""
+
+  @functools.wraps(step)  # the step's name names its compiled program (and cache entry)
+  @functools.wraps(step)
+  def traced(*args):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+      return step(*args)
+
+  return traced
 
 
 class ShardedRun:
   """The mesh, abstract sharded state and jitted steps of one resolved run
   config (``run_config.RunConfig``) with the model ``model_cfg`` (its own, or
-  one changed for evaluation, e.g. RoPE scaled)."""
+  one changed for evaluation, e.g. RoPE scaled).
 
-  def __init__(self, config, model_cfg: ModelConfig):
+  ``devices`` (default: this process's) may be another machine's, e.g. the
+  compile-only devices of a TPU topology (``python -m tfx_jax.compile``): the
+  steps are then that machine's programs, the model's kernels chosen for its
+  platform (``build_model(platform=...)``), and compile without running."""
+
+  def __init__(self, config, model_cfg: ModelConfig, devices=None):
     self.config = config
     self.model_cfg = model_cfg
-    self.mesh = sharding_lib.make_mesh(config.mesh)
-    self.tx = make_optimizer(config.optim, d_model=model_cfg.d_model)
-    self.schedule = make_schedule(config.optim, d_model=model_cfg.d_model)
+    self.mesh = sharding_lib.make_mesh(config.mesh, devices)
+    self.platform = self.mesh.devices.flat[0].platform
+    # The tuned values (optim.Hyperparameters); the optimizer built from them
+    # gives the state's tree, which does not depend on them.
+    self.hparams = optim.hyperparameters(config.optim, d_model=model_cfg.d_model)
+    self.tx = optim.make_optimizer(config.optim, self.hparams)
     self._init_boxed = init_boxed = state_initializer(config, model_cfg, self.tx)
     key = jax.random.PRNGKey(int(config.seed))
     boxed = jax.eval_shape(init_boxed, key)
@@ -356,18 +386,48 @@ class ShardedRun:
     return init(key)
 
   def train_step(self):
-    """The jitted, donated train step."""
+    """The jitted, donated ``train_step(state, batch, hparams)``; call it with
+    :meth:`step_hparams`.
+
+    With ``optim.trace_hyperparameters`` (the default) ``hparams`` is an
+    argument of the program, which is then the same for every value of them.
+    Off, the run's values are compiled in as constants (the argument is still
+    passed, and not read), as before they were traced.
+    """
+    traced = _traced_in(self.mesh, make_train_step(self.model_cfg, self.config,
+                                                   self.platform))
+    step = traced
+    if not self.config.optim.trace_hyperparameters:
+      constants = self.hparams
+
+      @functools.wraps(traced)
+      def constant_step(state, batch, hparams):
+        del hparams  # optim.trace_hyperparameters=False: the run's, compiled in
+        return traced(state, batch, constants)
+
+      step = constant_step
+
     return jax.jit(
-        make_train_step(self.model_cfg, self.config, self.tx, self.schedule),
-        in_shardings=(self.state_shardings, self.batch_sharding),
+        step, in_shardings=(self.state_shardings, self.batch_sharding, self.replicated),
         out_shardings=(self.state_shardings, self.replicated), donate_argnums=(0,))
 
+  def step_hparams(self) -> optim.Hyperparameters:
+    """The run's ``optim.Hyperparameters`` on the mesh, replicated: the third
+    argument of :meth:`train_step`."""
+    return jax.tree.map(
+        lambda v: jax.make_array_from_callback((), self.replicated, lambda _: v),
+        self.hparams)
+
   def eval_step(self):
-    """The jitted evaluation forward."""
-    return jax.jit(
-        make_eval_step(self.model_cfg, self.config),
-        in_shardings=(self.state_shardings.params, self.batch_sharding),
-        out_shardings=self.replicated)
+    """The jitted evaluation forward: one per run, so that the evaluations after
+    training reuse the program the in-training ones compiled."""
+    if getattr(self, "_eval_step", None) is None:
+      self._eval_step = jax.jit(
+          _traced_in(self.mesh, make_eval_step(self.model_cfg, self.config,
+                                               self.platform)),
+          in_shardings=(self.state_shardings.params, self.batch_sharding),
+          out_shardings=self.replicated)
+    return self._eval_step
 
   def compile_steps(self):
     """(train_step, eval_step), jitted."""

@@ -17,7 +17,9 @@ import jax
 import numpy as np
 
 from tfx_jax import run_setup
-from tfx_jax import texts
+from tfx_jax.data import pipeline
+from tfx_jax.data import rows as rows_lib
+from tfx_jax.data import sources
 from tfx_jax.errors import ConfigError
 from tfx_jax.models import build_model
 from tfx_jax.model_config import ModelConfig, position_capacity, validate
@@ -110,30 +112,65 @@ def rope_scaling_tag(cfg: ModelConfig) -> str:
   return tag
 
 
-def extrapolation(run, split: str, multiples: list[int], max_windows: int = 0):
-  """Perplexity on non-overlapping windows of k * L tokens for each k.
+# How ``extrapolation`` reads a split under each ``data.packing`` (in the table).
+LENGTH_FORMATS = {
+    "stream": "windows of the split's token stream, through document ends, as trained",
+    "documents": "whole documents packed into rows, attention within each, as trained",
+}
 
-  Every length scores the same tokens: the first ``n`` tokens of the split,
-  with n a multiple of the longest window. Rows whose windows are longer than
-  learned absolute positions can represent are reported as unavailable.
+
+def _leading_documents(run, split: str, tokens: int) -> tuple[list, int]:
+  """(the first documents of ``split`` whose token stream, ``data.stream``,
+  holds ``tokens``, or all of them; that stream's length). The train split's
+  are those of the run's ``data.train_fraction``."""
+  data = run.config.data
+  keys = sources.resolve_keys(data)
+  src = sources.open_source(sources.dataset_name(data), split, data.data_dir or None)
+  out, count = [], 1  # the stream's bos
+  for i in range(pipeline.leading_examples(len(src), data, split)):
+    example = src[i]
+    out.append(example)
+    text = rows_lib.example_text(example, keys.text_key)
+    if text.strip():
+      count += len(run.tokenizer.encode(text)) + 1
+    if count >= tokens:
+      break
+  return out, count
+
+
+def extrapolation(run, split: str, multiples: list[int], max_windows: int = 0):
+  """Perplexity at k x the training length L for each k, read as the run was
+  trained (``data.packing``, ``LENGTH_FORMATS``), every length scoring the
+  same tokens: those of the first documents of the split that hold ``n``
+  tokens, n = ``max_windows`` (default 8) windows of the longest length.
+
+  stream: the first n tokens of the stream in windows of k L; the context runs
+  through document ends at every k. documents: those documents packed into
+  rows of k L instead of L (attention within a document, positions from 0),
+  so that only documents longer than L see a context longer than in training.
+  Either way the 1x row is the run's own evaluation format. Rows whose windows
+  are longer than learned absolute positions can represent are unavailable.
   """
   if run.model_cfg.family != "decoder_only":
     raise ConfigError("--lengths evaluates language models (model.family="
                       f"'decoder_only'); this run is {run.model_cfg.family!r}.")
   L = int(run.config.train.seq_len)
   longest = max(multiples) * L
-  n_windows = max_windows or 8
-  stream = texts.token_stream(run, split, n_windows * longest + 1)
-  usable = ((len(stream) - 1) // longest) * longest
+  wanted = (max_windows or 8) * longest
+  documents, count = _leading_documents(run, split, wanted + 1)
+  usable = min(wanted, ((count - 1) // longest) * longest)
   if usable == 0:
     raise ConfigError(f"split {split!r} has fewer than {longest + 1} tokens.")
+  packing = run.config.data.packing
+  # The documents read are the whole source: no training fraction on top.
+  data = dataclasses.replace(run.config.data, train_fraction=1.0)
+  task = tasks.get(run.config.task)
   model = build_model(run.model_cfg)
   capacity = position_capacity(run.model_cfg)
 
   @jax.jit
-  def nll(params, inputs, targets):
-    out = model.apply({"params": params}, inputs)
-    batch = {"targets": targets, "weights": np.ones(targets.shape, np.float32)}
+  def nll(params, batch):
+    out = model.apply({"params": params}, **task.model_inputs(batch))
     _, sums = losses.token_loss(out, batch)
     return sums["nll"], sums["weight"]
 
@@ -142,15 +179,21 @@ def extrapolation(run, split: str, multiples: list[int], max_windows: int = 0):
     length = k * L
     if capacity is not None and length > capacity:
       rows.append({"multiple": k, "length": length, "perplexity": None,
+                   "packing": packing,
                    "note": f"learned positions end at max_len={capacity}"})
       continue
-    total, count = 0.0, 0.0
-    for start in range(0, usable, length):
-      window = stream[start:start + length + 1]
-      a, b = nll(run.params, window[None, :-1], window[None, 1:])
-      total, count = total + float(a), count + float(b)
-    rows.append({"multiple": k, "length": length, "tokens": int(count),
-                 "perplexity": math.exp(min(total / count, 50.0))})
+    batches = pipeline.make_dataset(
+        data, task.rows, split, batch_size=1, seq_len=length, seed=run_setup.EVAL_SEED,
+        tokenizer=run.tokenizer, shuffle=False, num_epochs=1, drop_remainder=False,
+        source=documents)
+    total, weight = 0.0, 0.0
+    for i, batch in enumerate(batches):
+      if packing == "stream" and i == usable // length:
+        break  # the first ``usable`` tokens: the same at every length
+      a, b = nll(run.params, batch)
+      total, weight = total + float(a), weight + float(b)
+    rows.append({"multiple": k, "length": length, "tokens": int(weight),
+                 "packing": packing, "perplexity": math.exp(min(total / weight, 50.0))})
   return rows
 
 
@@ -158,8 +201,11 @@ def format_extrapolation(rows, position: str, rope_scaling: str | None = None) -
   """The extrapolation rows as a console table (``rope_scaling``: a scaling
   applied at evaluation, as ``rope_scaling_tag`` names it)."""
   scaled = f", rope_scaling={rope_scaling}" if rope_scaling else ""
-  lines = [f"length extrapolation (model.position={position}{scaled})",
-           f"{'window':>8} {'tokens':>10} {'perplexity':>12}"]
+  lines = [f"length extrapolation (model.position={position}{scaled})"]
+  packing = rows[0].get("packing") if rows else None
+  if packing:
+    lines.append(f"data.packing={packing}: {LENGTH_FORMATS[packing]}")
+  lines.append(f"{'window':>8} {'tokens':>10} {'perplexity':>12}")
   for r in rows:
     ppl = f"{r['perplexity']:.2f}" if r["perplexity"] is not None else "n/a"
     note = f"  ({r['note']})" if r.get("note") else ""

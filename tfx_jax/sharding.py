@@ -1,10 +1,12 @@
 """Device mesh and logical-axis sharding.
 
 Parameters carry logical axis names (``embed``, ``mlp``, ``heads``, ``kv``,
-``vocab``, ``layers``, ...); ``LOGICAL_RULES`` maps them to the mesh axes
-``data`` (batch), ``fsdp`` (parameters sharded, batch too) and ``tensor``
-(within-layer model parallelism). One device is a 1x1x1 mesh: the same code
-runs on a laptop CPU and on many hosts.
+``vocab``, ``layers``, ``expert``, ...); ``LOGICAL_RULES`` maps them to the
+mesh axes ``data`` (batch), ``fsdp`` (parameters sharded, batch too),
+``tensor`` (within-layer model parallelism) and ``expert`` (the experts of a
+mixture of experts, layers/moe.py; outside the experts it shards the batch, as
+MaxText's expert axis does, so that no device repeats another's work). One
+device is a 1x1x1x1 mesh: the same code runs on a laptop CPU and on many hosts.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from tfx_jax.errors import ConfigError
 
-MESH_AXES = ("data", "fsdp", "tensor")
-BATCH_AXES = ("data", "fsdp")
+MESH_AXES = ("data", "fsdp", "tensor", "expert")
+BATCH_AXES = ("data", "fsdp", "expert")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,7 @@ class MeshConfig:
   data: int = -1
   fsdp: int = 1
   tensor: int = 1
+  expert: int = 1  # devices the experts of each MoE layer are split over
 
 LOGICAL_RULES = (
     ("batch", BATCH_AXES),
@@ -43,14 +46,16 @@ LOGICAL_RULES = (
     ("relpos_buckets", None),
     ("classes", None),
     ("embed_out", None),
+    ("expert", "expert"),
 )
 
 
-def mesh_sizes(mesh_cfg: MeshConfig | Mapping[str, Any]) -> tuple[int, int, int]:
-  """(data, fsdp, tensor) as the config sets them, checked without devices:
-  each a positive integer or -1 (all remaining devices), at most one -1."""
-  get = mesh_cfg.__getitem__ if isinstance(mesh_cfg, Mapping) else (
-      lambda name: getattr(mesh_cfg, name))
+def mesh_sizes(mesh_cfg: MeshConfig | Mapping[str, Any]) -> tuple[int, ...]:
+  """(data, fsdp, tensor, expert) as the config sets them, checked without
+  devices: each a positive integer or -1 (all remaining devices), at most one
+  -1. A mapping without ``expert`` (a mesh recorded before it) has expert 1."""
+  get = (lambda name: mesh_cfg.get(name, 1 if name == "expert" else None)) if isinstance(
+      mesh_cfg, Mapping) else (lambda name: getattr(mesh_cfg, name))
   sizes = tuple(int(get(name)) for name in MESH_AXES)
   for name, size in zip(MESH_AXES, sizes):
     if not (size > 0 or size == -1):
@@ -82,11 +87,11 @@ def make_mesh(mesh_cfg, devices=None) -> Mesh:
     divisors = [d for d in range(1, n + 1) if n % d == 0]
     platform = devices[0].platform if devices else "none"
     raise ConfigError(
-        f"{', '.join(named)}: the mesh (data, fsdp, tensor) = {tuple(sizes)} needs {need} "
-        f"devices, but this process sees {n} ({platform}). Sizes that fit {n} "
-        f"device{'s' if n != 1 else ''}: config.mesh.data, config.mesh.fsdp and "
-        f"config.mesh.tensor each one of {divisors}, with a product of {n} (or one of "
-        "them -1, the remaining devices).")
+        f"{', '.join(named)}: the mesh (data, fsdp, tensor, expert) = {tuple(sizes)} needs "
+        f"{need} devices, but this process sees {n} ({platform}). Sizes that fit {n} "
+        f"device{'s' if n != 1 else ''}: config.mesh.data, config.mesh.fsdp, "
+        f"config.mesh.tensor and config.mesh.expert each one of {divisors}, with a "
+        f"product of {n} (or one of them -1, the remaining devices).")
   if free:
     sizes[sizes.index(-1)] = n // known
   return Mesh(np.asarray(devices).reshape(sizes), MESH_AXES)

@@ -4,7 +4,14 @@
   python -m tfx_jax.summary --config configs/lm.py:llama_7b --mesh data=2,fsdp=2,tensor=2
 
 Shapes come from ``jax.eval_shape`` of the initialiser, so a 65B preset prints
-in seconds. The last line is ``params: <total>``. With ``--mesh`` (no devices
+in seconds. The table ends with ``params: <total>``, then ``active params``
+(those one token computes with: of a mixture of experts' routed experts, the k
+it is sent to) and the FLOPs per token of a forward and of a training step
+(``flops_per_token``), which a comparison of dense and MoE models at matched
+active or total parameters reads (configs/lm.py, ``moe_variant``), and the size of
+the optimizer's state (``optim.optimizer``: AdamW two float32 moments per
+parameter, Muon one for its matrices and two for the rest, Lion one,
+Adafactor factored ones). With ``--mesh`` (no devices
 needed) it adds each parameter's sharding under ``sharding.LOGICAL_RULES`` and
 the block each device holds, then the memory per device of the parameters and
 of the optimizer state (``optim.*`` of the config), the last two lines.
@@ -37,7 +44,7 @@ _MESH = flags.DEFINE_string(
     "mesh", None, "A mesh to show the sharding and per-device memory on, e.g. "
     "data=2,fsdp=2,tensor=2 (axes left out have size 1).", flag_values=FLAGS)
 
-MESH_AXES = ("data", "fsdp", "tensor")  # as tfx_jax.sharding (not imported: fast --help)
+MESH_AXES = ("data", "fsdp", "tensor", "expert")  # as tfx_jax.sharding (not imported: fast --help)
 
 
 def param_shapes(model_cfg):
@@ -59,6 +66,67 @@ def param_shapes(model_cfg):
 def count_params(model_cfg) -> int:
   import math
   return sum(math.prod(v.shape) for v in param_shapes(model_cfg).values())
+
+
+def _routed(path: str) -> bool:
+  """Whether a parameter belongs to the routed experts of a MoE layer (their
+  kernels and biases: ``.../ffn/w{i,v,o}/...`` of ``layers/moe.py``, [E, ...])."""
+  parts = path.split("/")
+  return len(parts) >= 3 and parts[-3] == "ffn" and parts[-2] in ("wi", "wv", "wo")
+
+
+def active_params(model_cfg, shapes: dict | None = None) -> int:
+  """The parameters one token computes with: all, but of each MoE layer's
+  routed experts only the ``experts_per_token`` it is routed to (k / E of
+  them; Fedus et al. 2022, OLMoE's "active parameters")."""
+  import math
+  shapes = param_shapes(model_cfg) if shapes is None else shapes
+  total = 0
+  for path, v in shapes.items():
+    n = math.prod(v.shape)
+    if model_cfg.ffn_type == "moe" and _routed(path) and len(v.shape) >= 2:
+      n = n * model_cfg.experts_per_token // model_cfg.num_experts
+    total += n
+  return total
+
+
+def flops_per_token(model_cfg, seq_len: int, shapes: dict | None = None) -> dict[str, int]:
+  """Matmul FLOPs per token at context ``seq_len``: {"forward", "train"}.
+
+  Kaplan et al. 2020 (Table 1): C_forward = 2 N + 2 n_layer n_ctx d_attn, N
+  the parameters a token multiplies by (here the active ones, without the
+  embedding and position tables, which are read, not multiplied; plus the
+  output projection, 2 d V, when it is tied to the embedding), and the
+  attention scores and their weighted sum over n_ctx keys (d_attn = heads x
+  head width; causal or not, as Kaplan counts it). Training is 3 C_forward
+  (forward and the two backward products).
+  """
+  import math
+  shapes = param_shapes(model_cfg) if shapes is None else shapes
+  read_only = sum(math.prod(v.shape) for path, v in shapes.items()
+                  if path.split("/")[-2:-1] in (["embedding"], ["positions"],
+                                                ["encoder_positions"],
+                                                ["decoder_positions"], ["token_types"]))
+  n = active_params(model_cfg, shapes) - read_only
+  if model_cfg.tie_embeddings:
+    n += model_cfg.d_model * model_cfg.vocab_size
+  layers = {"decoder_only": model_cfg.decoder_layers, "encoder_only": model_cfg.encoder_layers,
+            "encoder_decoder": model_cfg.encoder_layers + 2 * model_cfg.decoder_layers
+            }[model_cfg.family]  # a decoder layer's cross-attention attends too
+  d_attn = model_cfg.num_heads * model_cfg.attention_head_dim
+  forward = 2 * n + 2 * layers * seq_len * d_attn
+  return {"forward": forward, "train": 3 * forward}
+
+
+def format_counts(model_cfg, shapes: dict, seq_len: int) -> str:
+  """The lines after the table: active parameters and FLOPs per token."""
+  import math
+  total = sum(math.prod(v.shape) for v in shapes.values())
+  active = active_params(model_cfg, shapes)
+  flops = flops_per_token(model_cfg, seq_len, shapes)
+  return (f"active params: {active} ({100 * active / total:.1f}% of {total})\n"
+          f"FLOPs per token (seq_len {seq_len}): forward {flops['forward']:,}  "
+          f"train {flops['train']:,}")
 
 
 def format_table(shapes: dict, depth: int = 3) -> str:
@@ -94,27 +162,59 @@ def _mib(n_bytes: float) -> str:
   return f"{n_bytes / 2**20:,.1f} MiB" if n_bytes < 2**30 else f"{n_bytes / 2**30:,.2f} GiB"
 
 
+def boxed_state(config, model_cfg):
+  """The run's abstract train state, boxed with logical axis names (no devices)."""
+  import jax
+  from tfx_jax import optim, run_setup
+
+  tx = optim.make_optimizer(config.optim,
+                            optim.hyperparameters(config.optim, d_model=model_cfg.d_model))
+  return jax.eval_shape(run_setup.state_initializer(config, model_cfg, tx),
+                        jax.random.PRNGKey(0))
+
+
+def optimizer_state(config, model_cfg) -> str:
+  """``optimizer state (optim.optimizer=...): <values> values, <size>``: every
+  array of the optimizer's state (moments, Muon's and the schedules' counters)."""
+  import math
+  import flax.linen as nn
+  import jax
+
+  leaves = jax.tree.leaves(nn.unbox(boxed_state(config, model_cfg).opt_state))
+  values = sum(math.prod(x.shape) for x in leaves)
+  size = sum(math.prod(x.shape) * x.dtype.itemsize for x in leaves)
+  return (f"optimizer state (optim.optimizer={config.optim.optimizer}): {values:,} values, "
+          f"{_mib(size)}")
+
+
+def bytes_per_device(tree, mesh_shape: dict[str, int]) -> int:
+  """The bytes each device holds of a boxed tree (``boxed_state``) sharded by
+  ``sharding.LOGICAL_RULES`` over a mesh of ``mesh_shape`` (blocks rounded up)."""
+  import math
+  import flax.linen as nn
+  import jax
+  from tfx_jax import sharding
+
+  is_box = lambda x: isinstance(x, nn.LogicallyPartitioned)
+  total = 0
+  for x in jax.tree.leaves(tree, is_leaf=is_box):
+    value = x.value if is_box(x) else x
+    block = sharding.shard_shape(value.shape, sharding.leaf_spec(x), mesh_shape)
+    total += math.prod(block) * value.dtype.itemsize
+  return total
+
+
 def sharding_report(config, model_cfg, mesh_shape: dict[str, int]) -> str:
   """Each parameter's mesh axes and per-device block, then per-device memory."""
   import math
   import flax.linen as nn
   import jax
   from flax import traverse_util
-  from tfx_jax import run_setup, sharding
-  from tfx_jax.optim import make_optimizer
+  from tfx_jax import sharding
 
-  tx = make_optimizer(config.optim, d_model=model_cfg.d_model)
-  boxed = jax.eval_shape(run_setup.state_initializer(config, model_cfg, tx),
-                         jax.random.PRNGKey(0))
+  boxed = boxed_state(config, model_cfg)
   is_box = lambda x: isinstance(x, nn.LogicallyPartitioned)
-
-  def per_device_bytes(tree) -> int:
-    total = 0
-    for x in jax.tree.leaves(tree, is_leaf=is_box):
-      value = x.value if is_box(x) else x
-      block = sharding.shard_shape(value.shape, sharding.leaf_spec(x), mesh_shape)
-      total += math.prod(block) * value.dtype.itemsize
-    return total
+  per_device_bytes = lambda tree: bytes_per_device(tree, mesh_shape)
 
   def all_bytes(tree) -> int:
     return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(nn.unbox(tree)))
@@ -144,7 +244,10 @@ def main(argv):
   del argv
   run = run_config.resolve(_CONFIG.value)
   mesh = parse_mesh(_MESH.value) if _MESH.value is not None else None
-  print(format_table(param_shapes(run.model), _DEPTH.value))
+  shapes = param_shapes(run.model)
+  print(format_table(shapes, _DEPTH.value))
+  print(format_counts(run.model, shapes, run.train.seq_len))
+  print(optimizer_state(run, run.model))
   if mesh is not None:
     report = sharding_report(run, run.model, mesh)
     print()

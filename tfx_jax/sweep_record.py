@@ -1,8 +1,10 @@
 """``runs/<sweep>/sweep.json``: what a sweep is and where each of its runs stands.
 
   SweepRecord   the declaration as run (config, overrides, seeds, axes with
-                their base values, tuned grid, confirmation seeds,
-                evaluations), the command that reproduces it, the SLURM jobs,
+                their base values, tuned grids (``TunedGrid``: a field's
+                values for every point, or for the points whose axis
+                values match), confirmation seeds, evaluations), the
+                command that reproduces it, the SLURM jobs,
                 the runs added after the declared ones (the confirmation
                 stage, ``--until-resolved``) and the budget of the latter,
                 the report's margins, and its runs
@@ -95,6 +97,110 @@ def evaluations_for(evaluations: Sequence[Evaluation], overrides: Mapping[str, A
   """The argument lists of ``evaluations`` that apply to a run with these
   overrides, in declared order."""
   return tuple(e.args for e in evaluations if e.applies(overrides))
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedGrid:
+  """A tuned field's values at the points whose overrides match ``when``
+  (every point where it is empty), as evaluations are conditional: each
+  optimizer its own learning-rate grid, Muon alone its Adam ratio.
+
+  Declared as a plain list (one grid for every point), as ``{"values": [...],
+  "when": {...}}``, or as a list of such entries (``tune_grids``)."""
+  values: tuple[Any, ...]
+  when: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def applies(self, overrides: Mapping[str, Any]) -> bool:
+    return all(k in overrides and overrides[k] == v for k, v in self.when.items())
+
+  def to_json(self) -> dict[str, Any]:
+    return {"values": list(self.values), "when": dict(self.when)}
+
+
+# {field: its grids, at most one of which applies at any point}
+Tune = dict[str, tuple[TunedGrid, ...]]
+
+
+def _grid(field: str, entry: Any) -> TunedGrid:
+  """One declared entry (a ``TunedGrid`` or {"values", "when"}) checked."""
+  if isinstance(entry, TunedGrid):
+    values, when = entry.values, entry.when
+  else:
+    unknown = set(entry) - {"values", "when"}
+    if unknown or "values" not in entry:
+      raise ConfigError(f"tune {field}: a conditional grid is {{'values': [...], 'when': "
+                        f"{{AXIS_FIELD: VALUE}}}}, got keys {sorted(entry)}.")
+    values, when = entry["values"], entry.get("when") or {}
+  if not isinstance(values, (list, tuple)) or not values:
+    raise ConfigError(f"tune {field}: values must be a non-empty list, got {values!r}.")
+  if len(set(map(repr, values))) != len(values):
+    raise ConfigError(f"tune {field}: {list(values)} repeats a value.")
+  if not isinstance(when, Mapping):
+    raise ConfigError(f"tune {field}: 'when' is a dict {{AXIS_FIELD: VALUE}}, got {when!r}.")
+  return TunedGrid(tuple(values), dict(when))
+
+
+def tune_grids(tune: Mapping[str, Any]) -> Tune:
+  """Each tuned field's grids from any declared form (ConfigError if malformed):
+
+  - ``[1e-3, 3e-3]``: every point runs at these values;
+  - ``{"values": [1e-3, 3e-3], "when": {"optim.optimizer": "muon"}}``: the
+    points whose axis values match ``when`` only;
+  - a list of such entries: each group of points its own grid (a point no
+    entry matches is not tuned on the field).
+
+  sweep.json and report.json write this same form (``tune_json``)."""
+  out: Tune = {}
+  for field, spec in tune.items():
+    if isinstance(spec, (TunedGrid, Mapping)):
+      out[field] = (_grid(field, spec),)
+    elif isinstance(spec, (list, tuple)):
+      entries = [isinstance(v, (TunedGrid, Mapping)) for v in spec]
+      if spec and all(entries):
+        out[field] = tuple(_grid(field, e) for e in spec)
+      elif any(entries):
+        raise ConfigError(f"tune {field}: give either a list of values or a list of "
+                          f"conditional grids {{'values', 'when'}}, not both: {spec!r}.")
+      else:
+        out[field] = (_grid(field, {"values": spec}),)
+    else:
+      raise ConfigError(f"tune {field}: values must be a non-empty list, got {spec!r}.")
+  return out
+
+
+def tune_json(tune: Tune) -> dict[str, Any]:
+  """A field with one grid for every point as its list of values (the shape
+  sweep.json had before per-point grids), else its grids as {"values", "when"}."""
+  return {field: (list(grids[0].values) if len(grids) == 1 and not grids[0].when
+                  else [g.to_json() for g in grids])
+          for field, grids in tune.items()}
+
+
+def grid_at(tune: Tune, overrides: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
+  """{field: values} of the grids that apply to a point whose runs have
+  ``overrides`` (a field no grid applies to is not tuned there); a
+  ConfigError where two grids of one field apply."""
+  out = {}
+  for field, grids in tune.items():
+    applying = [g for g in grids if g.applies(overrides)]
+    if len(applying) > 1:
+      raise ConfigError(
+          f"tune {field}: {len(applying)} grids apply to the point "
+          f"{ {k: overrides.get(k) for g in applying for k in g.when} }: "
+          + "; ".join(f"{list(g.values)} when {dict(g.when) or 'always'}" for g in applying)
+          + ". Make their conditions exclusive.")
+    if applying:
+      out[field] = applying[0].values
+  return out
+
+
+def tuned_values(grids: Sequence[TunedGrid]) -> tuple[Any, ...]:
+  """Every value of a field's grids, in first-seen order."""
+  seen: dict[str, Any] = {}
+  for grid in grids:
+    for value in grid.values:
+      seen.setdefault(repr(value), value)
+  return tuple(seen.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,7 +355,9 @@ class SweepRecord:
   description: str = ""
   overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # every run's
   evaluations: tuple[Evaluation, ...] = ()
-  tune: dict[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+  # Each tuned field's grids (``TunedGrid``; a plain list given is read as one
+  # grid for every point): ``grid`` says which apply at a run's point.
+  tune: Tune = dataclasses.field(default_factory=dict)
   select_by: str = "eval/loss"
   # Confirmation seeds per point (0: none): fresh seeds at each point's chosen
   # tuned value, once the tuning stage has finished (``confirmation_seeds``).
@@ -269,6 +377,19 @@ class SweepRecord:
   added: list[AddedRun] = dataclasses.field(default_factory=list)
   report_options: ReportOptions = ReportOptions()
 
+  def __post_init__(self):
+    object.__setattr__(self, "tune", tune_grids(self.tune))
+
+  def grid(self, entry: RunEntry) -> dict[str, tuple[Any, ...]]:
+    """{field: values} tuned at ``entry``'s point: its own grid, which every
+    run of the point shares (the grids' conditions read axis values)."""
+    return grid_at(self.tune, entry.overrides)
+
+  def point_grid(self, key: tuple[int, ...]) -> dict[str, tuple[Any, ...]]:
+    """``grid`` of the point with this key ({} where it has no run)."""
+    entry = next((e for e in self.runs if self.point_key(e) == tuple(key)), None)
+    return {} if entry is None else self.grid(entry)
+
   def point_key(self, entry: RunEntry) -> tuple[int, ...]:
     """The index of each of the run's axis values: the point it belongs to."""
     return tuple(axis.values.index(value) for axis, value in zip(self.axes, entry.values))
@@ -286,7 +407,7 @@ class SweepRecord:
         "name": self.name, "description": self.description, "config": self.config,
         "overrides": dict(self.overrides), "seeds": list(self.seeds),
         "evaluations": [e.to_json() for e in self.evaluations],
-        "tune": {k: list(v) for k, v in self.tune.items()}, "select_by": self.select_by,
+        "tune": tune_json(self.tune), "select_by": self.select_by,
         "confirm": self.confirm, "until_resolved": self.until_resolved,
         "report_split": self.report_split, "axes": [a.to_json() for a in self.axes],
         "base_values": dict(self.base_values), "command": self.command, "cwd": self.cwd,
@@ -304,7 +425,7 @@ class SweepRecord:
         runs=[RunEntry.from_json(r) for r in data["runs"]],
         description=data["description"], overrides=dict(data["overrides"]),
         evaluations=tuple(Evaluation.from_json(e) for e in data["evaluations"]),
-        tune={k: tuple(v) for k, v in data["tune"].items()}, select_by=data["select_by"],
+        tune=tune_grids(data["tune"]), select_by=data["select_by"],
         confirm=int(data["confirm"]),
         until_resolved=(None if data["until_resolved"] is None
                         else int(data["until_resolved"])),
@@ -341,6 +462,9 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
     sweep whose command has ``--until-resolved N`` was run with adaptive
     seeds, up to N (``_until_resolved``): its report tests it sequentially;
     otherwise none (None: the fixed-seed analysis);
+  - before per-point tuned grids: each tuned field as one list of values
+    for every point, which ``tune_grids`` reads as it is (the form still
+    written for such a field);
   - before conditional evaluations: evaluations as argument lists only, and
     no ``evaluations`` per run: every run had every evaluation of the record;
   - before shared settings inactive at some points were allowed: no

@@ -42,18 +42,6 @@ def translation_pairs(config, split: str, limit: int = 0) -> list[tuple[str, str
   return list(read_texts(config.data, split, ("source_key", "target_key"), limit))
 
 
-def token_stream(run, split: str, max_tokens: int) -> np.ndarray:
-  """The split's documents tokenized and concatenated (eos between them)."""
-  ids: list[int] = []
-  for (text,) in read_texts(run.config.data, split, ("text_key",)):
-    text = text.strip()
-    if text:
-      ids.extend(run.tokenizer.encode(text) + [run.tokenizer.eos_id])
-    if len(ids) >= max_tokens:
-      break
-  return np.asarray(ids[:max_tokens], np.int32)
-
-
 def encode_sources(tok, texts: list[str], seq_len: int, rows: int) -> np.ndarray:
   """Source ids [rows, seq_len] as in training: text[:seq_len - 1] + eos, 0-padded.
 

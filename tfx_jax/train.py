@@ -6,6 +6,13 @@ steps are cached on disk (``TFX_JAX_COMPILATION_CACHE``, default
 ``~/.cache/tfx_jax/xla``; empty: off; ``JAX_COMPILATION_CACHE_DIR``, as a
 sweep sets it, wins), so a repeated shape skips compilation.
 
+``--evaluate="--split test"`` (repeatable) evaluates the run after its last
+step, in this process, as ``python -m tfx_jax.evaluate --workdir RUN --split
+test`` would (the same results and files); on a finished run, the same
+command runs the evaluations it has not done yet, from its checkpoint. A
+sweep's evaluations run this way (``--separate-evaluations`` of the sweep
+starts the evaluation command instead).
+
 Multi-process runs (one process per host, or per GPU) add ``--distributed``
 and start the same command in every process: JAX's multi-controller runtime
 is initialised from ``--coordinator_address``, ``--num_processes`` and
@@ -16,6 +23,7 @@ is initialised from ``--coordinator_address``, ``--num_processes`` and
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 from absl import flags
@@ -38,12 +46,18 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True, flag_values=FLAGS)
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Directory for checkpoints and logs.", flag_values=FLAGS)
+_EVALUATE = flags.DEFINE_multi_string(
+    "evaluate", [], "After training, evaluate in this process with these arguments of "
+    "python -m tfx_jax.evaluate (without --workdir), e.g. --evaluate='--split test'; "
+    "repeatable.", flag_values=FLAGS)
 distributed.define_flags(FLAGS)
 flags.adopt_module_key_flags(distributed, flag_values=FLAGS)  # listed in --help
 flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
 
 
 def main(argv):
+  from tfx_jax import status  # pylint: disable=import-outside-toplevel
+  started = status.process_start()  # where the run's startup seconds begin
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
   # Before jax starts; jax and the trainer load only when a run starts, so
@@ -59,7 +73,8 @@ def main(argv):
   if cache_dir and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     jax.config.update("jax_compilation_cache_dir", cache_dir)
   from tfx_jax import trainer
-  result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  evaluations = [shlex.split(args) for args in _EVALUATE.value]
+  result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value, evaluations, started)
   if result.status == "diverged":
     sys.exit(1)
 

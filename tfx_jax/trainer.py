@@ -6,16 +6,22 @@ evaluate, checkpoint, stop on a signal or a non-finite loss. Everything a run
 needs to continue lives in its workdir:
 
   workdir/config.json          the full config (read by evaluate / generate)
-  workdir/status.json          running | finished | diverged | failed | preempted
+  workdir/optimizer_groups.json  optim.optimizer=muon: each parameter's group
+  workdir/status.json          running | finished | diverged | failed | preempted,
+                               and where the time went (status.Seconds)
   workdir/checkpoints/<step>/  params, optimizer, RNG, data-iterator position
   workdir/tensorboard/         event files (train/*, eval/*, config, hparams)
+  workdir/eval/                the evaluations asked for after training
+                               (``evaluations``: tfx_jax.evaluate's files)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import time
+from typing import Sequence
 
 from absl import logging
 import jax
@@ -23,8 +29,11 @@ import ml_collections
 import numpy as np
 
 from tfx_jax import checkpoint as ckpt_lib
+from tfx_jax import evaluate
 from tfx_jax import files
+from tfx_jax import layer_stats
 from tfx_jax import metrics as metrics_lib
+from tfx_jax import muon, optim
 from tfx_jax import run_config, run_setup
 from tfx_jax import sharding as sharding_lib
 from tfx_jax import status as status_lib
@@ -33,10 +42,14 @@ from tfx_jax.config_base import base_config
 from tfx_jax.data import shards as shards_lib
 from tfx_jax.data import sources
 from tfx_jax.errors import ConfigError
+from tfx_jax.layers import moe
+from tfx_jax.models import build_model
 from tfx_jax.preemption import Preemption
 from tfx_jax.pretrained import load_pretrained
 from tfx_jax.trained_run import TrainedRun
 
+# Beside config.json where the optimizer has parameter groups (muon).
+OPTIMIZER_GROUPS = "optimizer_groups.json"
 HPARAM_METRICS = ["eval/loss", "eval/perplexity", "eval/accuracy"]
 
 
@@ -58,15 +71,30 @@ def _write_status(workdir, state: str, step: int, **fields) -> None:
     status_lib.write_status(workdir, state, step, **fields)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunResult:
-  """Trains ``config`` in ``workdir``, resuming from its latest checkpoint."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       evaluations: Sequence[Sequence[str]] = (),
+                       started: float | None = None) -> RunResult:
+  """Trains ``config`` in ``workdir``, resuming from its latest checkpoint.
+
+  ``evaluations``: argument lists of ``python -m tfx_jax.evaluate`` without
+  --workdir (``[["--split", "test"]]``), run in this process after the last
+  step, on the final parameters, with the command's results and files; each
+  once (``status.evaluation_marker``), so a finished run started again runs only
+  those missing, from its checkpoint. They are checked before anything is
+  compiled. ``started``: when the process started (``status.process_start``),
+  where the run's ``startup`` seconds begin; default: now.
+  """
+  started = time.time() if started is None else started
   run = run_config.resolve(config)
+  requests = [(tuple(args), evaluate.parse_request(args)) for args in evaluations]
+  for _, request in requests:
+    evaluate.check(request, run)
   run_setup.check_devices(run)
   workdir_path = ckpt_lib.ensure_writable(workdir)
   run_config.log_notes(run)
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints",
                                max_to_keep=run.checkpoint.max_to_keep)
-  loop = _TrainingLoop(run, workdir_path, ckpt)
+  loop = _TrainingLoop(run, workdir_path, ckpt, requests, started)
   try:
     return loop.run()
   except KeyboardInterrupt:
@@ -74,13 +102,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> RunRe
     # same command resumes from the last checkpoint.
     step = _last_step(ckpt)
     _write_status(workdir_path, "preempted", step,
-                  reason=f"interrupted; resumes from step {step}")
+                  reason=f"interrupted; resumes from step {step}", **loop.timing())
     raise
   except ConfigError:
     raise  # bad input: the workdir's previous status still holds
   except Exception as e:
     _write_status(workdir_path, "failed", _last_step(ckpt),
-                  reason=f"{type(e).__name__}: {e}")
+                  reason=f"{type(e).__name__}: {e}", **loop.timing())
     raise
   finally:
     loop.close()  # what was logged before a failure is kept
@@ -99,8 +127,14 @@ def _last_step(ckpt) -> int:
 class _TrainingLoop:
   """One run of the loop: built in ``run()``, then stepped until done."""
 
-  def __init__(self, config: run_config.RunConfig, workdir: pathlib.Path, ckpt):
+  def __init__(self, config: run_config.RunConfig, workdir: pathlib.Path, ckpt,
+               requests: Sequence[tuple[tuple[str, ...], evaluate.Request]] = (),
+               started: float | None = None):
     self.config, self.model_cfg, self.workdir, self.ckpt = config, config.model, workdir, ckpt
+    self.requests, self.started = list(requests), time.time() if started is None else started
+    # Where the time goes, added to what earlier attempts in this workdir spent.
+    self.previous = status_lib.read_status(workdir) or {}
+    self.seconds = status_lib.Seconds(self.previous.get("seconds"))
     # The dataset's version (a files corpus's key) is recorded with every
     # checkpoint, so that a resume never reads another version's splits or
     # tokenizer.
@@ -111,6 +145,10 @@ class _TrainingLoop:
     self.num_skipped = 0
     self.last_eval: dict = {}
     self.writer = None
+
+  def timing(self) -> dict:
+    """status.json's ``seconds`` (this attempt's added) and ``cores``."""
+    return {"seconds": self.seconds.to_json(), "cores": _cores()}
 
   def close(self) -> None:
     """Writes and closes the event files (closing twice is a no-op)."""
@@ -179,6 +217,7 @@ class _TrainingLoop:
                                      log=_console)
     if self.is_chief:
       files.write_json(self.workdir / "config.json", config.to_dict())
+    self._show_parameter_groups()
     self.num_params = sum(int(np.prod(x.shape))
                           for x in jax.tree.leaves(sharded.abstract_state.params))
     self.eval_step = sharded.eval_step()
@@ -187,11 +226,28 @@ class _TrainingLoop:
     self.writer = metrics_lib.MetricWriter(self.workdir / "tensorboard",
                                            is_chief=self.is_chief)
 
+  def _show_parameter_groups(self) -> None:
+    """Where the optimizer has several update rules (muon), which parameters
+    each gets: printed, and written to ``optimizer_groups.json`` beside the
+    config."""
+    groups = optim.parameter_groups(self.config.optim, self.sharded.abstract_state.params)
+    if groups is None or not self.is_chief:
+      return
+    path = self.workdir / OPTIMIZER_GROUPS
+    files.write_json(path, {"optimizer": self.config.optim.optimizer, "groups": groups})
+    _console(f"Parameter groups of optim.optimizer={self.config.optim.optimizer} "
+             f"(also in {path}):\n" + muon.format_assignment(groups))
+
   def _compile(self, batch) -> float:
     """AOT-compiles the train step for the batch shape; returns the seconds."""
     start = time.time()
-    self.train_step = self.sharded.train_step().lower(self.state, batch).compile()
+    # The tuned optimizer values are an argument (optim.Hyperparameters): one
+    # program, from the persistent cache, for every value of them.
+    self.hparams = self.sharded.step_hparams()
+    self.train_step = self.sharded.train_step().lower(self.state, batch,
+                                                      self.hparams).compile()
     seconds = time.time() - start
+    self.seconds.add("compile", seconds)
     _console(f"Compiled the train step in {seconds:.2f} s.")
     return seconds
 
@@ -200,9 +256,17 @@ class _TrainingLoop:
     config, t = self.config, self.config.train
     latest = self._resume_point()
     if latest is not None and latest >= t.num_steps:
+      pending = evaluate.pending(self.workdir, self.requests)
       _console(f"Run in {self.workdir} already finished at step {latest} "
-               f"(train.num_steps={t.num_steps}); nothing to do.")
-      _write_status(self.workdir, "finished", latest, reason="already finished")
+               f"(train.num_steps={t.num_steps}); " + (
+                   f"{len(pending)} evaluation(s) to run from its checkpoint."
+                   if pending else "nothing to do."))
+      self.seconds.add("startup", time.time() - self.started)
+      self._evaluate_after(latest, live=False)
+      kept = {k: self.previous[k] for k in ("num_nonfinite_skipped", "num_params",
+                                            "compile_seconds") if k in self.previous}
+      _write_status(self.workdir, "finished", latest, reason="already finished", **kept,
+                    **self.timing())
       return RunResult("finished", latest, {})
     self._build(latest)
     step = start_step = int(self.state.step)
@@ -215,16 +279,20 @@ class _TrainingLoop:
     if start_step == 0:
       self.writer.write_config_text(ml_collections.ConfigDict(config.to_dict()))
       self.writer.write_hparams(self.flat_config, HPARAM_METRICS)
-    _write_status(self.workdir, "running", start_step)
+    _write_status(self.workdir, "running", start_step, **self.timing())
     compile_seconds = None
     self.timer = (step, time.time(), 0.0)  # step, time, tokens since the last log
     pending = None  # the previous step's metrics, read one step late (no stall)
     outcome, reason = "finished", ""
+    self.seconds.add("startup", time.time() - self.started)
+    loop_start, outside_steps = time.perf_counter(), self._outside_steps()
     with Preemption() as preempt:
       if start_step == 0 and config.eval.at_start:
         # The loss at initialisation (eval.at_start): one evaluation before
         # the first update, the l0 of the report's learning-rate sensitivity.
         self._eval_and_report(0, samples=False)
+      if start_step == 0 and t.layer_stats_init_batches:
+        self._log_init_layer_stats()
       while step < t.num_steps:
         batch = next(self.train_iter)
         tokens = float(np.sum(batch["inputs"] > 0))
@@ -236,9 +304,9 @@ class _TrainingLoop:
           compile_seconds = self._compile(batch)
           _write_status(self.workdir, "running", start_step,
                         compile_seconds=round(compile_seconds, 3),
-                        num_params=self.num_params)
+                        num_params=self.num_params, **self.timing())
           self.timer = (self.timer[0], time.time(), self.timer[2])
-        self.state, metrics = self.train_step(self.state, batch)
+        self.state, metrics = self.train_step(self.state, batch, self.hparams)
         step += 1
         if pending is not None and self._stops(*pending):
           step = pending[1]
@@ -268,7 +336,27 @@ class _TrainingLoop:
         if stop_signal is not None:
           outcome, reason = "preempted", f"received {stop_signal}"
           break
-    return self._finish(outcome, reason, step, compile_seconds)
+    # The steps' time: the loop's, less what it spent compiling, evaluating and
+    # checkpointing (counted in their own phases).
+    self.seconds.add("train_steps", time.perf_counter() - loop_start
+                     - (self._outside_steps() - outside_steps))
+    result = self._finish(outcome, reason, step, compile_seconds)
+    if result.status == "finished" and evaluate.pending(self.workdir, self.requests):
+      self._evaluate_after(step, live=True)
+      _write_status(self.workdir, "finished", step, reason=reason, **self._extra,
+                    **self.timing())
+    return result
+
+  def _outside_steps(self) -> float:
+    return sum(self.seconds.seconds[p] for p in ("compile", "evaluations", "checkpointing"))
+
+  def _evaluate_after(self, step: int, live: bool) -> None:
+    """The evaluations after training not done yet, on the final parameters:
+    live (just trained) or, ``live`` False, restored from the checkpoint."""
+    final = (TrainedRun(self.workdir, self.config, self.model_cfg, self.tokenizer,
+                        self.state.params, step, self.sharded) if live else None)
+    with self.seconds.timed("evaluations"):
+      evaluate.after_training(self.workdir, self.requests, step, final, log=_console)
 
   def _stops(self, metrics, at_step) -> bool:
     """Non-finite handling of a finished step; True to stop the run."""
@@ -295,15 +383,32 @@ class _TrainingLoop:
                "train/tokens_per_sec": tok_per_sec}
     if t.z_loss:
       scalars["train/z_loss"] = float(m["z_loss"])
-    for kind in ("grad_norm", "param_norm", "update_norm", "max_attention_logit"):
-      for stack, norms in m.get(f"layer_stats/{kind}", {}).items():
-        for i, value in enumerate(np.asarray(norms)):
-          scalars[f"layer_stats/{kind}/{stack}_{i:02d}"] = float(value)
+    scalars.update(layer_stats.tags(m))
+    scalars.update(moe.log_scalars(m, self.model_cfg))
     self.writer.write_scalars(step, scalars)
     eta = (t.num_steps - step) / max((step - last_step) / elapsed, 1e-9)
     _console(f"step {step:>6}/{t.num_steps}  loss {float(m['loss']):.4f}  "
              f"{tok_per_sec:,.0f} tok/s  ETA {_fmt_time(eta)}")
     self.timer = (step, now, 0.0)
+
+  def _log_init_layer_stats(self) -> None:
+    """Each layer's gradient norm at the initial parameters, the mean over the
+    first ``train.layer_stats_init_batches`` training batches (read from a
+    pipeline of their own: training still starts at the first), logged at step
+    0 as ``layer_stats/init_grad_norm/<param>/<stack>_<NN>`` (layer_stats.py)."""
+    config, t = self.config, self.config.train
+    model = build_model(self.model_cfg, deterministic=False)
+    objective = self.task.objective(config, self.model_cfg.family, train=True)
+    grad_norms = jax.jit(layer_stats.make_grad_norms(model, self.task, objective,
+                                                     t.layer_stats_param))
+    batches = (sharding_lib.global_batch(b, self.sharded.mesh) for b in run_setup.make_data(
+        config, self.tokenizer, "train", train=True, num_shards=self.num_shards))
+    means = layer_stats.mean_init_grad_norms(grad_norms, self.state.params, batches,
+                                             self.state.rng, t.layer_stats_init_batches)
+    key = f"layer_stats/{layer_stats.INIT_KIND}/{t.layer_stats_param}"
+    self.writer.write_scalars(0, layer_stats.tags({key: means}))
+    _console(f"Gradient norms per layer at initialisation ({t.layer_stats_param}, mean "
+             f"of {t.layer_stats_init_batches} batches) logged at step 0.")
 
   def _eval_and_report(self, step, samples: bool = True) -> None:
     """eval/* on a fixed validation sample, plus the task's generated samples
@@ -330,30 +435,36 @@ class _TrainingLoop:
     # train/tokens_per_sec excludes evaluation time.
     last_step, last_time, tokens = self.timer
     self.timer = (last_step, last_time + time.time() - start, tokens)
+    self.seconds.add("evaluations", time.time() - start)
 
   def _save(self, step, force=False) -> None:
     # Metrics up to a checkpoint must survive a kill -9 as the checkpoint does:
     # a resumed run logs only the steps after it.
-    self.writer.flush()
-    self.ckpt.save(step, self.state, self.train_iter.get_state(), self.flat_config,
-                   force=force)
+    with self.seconds.timed("checkpointing"):
+      self.writer.flush()
+      self.ckpt.save(step, self.state, self.train_iter.get_state(), self.flat_config,
+                     force=force)
 
   def _finish(self, outcome, reason, step, compile_seconds) -> RunResult:
     extra = {"num_nonfinite_skipped": self.num_skipped, "num_params": self.num_params}
     if compile_seconds is not None:
       extra["compile_seconds"] = round(compile_seconds, 3)
+    self._extra = extra
     if outcome == "diverged":
       self.writer.flush()
-      self.ckpt.wait()
-      _write_status(self.workdir, "diverged", step, reason=reason, **extra)
+      with self.seconds.timed("checkpointing"):
+        self.ckpt.wait()
+      _write_status(self.workdir, "diverged", step, reason=reason, **extra,
+                    **self.timing())
       _console(f"Run diverged: {reason}. Status written to "
                f"{self.workdir / 'status.json'}.")
       self.writer.close()
       return RunResult("diverged", step, self.last_eval)
     self._save(step, force=True)
-    self.ckpt.wait()
+    with self.seconds.timed("checkpointing"):
+      self.ckpt.wait()
     self.writer.close()
-    _write_status(self.workdir, outcome, step, reason=reason, **extra)
+    _write_status(self.workdir, outcome, step, reason=reason, **extra, **self.timing())
     if outcome == "preempted":
       _console(f"{reason}: saved a checkpoint at step {step}; run the same command "
                "to resume.")
@@ -362,6 +473,15 @@ class _TrainingLoop:
                f"TensorBoard logs: {self.workdir / 'tensorboard'}  "
                f"(view with: tensorboard --logdir {self.workdir})")
     return RunResult(outcome, step, self.last_eval)
+
+
+def _cores() -> int:
+  """What this process computes on: its CPU cores (affinity) on a CPU, else its
+  local accelerators (status.json's ``cores``, the report's core-seconds)."""
+  if jax.default_backend() != "cpu":
+    return jax.local_device_count()
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+      os.cpu_count() or 1)
 
 
 def _fmt_time(seconds: float) -> str:

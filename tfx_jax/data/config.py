@@ -20,6 +20,14 @@ from tfx_jax import typed_config
 TokenizerKind = Literal["sentencepiece", "byte", "hf"]
 # data.name=files: a .txt document per file, or per blank-line separated block.
 TextLayout = Literal["file", "paragraphs"]
+# How lm and mlm make rows of seq_len tokens (README, "Data"). documents: whole
+# documents packed first-fit, attention masked per document, positions
+# restarting at 0 in each (a document longer than a row is cut into rows).
+# stream: the split's documents concatenated in dataset order, each followed
+# by the tokenizer's end-of-document token, cut into consecutive windows of
+# seq_len: attention and positions run straight through a window, across
+# document ends, as Press et al. 2022 train and evaluate (contiguous text).
+Packing = Literal["documents", "stream"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +40,11 @@ class DataConfig:
   tokenizer_file: str | None = None
   vocab_size: int = 4096
   mask_rate: float = 0.15  # mlm: BERT's share of masked tokens
+  packing: Packing = "documents"
+  # Train on this leading fraction of the training split's documents (in
+  # dataset order: the same documents for every seed), e.g. to make
+  # over-fitting reachable within a budget; validation and test are whole.
+  train_fraction: float = 1.0
   # The split is read as this many grain pipelines (strided shards), divided
   # among the processes; each process reads only its own. The global batch is
   # one sub-batch per shard, so a fixed count gives the same batches on any
@@ -59,4 +72,6 @@ class DataConfig:
     typed_config.need(self.vocab_size > 0, "data.vocab_size", self.vocab_size, "must be > 0")
     typed_config.need(self.num_shards >= 0, "data.num_shards", self.num_shards,
                       "must be >= 0 (0: one data shard per process)")
+    typed_config.need(0.0 < self.train_fraction <= 1.0, "data.train_fraction",
+                      self.train_fraction, "must be in (0, 1] (1: the whole training split)")
     return self

@@ -17,6 +17,13 @@ segment_ids: 0 = padding, 1..k = packed document; positions restart at 0 in
 every document. lm and mlm pack whole documents into `seq_len` rows (first-fit);
 a document longer than a row is cut into row-sized pieces first, so no text is
 lost. translate and classify hold one example per row, truncated and 0-padded.
+With ``data.packing=stream`` lm and mlm rows are instead consecutive windows
+of the split's token stream (``data.stream``): one segment per row (1 on
+every real token), positions 0..seq_len-1 straight through document ends.
+
+``data.train_fraction`` < 1 reads the first ceil(fraction x N) of the N
+examples of the train split (in dataset order, whatever the seed); other
+splits are read whole.
 
 Determinism and resumption: everything random is a function of `seed` and the
 element's index in the (sharded, shuffled, repeated) stream: the shuffle order,
@@ -33,6 +40,7 @@ or split (lm, mlm), unusable labels are skipped; each is counted in
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,8 +48,10 @@ from typing import Any
 import grain
 import numpy as np
 
+from tfx_jax.data import eval_cache
 from tfx_jax.data import rows as rows_lib
 from tfx_jax.data import sources
+from tfx_jax.data import stream as stream_lib
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
 
@@ -96,6 +106,33 @@ class _Unlist(grain.experimental.FlatMapTransform):
     return element
 
 
+def leading_examples(num_examples: int, data_cfg: Any, split: str) -> int:
+  """How many examples of ``split`` a run reads: the first ceil(f x N) of the
+  train split with ``data.train_fraction`` f (at least one), else all N."""
+  fraction = float(getattr(data_cfg, "train_fraction", 1.0))
+  if split != "train" or fraction >= 1.0:
+    return num_examples
+  return max(1, math.ceil(fraction * num_examples))
+
+
+def _windows(data_cfg, rows, split, source, *, tokenizer, keys, counts, seq_len, cached):
+  """The windows of the split's token stream (``data.stream``) with the
+  task's row of each, as a MapDataset (``data.packing=stream``)."""
+  if rows.window is None:
+    raise ConfigError(f"data.packing='stream' needs a task whose rows read text "
+                      f"windows; task {rows.name!r} reads whole examples: use "
+                      "data.packing='documents'.")
+  kwargs = dict(tok=tokenizer, text_key=keys.text_key, counts=counts)
+  if cached:  # a TFDS split: the same stream for every pipeline of the run
+    key = (data_cfg.name, getattr(data_cfg, "data_dir", None), split, len(source),
+           keys.text_key, type(tokenizer).__name__,
+           getattr(tokenizer, "model_path", None), tokenizer.vocab_size)
+    tokens = stream_lib.cached_stream(key, source, **kwargs)
+  else:
+    tokens = stream_lib.token_stream(source, **kwargs)
+  return stream_lib.Windows(tokens, seq_len)
+
+
 def _rename_packed(row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   return {
       "inputs": row["inputs"],
@@ -132,8 +169,9 @@ def make_dataset(
   Args:
     data_cfg: attribute object (e.g. ConfigDict) with `name`, `data_dir`,
       the optional feature keys `text_key`, `source_key`, `target_key`,
-      `label_key` (empty/None: the dataset's defaults) and `mask_rate` (for
-      the builders that read it; missing: their default).
+      `label_key` (empty/None: the dataset's defaults), `mask_rate` (for
+      the builders that read it; missing: their default), `packing` and
+      `train_fraction` (missing: "documents", 1.0).
     rows: the task's row format (``tasks.get(name).rows``).
     split: TFDS split, e.g. "train" or "validation".
     batch_size: rows per batch of this pipeline (the run's: batch_size /
@@ -144,7 +182,8 @@ def make_dataset(
     shard_index, shard_count: the data shard this pipeline reads: shards are
       disjoint strided slices of the split (``data.shards`` divides them among
       the processes).
-    shuffle: shuffle examples (reshuffled every epoch) and packed rows.
+    shuffle: shuffle examples (reshuffled every epoch) and packed rows;
+      with ``packing=stream``, the windows (the stream itself stays in order).
     num_epochs: None repeats forever; otherwise the data ends after that many.
     target_seq_len: translate target length (default: seq_len).
     drop_remainder: drop a final partial batch (default: only when repeating
@@ -155,35 +194,53 @@ def make_dataset(
     source: a random-access sequence of example dicts to read instead of the
       TFDS dataset `data_cfg.name` (tests, in-memory data).
   """
+  # The call as made: an evaluation pass's cache key (eval_cache), every argument in it.
+  arguments = dict(locals())
   seed = int(seed) % 2**32
   keys = resolve_keys(data_cfg)
   data_dir = getattr(data_cfg, "data_dir", None) or None
   n_classes = None  # An in-memory source: labels are only checked to be >= 0.
+  cached = source is None
   if source is None:
     source = sources.open_source(sources.dataset_name(data_cfg), split, data_dir)
     if rows.labelled:
       n_classes = num_classes(data_cfg)
-  if len(source) < shard_count:
-    raise ConfigError(f"{data_cfg.name}[{split}] has {len(source)} examples, "
-                      f"fewer than shard_count={shard_count}")
   counts = _COUNTS.setdefault(f"{data_cfg.name}:{split}",
                               rows_lib.Counts(f"{data_cfg.name}[{split}]"))
-  preprocess = rows.bind(
+  settings = dict(
       tok=tokenizer, keys=keys, seq_len=int(seq_len),
       target_seq_len=int(target_seq_len or seq_len), counts=counts, seed=seed,
       mask_rate=getattr(data_cfg, "mask_rate", None), n_classes=n_classes)
+  examples = grain.MapDataset.source(source)
+  used = leading_examples(len(source), data_cfg, split)
+  if used < len(source):
+    examples = examples[:used]
+  stream = getattr(data_cfg, "packing", "documents") == "stream"
+  if stream:
+    examples = grain.MapDataset.source(_windows(
+        data_cfg, rows, split, examples, tokenizer=tokenizer, keys=keys, counts=counts,
+        seq_len=int(seq_len), cached=cached))
+  what = "windows of its token stream" if stream else "examples"
+  if len(examples) < shard_count:
+    raise ConfigError(f"{data_cfg.name}[{split}] has {len(examples)} {what}, "
+                      f"fewer than shard_count={shard_count}")
 
-  ds = grain.MapDataset.source(source)[shard_index::shard_count]
+  ds = examples[shard_index::shard_count]
   if shuffle:
     ds = ds.shuffle(seed=seed)
   ds = ds.repeat(num_epochs)
-  ds = ds.map_with_index(_guarded(preprocess, counts))
+  if stream:
+    window = rows.bind_window(**settings)
+    ds = ds.map_with_index(lambda index, tokens: window(tokens, index))
+  else:
+    ds = ds.map_with_index(_guarded(rows.bind(**settings), counts))
   if read_threads is None:
     read_threads = min(16, os.cpu_count() or 1)
   ds = ds.to_iter_dataset(grain.ReadOptions(
       num_threads=read_threads, prefetch_buffer_size=max(64, 2 * batch_size)))
-  ds = grain.experimental.FlatMapIterDataset(ds, _Unlist())
-  if rows.packed:
+  if not stream:
+    ds = grain.experimental.FlatMapIterDataset(ds, _Unlist())
+  if rows.packed and not stream:
     ds = grain.experimental.FirstFitPackIterDataset(
         ds, length_struct={k: int(seq_len) for k in _PACKED_KEYS},
         num_packing_bins=max(8, batch_size), seed=seed,
@@ -193,4 +250,6 @@ def make_dataset(
     drop_remainder = num_epochs is None
   batch_fn = None if drop_remainder else functools.partial(
       grain.experimental.batch_and_pad, batch_size=batch_size)
-  return ds.batch(batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+  ds = ds.batch(batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+  # One pass over a split (an evaluation) is prepared once, then read back.
+  return eval_cache.pipeline_pass(ds, arguments) if num_epochs == 1 else ds

@@ -8,6 +8,9 @@ reads, and only those are passed to it (``RowFormat.bind``). A ``RowFormat``
 says which builder makes a task's rows, whether rows are packed and which
 feature keys they read; ``pipeline.make_dataset`` maps it over a split.
 
+A format that reads text may also declare a window builder, the row of one
+window of the split's token stream (``data.packing=stream``, ``data.stream``).
+
 This module holds what every builder shares: the text of an example
 (``example_text``, ``nonempty_text``), padding (``pad``), cutting a document
 into rows (``cut_into_rows``) and ``RowFormat``. It knows rows, not tasks.
@@ -92,9 +95,20 @@ class RowFormat:
   keys: tuple[str, ...] = ("text_key",)
   # Checks of data.* fields that only this format reads (no data is read).
   check_data: Callable[[Any], None] | None = None
+  # data.packing='stream': the row of one window of the split's token stream
+  # (``data.stream``), ``window(tokens, index, *, <settings>)``; None: the
+  # format reads whole examples only.
+  window: Callable[..., dict] | None = None
 
   def bind(self, **settings) -> Callable[[Any, int], list]:
     """``build(example, index)`` with the settings its signature names."""
-    wanted = inspect.signature(self.build).parameters
-    return functools.partial(self.build,
-                             **{k: v for k, v in settings.items() if k in wanted})
+    return _bind(self.build, settings)
+
+  def bind_window(self, **settings) -> Callable[[Any, int], dict]:
+    """``window(tokens, index)`` with the settings its signature names."""
+    return _bind(self.window, settings)
+
+
+def _bind(fn: Callable, settings: dict) -> Callable:
+  wanted = inspect.signature(fn).parameters
+  return functools.partial(fn, **{k: v for k, v in settings.items() if k in wanted})

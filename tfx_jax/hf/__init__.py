@@ -17,6 +17,7 @@ Modules:
                   windows (layer_types); model_* and *_fields read HF's, hf_* and
                   HF_* write them
   llama.py        LLaMA, Qwen3, Gemma 2 (gemma_norm: HF's 1 + w gains)
+  moe.py          Mixtral, Qwen3-MoE, OLMoE (experts stacked: stacked_linear)
   gpt.py          GPT-2, GPT-NeoX
   bert.py         BERT
   t5.py           T5 1.0 and v1.1
@@ -49,6 +50,13 @@ Which canonical variant each architecture is, in ``model.*`` terms:
            geglu_tanh, rope, no biases, GQA, head_dim of its own, embeddings
            x sqrt(d_model), attention and final logit soft-caps, sliding and
            global layers alternating (attention_window, global_every=2), tied
+  Mixtral  LLaMA with a mixture of experts in every layer (softmax router, top
+           k renormalised), a sliding window on every layer with one
+  Qwen3-MoE Qwen3 with a mixture of experts in the layers from mlp_only_layers
+           on that are multiples of decoder_sparse_step (first_dense_layers,
+           moe_every), norm_topk_prob as router_norm_topk
+  OLMoE    decoder_only, pre, rmsnorm, swiglu, rope, q/k RMSNorm over all heads
+           (qk_norm_heads='joint'), a mixture of experts in every layer
   BERT     encoder_only, post, layernorm, gelu, learned positions, token types,
            embedding norm, MLM head
   T5 1.0   encoder_decoder, pre, rmsnorm, relu, t5_bias, no biases,

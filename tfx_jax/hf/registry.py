@@ -20,6 +20,9 @@ from tfx_jax.hf.gpt import (gpt2_config, gpt2_fields, gpt2_rules, gpt_neox_confi
 from tfx_jax.hf.llama import (gemma2_config, gemma2_fields, gemma2_rules,
                               llama_config, llama_fields, llama_rules,
                               qwen3_config, qwen3_fields, qwen3_rules)
+from tfx_jax.hf.moe import (mixtral_config, mixtral_fields, mixtral_rules, olmoe_config,
+                            olmoe_fields, olmoe_rules, qwen3_moe_config, qwen3_moe_fields,
+                            qwen3_moe_rules)
 from tfx_jax.hf.rules import Rule
 from tfx_jax.hf.t5 import t5_config, t5_fields, t5_rules
 from tfx_jax.model_config import ModelConfig
@@ -50,6 +53,12 @@ ARCHITECTURES = {
                           qwen3_config, qwen3_rules),
     "gemma2": Architecture("gemma2", "gemma2", "decoder_only", "lm", gemma2_fields,
                            gemma2_config, gemma2_rules),
+    "mixtral": Architecture("mixtral", "mixtral", "decoder_only", "lm", mixtral_fields,
+                            mixtral_config, mixtral_rules),
+    "qwen3_moe": Architecture("qwen3_moe", "qwen3_moe", "decoder_only", "lm",
+                              qwen3_moe_fields, qwen3_moe_config, qwen3_moe_rules),
+    "olmoe": Architecture("olmoe", "olmoe", "decoder_only", "lm", olmoe_fields,
+                          olmoe_config, olmoe_rules),
     "bert": Architecture("bert", "bert", "encoder_only", "mlm", bert_fields,
                          bert_config, bert_rules),
     "t5": Architecture("t5", "t5", "encoder_decoder", "translate", t5_fields,

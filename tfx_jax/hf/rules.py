@@ -19,11 +19,23 @@ Array = np.ndarray
 # ----------------------------------------------------------- array maps
 @dataclasses.dataclass(frozen=True)
 class Rule:
-  """One HF tensor <-> one or more tfx_jax parameters ('/'-joined paths)."""
-  hf: str
+  """One HF tensor <-> one or more tfx_jax parameters ('/'-joined paths); or
+  several HF tensors (``hf`` a tuple: the experts of a mixture, one tensor
+  each) <-> one parameter, ``to_tfx`` taking them all and ``to_hf`` giving
+  them back as a tuple."""
+  hf: str | tuple[str, ...]
   tfx: tuple[str, ...]
-  to_tfx: Callable[[Array], tuple[Array, ...]]
-  to_hf: Callable[..., Array]
+  to_tfx: Callable[..., tuple[Array, ...]]
+  to_hf: Callable[..., Array | tuple[Array, ...]]
+
+  @property
+  def hf_names(self) -> tuple[str, ...]:
+    return (self.hf,) if isinstance(self.hf, str) else self.hf
+
+  def hf_tensors(self, *tfx_arrays) -> dict[str, Array]:
+    """{HF name: tensor} of this rule's parameters."""
+    out = self.to_hf(*tfx_arrays)
+    return dict(zip(self.hf_names, (out,) if isinstance(self.hf, str) else out))
 
 
 def same(hf, tfx):
@@ -60,6 +72,13 @@ def rows_from(hf, tfx, offset):
 def flat_row(hf, tfx):
   """A [1, V] buffer <-> a [V] vector (BART's and Marian's final_logits_bias)."""
   return Rule(hf, (tfx,), lambda w: (w.reshape(-1),), lambda x: x[None])
+
+
+def stacked_linear(hf_names, tfx):
+  """One torch Linear [out, in] per expert <-> an [E, in, out] kernel (the
+  experts of a mixture stacked on a leading axis, layers/moe.py)."""
+  return Rule(tuple(hf_names), (tfx,), lambda *ws: (np.stack([w.T for w in ws]),),
+              lambda x: tuple(np.ascontiguousarray(x[e].T) for e in range(x.shape[0])))
 
 
 def add_attention(rules, hf, tfx, heads, kv_heads, names, bias):

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from tfx_jax.layers import products
+from tfx_jax.layers import tpu_attention
 from tfx_jax.layers.positions import RotarySpec, rope
 
 Initializer = Callable[..., jax.Array]
@@ -317,10 +318,17 @@ class Attention(nn.Module):
   qk_norm: Callable[..., nn.Module] | None = None  # norm_factory(..., axis="kv")
   logit_softcap: float = 0.0
   gate_width: int = 0  # gates per head: 0 none, 1 headwise, head_dim elementwise
+  # The backend the program is compiled for ("cpu", "gpu", "tpu"), resolved once
+  # by the run's set-up (``models.build_model``), never from the tracing host:
+  # it picks the attention kernel and the product form.
+  platform: str = "cpu"
 
   @nn.compact
   def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, positions_BL=None,
-               cache_index=None):
+               cache_index=None, segment_ids_BL=None):
+    """``segment_ids_BL`` (self-attention), when given, says that ``mask`` is
+    exactly "same segment of these ids, key not padding" (and causal with
+    ``causal``), which lets a kernel rebuild the mask from the ids (TPU)."""
     D = x_BLD.shape[-1]
     is_self = kv_BSD is None
     kv_BSD = x_BLD if is_self else kv_BSD
@@ -328,7 +336,8 @@ class Attention(nn.Module):
     def proj(name, heads, init, features=None):
       return nn.DenseGeneral(
           (heads, features or self.head_dim), axis=-1, use_bias=self.use_bias,
-          dtype=self.dtype, name=name, dot_general=products.dot_general_for(self.dtype),
+          dtype=self.dtype, name=name,
+          dot_general=products.dot_general_for(self.dtype, self.platform),
           kernel_init=nn.with_logical_partitioning(init, ("embed", "heads", "kv")),
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
 
@@ -371,7 +380,8 @@ class Attention(nn.Module):
           dropout=self.dropout, deterministic=False, dtype=self.dtype,
           scale_logits=self.scale_logits, logit_softcap=self.logit_softcap)
     else:
-      out_BLHK = self._attend(q, k, v, mask, bias)
+      out_BLHK = self._attend(q, k, v, mask, bias,
+                              segment_ids_BL if is_self and not self.use_cache else None)
     if self.gate_width:
       gate = proj("gate", self.num_heads, self.qk_init, self.gate_width)(flat(x_BLD))
       out_BLHK = out_BLHK * jax.nn.sigmoid(
@@ -379,21 +389,29 @@ class Attention(nn.Module):
     B, L = out_BLHK.shape[:2]
     return nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype, name="out",
-        dot_general=products.dot_general_for(self.dtype),
+        dot_general=products.dot_general_for(self.dtype, self.platform),
         kernel_init=nn.with_logical_partitioning(
             xavier(self.vo_gain, self.vo_distribution),
             ("heads", "kv", "embed")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
     )(out_BLHK.reshape(B * L, *out_BLHK.shape[2:])).reshape(B, L, D)
 
-  def _attend(self, q_BLHK, k_BSNK, v_BSNK, mask, bias):
-    """The attention path for this backend and shape (no dropout).
+  def _attend(self, q_BLHK, k_BSNK, v_BSNK, mask, bias, segment_ids_BL=None):
+    """The attention path for the target backend and shape (no dropout).
 
+    TPU: the splash kernel (``tpu_attention``: FlashAttention, O(L) memory)
+    where the mask is segments (and causal) and there is no position bias.
     GPU: ``fused_attention`` (cuDNN's flash attention where it applies; no
     soft-cap there). CPU: the causal blocked path, else ``fast_attention``.
     """
     L, S = q_BLHK.shape[1], k_BSNK.shape[1]
-    platform = jax.default_backend()
+    platform = self.platform
+    if (platform == "tpu" and segment_ids_BL is not None and bias is None
+        and tpu_attention.splash_applies(L, S)):
+      return tpu_attention.splash_attention(
+          q_BLHK, k_BSNK, v_BSNK, segment_ids_BL, causal=self.causal,
+          scale_logits=self.scale_logits, logit_softcap=self.logit_softcap,
+          dtype=self.dtype)
     if platform == "gpu" and not self.logit_softcap:
       return fused_attention(
           q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=self.dtype,

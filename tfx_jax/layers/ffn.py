@@ -52,6 +52,7 @@ class FeedForward(nn.Module):
   deterministic: bool = True
   kernel_init: Initializer = nn.initializers.xavier_uniform()
   dtype: jnp.dtype = jnp.float32
+  platform: str = "cpu"  # the backend compiled for (products.dot_general_for)
 
   @nn.compact
   def __call__(self, x_BLD):
@@ -60,7 +61,7 @@ class FeedForward(nn.Module):
     def dense(features, axes, name, use_bias):
       return nn.Dense(
           features, use_bias=use_bias, dtype=self.dtype, name=name,
-          dot_general=products.dot_general_for(self.dtype),
+          dot_general=products.dot_general_for(self.dtype, self.platform),
           kernel_init=nn.with_logical_partitioning(self.kernel_init, axes),
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]))
 

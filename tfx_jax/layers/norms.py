@@ -79,6 +79,20 @@ class DyT(nn.Module):
 _NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm, "dyt": DyT}
 
 
+class JointHeads(nn.Module):
+  """The norm ``make(...)`` over all heads of a [..., H, K] array at once (its
+  last two axes as one vector of H K elements, one gain each): the query-key
+  norm of OLMo 2 and OLMoE (``model.qk_norm_heads='joint'``). Its parameters
+  are the inner norm's, under this module's name."""
+  make: Callable[..., nn.Module]
+
+  @nn.compact
+  def __call__(self, x_BLHK):
+    norm = self.make(name="norm")
+    nn.share_scope(self, norm)
+    return norm(x_BLHK.reshape(*x_BLHK.shape[:-2], -1)).reshape(x_BLHK.shape)
+
+
 def norm_factory(norm_type: NormType, eps: float, dtype,
                  axis: str = "embed") -> Callable[..., nn.Module]:
   """The one dispatch point of ``model.norm_type`` (and of ``model.qk_norm``'s

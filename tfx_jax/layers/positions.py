@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -49,17 +50,20 @@ _SINUSOIDAL_LAYOUTS = {
 
 
 class LearnedPositions(nn.Module):
-  """A learned absolute table of ``max_len`` rows (GPT, BERT)."""
+  """A learned absolute table of ``max_len`` rows (GPT, BERT), drawn from
+  ``init`` and multiplied by ``scale`` where it is read (GPT-2: N(0, 0.02^2),
+  unscaled; ``model.learned_position_init`` chooses)."""
   max_len: int
   d_model: int
+  init: Callable = nn.initializers.normal(0.02)
+  scale: float = 1.0
 
   @nn.compact
   def __call__(self, positions_BL):
     table = self.param(
-        "embedding",
-        nn.with_logical_partitioning(nn.initializers.normal(0.02), ("max_len", "embed")),
+        "embedding", nn.with_logical_partitioning(self.init, ("max_len", "embed")),
         (self.max_len, self.d_model))
-    return jnp.take(table, positions_BL, axis=0)
+    return jnp.take(table, positions_BL, axis=0) * self.scale
 
 
 # ---------------------------------------------------------------------- RoPE

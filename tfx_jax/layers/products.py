@@ -24,6 +24,11 @@ Each accumulates in float32 and rounds once to bf16, as PyTorch's CPU autocast
 does. ``dot_general_for`` gives Flax's ``Dense`` / ``DenseGeneral`` this
 product where it applies (bf16 computation on the CPU backend) and None (Flax's
 own ``lax.dot_general``) elsewhere: GPUs and TPUs keep XLA's own choices.
+
+The backend is the one the program is compiled for, passed down from the run's
+set-up (``models.build_model(platform=...)``), not the host that traces it: a
+step compiled ahead of time for a TPU topology on a CPU host
+(``python -m tfx_jax.compile``) must get the TPU's products.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ import jax.numpy as jnp
 F32 = jnp.float32
 
 
-def uses_fast_products(dtype) -> bool:
-  """Whether projections in ``dtype`` go through ``matmul`` on this backend."""
-  return jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16) and jax.default_backend() == "cpu"
+def uses_fast_products(dtype, platform: str) -> bool:
+  """Whether projections in ``dtype`` go through ``matmul`` on ``platform``
+  (the backend the program is compiled for: "cpu", "gpu", "tpu")."""
+  return jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16) and platform == "cpu"
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -98,8 +104,9 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
   return y.reshape(*outer, *rhs.shape[k:])
 
 
-def dot_general_for(dtype):
-  """Flax's ``dot_general`` argument for projections computed in ``dtype``:
-  ``dot_general`` above where ``uses_fast_products``, else None (Flax's own)."""
-  return dot_general if uses_fast_products(dtype) else None
+def dot_general_for(dtype, platform: str):
+  """Flax's ``dot_general`` argument for projections computed in ``dtype`` on
+  ``platform``: ``dot_general`` above where ``uses_fast_products``, else None
+  (Flax's own)."""
+  return dot_general if uses_fast_products(dtype, platform) else None
 

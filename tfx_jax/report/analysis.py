@@ -42,7 +42,8 @@ Transformer training instabilities"; Marin's ablations):
   Kim and DeMets 1987), paired on the seeds both sides learned, Holm over
   the report for the differences and, separately, for the equivalence
   tests; each comparison says its look ("look 3 of 4").
-- **Sensitivity.** Per point the loss against each tuned value, and
+- **Sensitivity** (``tuning``, with the grid-edge check: each point's own
+  grid, ``SweepRecord.point_grid``). Per point the loss against each tuned value, and
   E_eta[min(l(eta), l0) - min_eta l(eta)], as Wortsman et al. define it: each
   run at its own final loss capped at l0, a diverged run at l0, l(eta) the
   mean over the rate's runs. l0, the loss at initialisation, is the mean of
@@ -50,6 +51,9 @@ Transformer training instabilities"; Marin's ablations):
   that did not evaluate at step 0, ln |V| (the loss of the uniform
   prediction a freshly initialised model gives up to its small initial
   logits; ``initial_loss``).
+- **Effective speedup** (``speedup``): where the sweep ran AdamW at several
+  lengths beside other optimizers, the AdamW steps each one's result is worth
+  per step of its own (Wen et al. 2025), with a paired interval.
 - **Still improving?** Per point, whether its validation loss still fell
   between its last two evaluations by more than the seed noise (``trend``).
 - **Evaluation noise.** Each evaluation logs its metrics' standard errors
@@ -70,12 +74,15 @@ import dataclasses
 import math
 from typing import Any, Iterator, Mapping, Sequence
 
+from tfx_jax.report import compute as compute_lib
+from tfx_jax.report import speedup
 from tfx_jax.report import stats
+from tfx_jax.report.tuning import grid_edges, grid_text, sensitivity
 from tfx_jax.report.points import context_label, contexts, fmt_value, value_label
-from tfx_jax.report.schema import (Baseline, Comparison, Counts, CurvePoint,
+from tfx_jax.report.schema import (Baseline, Comparison, Counts,
                                    FailedComparison, InitialLossSource, Look, Noise,
                                    Options, Point, Report, ScaleEffect, SeedResult,
-                                   Sensitivity, Sequential, Trend, TunedValue, VerdictRuns,
+                                   Sequential, Trend, TunedValue, VerdictRuns,
                                    is_standard_error)
 from tfx_jax.sweep_record import AxisRecord, RunEntry, Split, SweepRecord
 
@@ -221,22 +228,6 @@ def initial_losses(record: SweepRecord, summaries: Summaries,
           for key, entries in runs.items()}
 
 
-def grid_edges(tune: Mapping[str, Sequence[Any]], tuned: Mapping[str, Any]) -> dict[str, str]:
-  """{field: "lowest" | "highest"} for each tuned field whose chosen value is
-  the end of its numeric grid (``tune``): the best value may lie beyond what
-  was tried."""
-  out = {}
-  for field, value in tuned.items():
-    grid = tune.get(field, ())
-    if (len(grid) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                              for v in grid)):
-      if value == min(grid):
-        out[field] = "lowest"
-      elif value == max(grid):
-        out[field] = "highest"
-  return out
-
-
 def _seed_result(entry: RunEntry, summary, baseline: Baseline, split: Split,
                  options: Options) -> SeedResult:
   return SeedResult(
@@ -305,7 +296,8 @@ def analyze_points(record: SweepRecord, summaries: Summaries,
         values={a.label: value_label(a.values[i], a) for a, i in zip(record.axes, key)},
         chosen=None if chosen is None else chosen.tuned,
         chosen_label=None if chosen is None else chosen.label,
-        chosen_at_edge={} if chosen is None else grid_edges(record.tune, chosen.tuned),
+        chosen_at_edge=({} if chosen is None
+                        else grid_edges(record.point_grid(key), chosen.tuned)),
         tuned=tuple(tuned_rows),
         counts=sum((r.counts for r in tuned_rows), Counts()),
         runs=sum(len(r.seeds) for r in tuned_rows),
@@ -445,10 +437,14 @@ def design_line(record: SweepRecord, row: Comparison) -> str:
   parts = []
   reserved = reserved_seed(record)
   if record.tune:
-    grid = "; ".join(f"{field.split('.')[-1]} {{{', '.join(fmt_value(v) for v in values)}}}"
-                     for field, values in record.tune.items())
+    # Each side's own grid (per-point grids), once where both have the same.
+    grid, base_grid = (record.point_grid(row.key_of(row.value_index)),
+                       record.point_grid(row.key_of(record.axes[row.axis_index].reference)))
+    over = (f" over {grid_text(grid)}" if grid == base_grid else
+            f": {row.value} over {grid_text(grid)}, {row.base_value} over "
+            f"{grid_text(base_grid)}")
     tuning = list(record.seeds) if reserved is None else [reserved]
-    parts.append(f"tuned on {_seeds_text(tuning)} over {grid}")
+    parts.append(f"tuned on {_seeds_text(tuning)}{over}")
   paired = row.interval.method == "paired"
   seeds = (set(row.seeds) & set(row.base_seeds)) if paired else (
       set(row.seeds) | set(row.base_seeds))
@@ -588,15 +584,20 @@ def failed_comparisons(record: SweepRecord, points: Sequence[Point]
         verdict=("both failed" if not point.compared and not base.compared
                  else "failed" if not point.compared else "base failed"), text="",
         confirmed=confirmed, base_confirmed=base_confirmed)
-    out.append(dataclasses.replace(row, text=failed_text(record, row)))
+    grids = (record.point_grid(point.key), record.point_grid(base.key))
+    out.append(dataclasses.replace(row, text=failed_text(record, row, grids)))
   return out
 
 
-def failed_text(record: SweepRecord, row: FailedComparison) -> str:
+def failed_text(record: SweepRecord, row: FailedComparison,
+                grids: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None) -> str:
   """"post vs pre (num_layers=24): failed: post never learned (6 stalled of 6
   runs, at every learning rate); pre learned in 6 of 6"; a side counted on
   its confirmation runs says so ("3 stalled of 3 confirmation runs, at
-  learning_rate=0.01")."""
+  learning_rate=0.01"). ``grids``: each side's own tuned grid (value, base;
+  default: every field the sweep tunes)."""
+  own = dict(zip((row.value, row.base_value), grids or ()))
+
   def side(name: str, counts: Counts, runs: int, confirmed: str | None) -> str:
     kind = "confirmation runs" if confirmed is not None else "runs"
     if counts.learned:
@@ -607,8 +608,9 @@ def failed_text(record: SweepRecord, row: FailedComparison) -> str:
     every = ""
     if confirmed is not None:
       every = f", at {confirmed}"
-    elif record.tune:
-      fields = ", ".join(f.split(".")[-1].replace("_", " ") for f in record.tune)
+    elif own.get(name, record.tune):
+      fields = ", ".join(f.split(".")[-1].replace("_", " ")
+                         for f in own.get(name, record.tune))
       every = f", at every {fields}"
     return f"{name} never learned ({failed} of {runs} {kind}{every})"
   where = f" ({row.context})" if row.context != "-" else ""
@@ -646,9 +648,12 @@ def verdict_text(record: SweepRecord, row: Comparison) -> str:
   how = (f"{iv.n_a} {seeds} paired" if iv.method == "paired"
          else f"{iv.n_a} vs {iv.n_b} {seeds}, unpaired (Welch)")
   tuned = ""
-  if record.tune:
-    fields = ", ".join(f.split(".")[-1].replace("_", " ") for f in record.tune)
-    tuned = f", {fields} tuned per point"
+  # The fields either side tunes (its own grid: a point may tune fewer).
+  fields = list(dict.fromkeys(
+      [*record.point_grid(row.key_of(row.value_index)),
+       *record.point_grid(row.key_of(record.axes[row.axis_index].reference))]))
+  if fields:
+    tuned = f", {', '.join(f.split('.')[-1].replace('_', ' ') for f in fields)} tuned per point"
   where = f" ({row.context})" if row.context != "-" else ""
   metric = "" if row.metric == record.select_by else f" {row.metric}"
   verdict = row.verdict
@@ -677,57 +682,7 @@ def verdict_text(record: SweepRecord, row: Comparison) -> str:
           f"{tuned}{look}; adjusted p = {p}{need}")
 
 
-# ------------------------------------------------------ sensitivity, noise
-def sensitivity(record: SweepRecord, points: Sequence[Point],
-                l0s: Mapping[tuple[int, ...], InitialLoss | None]) -> list[Sensitivity]:
-  """Per point: the selection metric at every tuned value and the LR
-  sensitivity number (Wortsman et al. 2023, ``stats.lr_sensitivity``).
-
-  Each tuned value's curve point holds every finished seed's final value (a
-  stalled seed's too; None for a diverged one), the mean of the learned
-  seeds, the failures, and l(eta): the mean over the declared seeds of
-  min(value, l0), a diverged seed at l0. The number reads the declared seeds
-  only, which every tuned value ran (seeds added later run at the chosen
-  value alone). l0 is the point's (``initial_losses``).
-  """
-  select_by = record.select_by
-  declared = set(record.seeds)
-  out = []
-  if not record.tune:
-    return out
-  for point in points:
-    l0 = l0s.get(point.key)
-    curve, counted = [], {}
-    for row in point.tuned:
-      finished = {seed: s for seed, s in row.seeds.items() if s.outcome is not None}
-      seeds = {seed: (None if s.outcome == "diverged" else s.validation.get(select_by))
-               for seed, s in finished.items()}
-      learned = [s.validation[select_by] for s in finished.values()
-                 if s.outcome == "learned" and select_by in s.validation]
-      runs = [seeds[seed] for seed in finished if seed in declared]
-      value = None
-      if l0 is not None and runs:
-        counted[row.label] = runs
-        value = stats.capped_mean(runs, l0.value)
-      curve.append(CurvePoint(
-          tuned=row.tuned, label=row.label, seeds=seeds,
-          mean=stats.mean_std(learned)[0] if learned else None,
-          failed=sum(s.outcome != "learned" for s in finished.values()), value=value))
-    number, all_failed = None, False
-    if counted:
-      # A point none of whose runs learned gets no number: its stalled runs,
-      # all near the unigram loss, would read as "insensitive".
-      all_failed = (not any(c.mean is not None for c in curve)
-                    or min(c.value for c in curve if c.value is not None) >= l0.value)
-      number = None if all_failed else stats.lr_sensitivity(counted, l0.value)
-    out.append(Sensitivity(
-        point=point.values, key=point.key, curve=tuple(curve),
-        initial_loss=None if l0 is None else l0.value, sensitivity=number,
-        all_failed=all_failed, initial_loss_source=None if l0 is None else l0.source,
-        initial_loss_runs=0 if l0 is None else l0.runs))
-  return out
-
-
+# ------------------------------------------------------------------ noise
 # The validation curve whose last evaluations say whether a run still improved.
 TREND_METRIC = "eval/loss"
 
@@ -889,7 +844,8 @@ def analyze(record: SweepRecord, summaries: Summaries, baselines: Mapping[str, B
                                     initial_losses(record, summaries, baselines))),
       noise=tuple(noise_and_power(record, points, rows, options)),
       scale=tuple(scale_effects(record, points, rows)),
-      sequential=sequential(record))
+      sequential=sequential(record), speedups=tuple(speedup.speedups(record, points)),
+      compute=compute_lib.compute(record, summaries))
 
 
 def sequential(record: SweepRecord) -> Sequential | None:

@@ -20,11 +20,15 @@ values, outcomes, comparisons with verdicts); ``report.md`` renders it:
 - per axis, each value against the axis's base value within each combination
   of the other axes: the method (paired or Welch), the difference with its
   95% interval, the Holm-adjusted p and the verdict;
+- the effective speedup over AdamW, where the sweep ran AdamW at several
+  lengths beside other optimizers (``speedup``);
 - the noise floor and the smallest detectable difference per axis; the
   effects against model size where an axis changes it;
 - loss curves per axis, the length-extrapolation table (position sweeps) and
   per-layer gradient norms near initialisation (``train.log_layer_stats``);
-- the command that reproduces the sweep.
+- the command that reproduces the sweep;
+- what the runs cost: core time per point and in total, and the share spent
+  in train steps (``compute``).
 
 ``render`` is one function per section, each reading the typed record
 (``sweep_record.SweepRecord``) and report (``schema.Report``). Everything
@@ -42,7 +46,10 @@ from typing import Any, Mapping, Sequence
 from tfx_jax import files
 from tfx_jax.report import analysis
 from tfx_jax.report import collect as collect_lib
+from tfx_jax.report import compute as compute_lib
+from tfx_jax.report import speedup
 from tfx_jax.report import stats
+from tfx_jax.report import tuning
 from tfx_jax.report.points import Points, at_chosen, fmt_value, group_points, value_label
 from tfx_jax.report.schema import Comparison, Counts, Report, Trend
 from tfx_jax.sweep_record import SweepRecord
@@ -357,7 +364,7 @@ def _design(record: SweepRecord, report: Report) -> str:
   """How the points were chosen and compared, in a paragraph."""
   select_by, split = report.select_by, report.report_split
   if record.tune:
-    tuned = ", ".join(f"`{k}` in {list(v)}" for k, v in record.tune.items())
+    tuned = tuning.declared_text(record.tune)
     how = (f"Each point is compared at its own best tuned value ({tuned}), chosen by "
            f"the mean `{select_by}` of its runs on the validation split"
            + (", each run at its own final value capped at the loss at initialisation "
@@ -615,29 +622,44 @@ def lengths_section(record: SweepRecord, points: Points, shown: Points,
 
 
 def layers_section(record: SweepRecord, shown: Points, plots: Mapping[str, str]) -> Lines:
-  """Gradient norm per layer at the first logged step (``train.log_layer_stats``)."""
-  layers = layer_table(record, shown)
+  """Gradient norm per layer at initialisation (``train.layer_stats_init_batches``)
+  or at the first logged step (``train.log_layer_stats``)."""
+  summaries = [s for runs in shown.values() for _, s in runs]
+  kind = collect_lib.shown_layer_kind(summaries)
+  layers = layer_table(record, shown, kind) if kind else None
   if not layers:
     return []
-  steps = sorted({s["layer_stats_step"] for runs in shown.values() for _, s in runs
-                  if s.get("layer_stats_step") is not None})
-  if steps == [1]:
-    title = "at initialisation"
-    when = ("step 1, the first update, whose gradients are taken at the initial "
-            "parameters")
-  else:
-    title = "at the first logged step"
-    when = (f"step {', '.join(map(str, steps))}, after that many updates (runs "
-            "made with `train.log_layer_stats` log step 1, at initialisation)")
+  title, when = collect_lib.layer_kind_when(kind, summaries)
+  param = kind.partition("/")[2]
+  tag = f"layer_stats/{kind}/<stack>_<layer>"
+  arrays = ("every array of the layer" if param in ("", "all") else
+            f"the layer's `{param}` arrays (`train.layer_stats_param`)")
   out = [f"## Gradient norm per layer {title}", "",
-         "`layer_stats/grad_norm/<stack>_<layer>` at the first logged step, mean "
-         f"over seeds: {when} (Xiong et al. 2020, Figure 3: post-norm's gradients "
-         "at initialisation grow towards the last layers, pre-norm's stay flat).",
-         "",
+         f"`{tag}`, the norm over {arrays}, mean over seeds: {when} (Xiong et al. "
+         "2020, Figure 3, the FFN output matrix W2 averaged over batches: post-norm's "
+         "gradients at initialisation grow towards the last layers, pre-norm's stay "
+         "flat).", "",
          markdown_table(layers), ""]
   if plots.get("layers"):
     out += [f"![gradient norm per layer]({plots['layers']})", ""]
   return out
+
+
+def compute_section(record: SweepRecord, compute: compute_lib.Compute | None) -> Lines:
+  """What the runs cost (``compute``): core time per point and in total, the
+  share of it in train steps (nothing where no run recorded its time)."""
+  if compute is None:
+    return []
+  total = compute.total
+  share = ("" if total.train_fraction is None
+           else f", {100 * total.train_fraction:.0f}% of it in train steps")
+  return ["## Compute", "",
+          f"{total.runs} runs took {compute_lib.fmt_core_time(total.core_seconds)}{share}. "
+          "Core time is each run's wall time (from its process's start, every attempt) "
+          "times the cores it had; the phases are those its status.json records "
+          "(startup: interpreter, imports, data, state; evaluations: in training and "
+          "after it, their compilation included).", "",
+          markdown_table(compute_lib.compute_table(record, compute)), ""]
 
 
 def render(record: SweepRecord, summaries, report: Report, plots: Mapping[str, str]) -> str:
@@ -648,9 +670,11 @@ def render(record: SweepRecord, summaries, report: Report, plots: Mapping[str, s
               reproduce_section(record, summaries, report),
               points_section(record, report, points), tuning_stage_section(record, report),
               tuned_section(record, report, plots),
-              comparisons_section(record, report, plots), noise_section(report),
+              comparisons_section(record, report, plots), speedup.section(report.speedups),
+              noise_section(report),
               scale_section(report, plots), lengths_section(record, points, shown, plots),
-              layers_section(record, shown, plots)]
+              layers_section(record, shown, plots),
+              compute_section(record, report.compute)]
   return "\n".join(line for section in sections for line in section)
 
 

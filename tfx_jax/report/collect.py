@@ -22,7 +22,10 @@ from tfx_jax.sweep_record import RunEntry, SweepRecord
 
 # Every record of every tag (the reader's default keeps a sample of 10,000).
 _SIZE_GUIDANCE = {"scalars": 0, "tensors": 0}
-LAYER_TAG = re.compile(r"layer_stats/(grad_norm|param_norm|update_norm)/(\w+?)_(\d+)$")
+# layer_stats/<kind>[/<param>]/<stack>_<NN> (tfx_jax/layer_stats.py).
+LAYER_TAG = re.compile(
+    r"layer_stats/(grad_norm|param_norm|update_norm|init_grad_norm)/(?:(\w+)/)?(\w+?)_(\d+)$")
+INIT_KIND = "init_grad_norm"
 
 
 def read_scalars(logdir: str | os.PathLike) -> dict[str, list[tuple[int, float, float]]]:
@@ -104,8 +107,14 @@ def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
   ({multiple: perplexity}), window_tokens ({multiple: the window in tokens}),
   scaled_lengths (the same with RoPE scaled at evaluation, per scaling),
   layer_stats ({kind: {(stack, layer): value}} at the first step they were
-  logged), layer_stats_step (that step), test (``split_metrics(workdir, "test")``),
-  num_params (the model's parameter count, from status.json).
+  logged; kind ``grad_norm``, ``param_norm``, ``update_norm``, with
+  ``/<param>`` for ``train.layer_stats_param`` other than all, and
+  ``init_grad_norm/<param>``, the mean at initialisation logged at step 0),
+  layer_stats_step (the first step of those logged during training), test
+  (``split_metrics(workdir, "test")``),
+  num_params (the model's parameter count, from status.json), seconds (where
+  the run's time went: status.json's ``seconds``, {} where not recorded) and
+  cores (status.json's ``cores``).
   """
   status = status_lib.read_status(workdir) or {}
   scalars = read_scalars(workdir / "tensorboard")
@@ -125,8 +134,10 @@ def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
     m = LAYER_TAG.match(tag)
     if m and points:
       first = min(points)
-      layer.setdefault(m.group(1), {})[(m.group(2), int(m.group(3)))] = first[1]
-      layer_steps.add(int(first[0]))
+      kind = m.group(1) if m.group(2) is None else f"{m.group(1)}/{m.group(2)}"
+      layer.setdefault(kind, {})[(m.group(3), int(m.group(4)))] = first[1]
+      if m.group(1) != INIT_KIND:  # those are at step 0, before any update
+        layer_steps.add(int(first[0]))
   return {
       "state": status.get("state", entry.state),
       "step": int(status.get("step", 0)),
@@ -146,7 +157,37 @@ def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
       "layer_stats_step": min(layer_steps) if layer_steps else None,
       "test": split_metrics(workdir, "test"),
       "num_params": status.get("num_params"),
+      "seconds": dict(status.get("seconds") or {}),
+      "cores": status.get("cores"),
   }
+
+
+def shown_layer_kind(summaries) -> str | None:
+  """The per-layer statistic a report shows of runs' summaries: the gradient
+  norm at initialisation (``init_grad_norm/<param>``) where runs logged it,
+  else the gradient norm over every array, else over one part; None without any."""
+  kinds = sorted({k for s in summaries for k in s.get("layer_stats", {})})
+  for prefix in (INIT_KIND + "/", "grad_norm"):
+    chosen = [k for k in kinds if k.startswith(prefix)]
+    if chosen:
+      return "grad_norm" if "grad_norm" in chosen else chosen[0]
+  return None
+
+
+def layer_kind_when(kind: str, summaries) -> tuple[str, str]:
+  """(title, when) of a per-layer statistic ``kind`` of runs' summaries, e.g.
+  ("at initialisation", "step 0, before the first update, ...")."""
+  if kind.startswith(INIT_KIND + "/"):
+    return ("at initialisation", "step 0, at the initial parameters, the mean over the "
+            "first `train.layer_stats_init_batches` training batches")
+  steps = sorted({s["layer_stats_step"] for s in summaries
+                  if s.get("layer_stats_step") is not None})
+  if steps == [1]:
+    return ("at initialisation, one batch", "step 1, the first update, whose "
+            "gradients are taken at the initial parameters, on one batch")
+  return ("at the first logged step",
+          f"step {', '.join(map(str, steps))}, after that many updates (runs made with "
+          "`train.layer_stats_init_batches` > 0 log the statistics at initialisation)")
 
 
 def collect(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, dict[str, Any]]]:

@@ -30,12 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import forest
 from tfx_jax.report import points as points_lib
 from tfx_jax.report import style
 from tfx_jax.report.points import Points, at_chosen, fmt_value
 from tfx_jax.report.schema import Report
-from tfx_jax.sweep_record import AxisRecord, SweepRecord
+from tfx_jax.sweep_record import AxisRecord, SweepRecord, tuned_values
 
 MAX_PANELS = 8
 CURVE_TAGS = (("train/loss", "training loss"), ("eval/loss", "validation loss"))
@@ -186,8 +187,9 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
         continue
       chosen = report.point(key).chosen or {}
       others = {k: v for k, v in chosen.items() if k != field}
-      curve = sorted((c for c in s.curve
-                      if all(c.tuned.get(k) == v for k, v in others.items())),
+      # A point whose own grid does not tune ``field`` has no curve over it.
+      curve = sorted((c for c in s.curve if field in c.tuned
+                      and all(c.tuned.get(k) == v for k, v in others.items())),
                      key=lambda c: c.tuned[field])
       colour = palette.colour(axis_index, vi)
       label = "base config" if axis_index is None else palette.label(axis_index, vi)
@@ -354,12 +356,28 @@ def lengths_plot(path: pathlib.Path, record: SweepRecord, points: Points,
 # ------------------------------------------------------------------- layers
 STACK_ORDER = {"encoder": 0, "decoder": 1}
 LAYER_STATS = {"grad_norm": "gradient norm", "param_norm": "parameter norm",
-               "update_norm": "update norm"}
+               "update_norm": "update norm", "init_grad_norm": "gradient norm"}
+
+
+def layer_stat_name(kind: str) -> str:
+  """``grad_norm/ffn_out`` -> "gradient norm of ffn_out"; ``init_grad_norm/all``
+  -> "gradient norm of all arrays"."""
+  stat, _, param = kind.partition("/")
+  name = LAYER_STATS.get(stat, stat.replace("_", " "))
+  if param:
+    name += " of all arrays" if param == "all" else f" of {param}"
+  return name
 
 
 def layers_plot(path: pathlib.Path, record: SweepRecord, points: Points,
-                palette: style.Palette, kind: str = "grad_norm") -> bool:
-  """A per-layer statistic at the first logged step, one line per point."""
+                palette: style.Palette, kind: str | None = None) -> bool:
+  """A per-layer statistic at the first step it was logged, one line per point:
+  ``kind``, or the one the report shows (``collect.shown_layer_kind``: the
+  gradient norm at initialisation where runs logged it)."""
+  summaries = [s for runs in points.values() for _, s in runs]
+  kind = kind or collect_lib.shown_layer_kind(summaries)
+  if kind is None:
+    return False
   plt = style.pyplot()
   layers = sorted({k for runs in points.values() for _, s in runs
                    for k in s["layer_stats"].get(kind, {})},
@@ -389,10 +407,11 @@ def layers_plot(path: pathlib.Path, record: SweepRecord, points: Points,
                 if len(layers) > 6 else "center")
   ax.set_yscale("log")
   style.plain_axis(ax.yaxis, log=True)
-  name = LAYER_STATS.get(kind, kind.replace("_", " "))
+  name = layer_stat_name(kind)
+  title, _ = collect_lib.layer_kind_when(kind, summaries)
   ax.set_xlabel("layer")
-  ax.set_ylabel(f"{name} at the first logged step (log scale)")
-  ax.set_title(f"{name.capitalize()} per layer at initialisation: mean over seeds "
+  ax.set_ylabel(f"{name} {title} (log scale)", fontsize=8)
+  ax.set_title(f"{name[0].upper() + name[1:]} per layer {title}: mean over seeds "
                "(faint: each seed)", fontsize=9)
   ax.grid(color="#eeeeee")
   if drawn:
@@ -410,7 +429,8 @@ def write_plots(sweep_dir: pathlib.Path, record: SweepRecord, points: Points,
   if report is not None:
     if forest.forest_plot(sweep_dir / "forest.png", forest.forest_panels(record, report)):
       out["forest"] = "forest.png"
-    for field, values in record.tune.items():
+    for field, grids in record.tune.items():
+      values = tuned_values(grids)  # every point's grid of the field
       if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                  for v in values):
         continue  # a non-numeric tuned field has no log axis; its table stays

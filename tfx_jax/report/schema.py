@@ -11,7 +11,8 @@
                 metric: the interval (``stats.Interval``), the Holm-adjusted
                 p, the verdict (``stats.Verdict``) and its sentence; with
                 adaptive seeds, its ``Look`` in the report's ``Sequential`` test
-  FailedComparison, Sensitivity, Noise, ScaleEffect: the other sections
+  FailedComparison, Sensitivity, Noise, ScaleEffect: the other sections;
+  ``speedup.Speedup`` the effective speedup over AdamW
   Trend         whether a point's validation loss still fell at its last
                 evaluations by more than the seed noise (``Point.trend``)
 
@@ -34,7 +35,9 @@ import typing
 from typing import Any, Iterable, Literal, Mapping
 
 from tfx_jax.report import stats
-from tfx_jax.sweep_record import Split
+from tfx_jax.report.compute import Compute
+from tfx_jax.report.speedup import Speedup
+from tfx_jax.sweep_record import Split, Tune, tune_grids, tune_json
 
 FILENAME = "report.json"
 # A comparison with a side that never learned, at any tuned value.
@@ -547,7 +550,7 @@ class Report:
   """report.json."""
   sweep: str
   select_by: str
-  tune: dict[str, tuple[Any, ...]]
+  tune: Tune  # the sweep's tuned grids (``sweep_record.TunedGrid``)
   report_split: Split
   reserved_seed: int | None  # no test split: the seed that only chooses
   options: Options
@@ -562,6 +565,11 @@ class Report:
   tuning_seeds: tuple[int, ...] = ()        # the declared seeds
   confirmation_seeds: tuple[int, ...] = ()  # a confirmed sweep's declared ones
   sequential: Sequential | None = None  # adaptive seeds' test (None: fixed seeds)
+  speedups: tuple[Speedup, ...] = ()  # effective speedup over AdamW (``speedup``)
+  compute: Compute | None = None  # what the runs cost (``compute``; None: not recorded)
+
+  def __post_init__(self):
+    object.__setattr__(self, "tune", tune_grids(self.tune))
 
   @property
   def selection_biased(self) -> bool:
@@ -578,7 +586,7 @@ class Report:
   def to_json(self) -> dict[str, Any]:
     return {
         "sweep": self.sweep, "select_by": self.select_by,
-        "tune": {k: list(v) for k, v in self.tune.items()},
+        "tune": tune_json(self.tune),
         "report_split": self.report_split, "reserved_seed": self.reserved_seed,
         "options": dataclasses.asdict(self.options),
         "baselines": {name: dataclasses.asdict(b) for name, b in self.baselines.items()},
@@ -591,7 +599,9 @@ class Report:
         "verdict_runs": self.verdict_runs, "selection_biased": self.selection_biased,
         "tuning_seeds": list(self.tuning_seeds),
         "confirmation_seeds": list(self.confirmation_seeds),
-        "sequential": None if self.sequential is None else self.sequential.to_json()}
+        "sequential": None if self.sequential is None else self.sequential.to_json(),
+        "speedups": [s.to_json() for s in self.speedups],
+        "compute": None if self.compute is None else self.compute.to_json()}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> Report:
@@ -599,7 +609,7 @@ class Report:
     data = _migrate(data)
     return cls(
         sweep=data["sweep"], select_by=data["select_by"],
-        tune={k: tuple(v) for k, v in data["tune"].items()},
+        tune=tune_grids(data["tune"]),
         report_split=_choice(data["report_split"], Split, "report_split"),
         reserved_seed=data["reserved_seed"], options=Options(**data["options"]),
         baselines={name: Baseline(**b) for name, b in data["baselines"].items()},
@@ -613,7 +623,9 @@ class Report:
         tuning_seeds=tuple(data["tuning_seeds"]),
         confirmation_seeds=tuple(data["confirmation_seeds"]),
         sequential=(None if data["sequential"] is None
-                    else Sequential.from_json(data["sequential"])))
+                    else Sequential.from_json(data["sequential"])),
+        speedups=tuple(Speedup.from_json(s) for s in data["speedups"]),
+        compute=None if data["compute"] is None else Compute.from_json(data["compute"]))
 
 
 def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -636,6 +648,10 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
   ``confirmation``; per failed comparison no ``confirmed`` side. Before the
   sequential test of adaptive seeds: no ``sequential`` and no ``look`` per
   comparison (those reports tested every look at a fixed alpha: None).
+  Before the effective speedup: no ``speedups`` (none). Before the compute
+  table: no ``compute`` (None: not recorded). Before per-point
+  tuned grids: each tuned field as one list of values, which ``tune_grids``
+  reads as it is.
   """
   data = copy.deepcopy(dict(data))
   data.setdefault("failed", [])
@@ -644,6 +660,8 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
   data.setdefault("tuning_seeds", [])
   data.setdefault("confirmation_seeds", [])
   data.setdefault("sequential", None)
+  data.setdefault("speedups", [])
+  data.setdefault("compute", None)
   for row in data["failed"]:
     row.setdefault("confirmed", None)
     row.setdefault("base_confirmed", None)

@@ -5,10 +5,12 @@
       --axis model.activation=relu,swiglu --axis model.norm_type=layernorm,rmsnorm \\
       --seeds 0,1 --name act_norm [--config.train.num_steps=50 ...]
 
-Flags: ``--dry-run`` (list the runs, run nothing), ``--parallel N``,
+Flags: ``--dry-run`` (list the runs, run nothing; with ``--topology NAME`` also
+compile each distinct program for that machine and check that it fits),
+``--parallel N``,
 ``--executor local|slurm`` (``--slurm-args "..."``), ``--workdir`` (default
-``runs/``), ``--retry-failed``, ``--status``, ``--tune``, ``--confirm``,
-``--until-resolved``. Every run is validated before anything runs (exit 2,
+``runs/``), ``--retry-failed``, ``--separate-evaluations``, ``--status``,
+``--tune``, ``--confirm``, ``--until-resolved``. Every run is validated before anything runs (exit 2,
 nothing written). Exit code 1 if a run failed.
 """
 
@@ -43,9 +45,12 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--config", help="base config without a sweep file, e.g. configs/lm.py:tiny")
   p.add_argument("--axis", action="append", default=[], metavar="PATH=V1,V2",
                  help="an axis (repeatable; product of axes); 'a=1,2;b=3,4' zips fields")
-  p.add_argument("--tune", action="append", default=[], metavar="PATH=V1,V2",
+  p.add_argument("--tune", action="append", default=[], metavar="PATH=V1,V2[@AXIS=V]",
                  help="a tuned field (repeatable; product): every point runs at every "
-                 "value and is compared at its best, e.g. optim.learning_rate=1e-3,3e-3")
+                 "value and is compared at its best, e.g. optim.learning_rate=1e-3,3e-3; "
+                 "'@AXIS_FIELD=VALUE' (repeatable: all must hold) tunes it only at the "
+                 "points with that axis value, a flag per grid, e.g. "
+                 "optim.learning_rate=1e-4,3e-4@optim.optimizer=lion"),
   p.add_argument("--select-by", help="metric that picks each point's tuned values on "
                  "the validation split (default: the sweep's, or eval/loss)")
   p.add_argument("--confirm", type=int, default=None, metavar="N",
@@ -56,11 +61,17 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--name", help="sweep name (directory under --workdir)")
   p.add_argument("--workdir", default="runs", help="parent of the sweep directory")
   p.add_argument("--dry-run", action="store_true", help="list every run; run nothing")
+  p.add_argument("--topology", help="with --dry-run: compile every run for this machine "
+                 "(v5e-16, v4-32, cpu-8, ...; python -m tfx_jax.compile) and check that "
+                 "it fits; exit 1 if one does not")
   p.add_argument("--parallel", type=int, default=1, help="runs at a time (local)")
   p.add_argument("--executor", choices=("local", "slurm"), default="local")
   p.add_argument("--slurm-args", default="", help='extra sbatch arguments, e.g. '
                  '"--partition=gpu --gres=gpu:1 --time=4:00:00"')
   p.add_argument("--retry-failed", action="store_true", help="run failed runs again")
+  p.add_argument("--separate-evaluations", action="store_true",
+                 help="run each evaluation after training as its own python -m "
+                 "tfx_jax.evaluate process (default: in the training process)")
   p.add_argument("--status", action="store_true",
                  help="show each run's state (and SLURM's queue), the unresolved "
                  "comparisons and each point's seeds; run nothing")
@@ -136,9 +147,11 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
     except ConfigError as e:
       raise ConfigError(f"axis {norm.label}: {e}") from None
   tune = {}
-  for field, values in dict(sweep.tune).items():
+  for field, grids in sweep_record.tune_grids(sweep.tune).items():
     try:
-      tune[field] = [validate.coerce(base, field, v) for v in values]
+      tune[field] = tuple(sweep_record.TunedGrid(
+          tuple(validate.coerce(base, field, v) for v in g.values),
+          {k: validate.coerce(base, k, v) for k, v in g.when.items()}) for g in grids)
     except ConfigError as e:
       raise ConfigError(f"tune {field}: {e}") from None
   evaluations = [spec_lib.normalize_evaluation(e) for e in sweep.evaluations]
@@ -260,7 +273,7 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
   record = SweepRecord(
       name=sweep.name, description=sweep.description, config=sweep.config,
       overrides=dict(sweep.overrides), seeds=tuple(sweep.seeds), evaluations=evaluations,
-      tune={k: tuple(v) for k, v in dict(sweep.tune).items()}, select_by=sweep.select_by,
+      tune=sweep_record.tune_grids(sweep.tune), select_by=sweep.select_by,
       confirm=sweep.confirm, until_resolved=until_resolved,
       report_split="test" if test in evaluations else "validation",
       axes=tuple(AxisRecord(a.label, tuple(a.fields), tuple(dict(v) for v in a.values),
@@ -304,6 +317,14 @@ def _sweep(argv: list[str]) -> int:
     raise ConfigError(f"--stall-margin={args.stall_margin}: must be >= 0 (nats).")
   if args.equivalence_margin is not None and args.equivalence_margin <= 0:
     raise ConfigError(f"--equivalence-margin={args.equivalence_margin}: must be > 0.")
+  if args.topology and not args.dry_run:
+    raise ConfigError("--topology checks the runs before they are submitted: use it "
+                      "with --dry-run.")
+  topology = None
+  if args.topology:
+    from tfx_jax.scale import topology as topology_lib  # pylint: disable=import-outside-toplevel
+    topology = topology_lib.parse(args.topology)  # a bad name: exit 2, nothing compiled
+    topology_lib.prepare_host(topology)
   sweep = declared_sweep(args, cli_overrides)
   check_until_resolved(sweep, args.until_resolved)
   axes, runs = spec_lib.expand(sweep)
@@ -323,9 +344,16 @@ def _sweep(argv: list[str]) -> int:
     warn_if_already_tested(sweep_dir)
   state_lib.refresh(sweep_dir, record)
   n_axes = " x ".join(str(len(a.values)) for a in axes) or "1"
-  n_tuned = math.prod(len(v) for v in dict(sweep.tune).values())
-  tuned = f"{n_tuned} tuned values x " if sweep.tune else ""
-  first = (f"sweep {sweep.name}: {len(runs)} runs ({n_axes} points x {tuned}"
+  # Each point's own grid: "6 tuned values" where every point has that many,
+  # else the points' tuned values in all (per-point grids).
+  per_point = {}
+  for run in runs:
+    per_point.setdefault(tuple(map(repr, run.values)), set()).add(repr(run.tuned))
+  sizes = {len(v) for v in per_point.values()}
+  tuned = ("points x " if not sweep.tune else f"points x {sizes.pop()} tuned values x "
+           if len(sizes) == 1 else
+           f"points, {sum(map(len, per_point.values()))} with their own tuned values, x ")
+  first = (f"sweep {sweep.name}: {len(runs)} runs ({n_axes} {tuned}"
            f"{len(sweep.seeds)} seeds) in {sweep_dir}")
   stages = ""
   if record.confirm:
@@ -348,6 +376,9 @@ def _sweep(argv: list[str]) -> int:
         print(f"      note: {note}")
       for e in r.evaluations:
         print(f"      then: python -m tfx_jax.evaluate {shlex.join(e)}")
+    if topology is not None:
+      from tfx_jax.scale import sweep_check  # pylint: disable=import-outside-toplevel
+      return sweep_check.check_runs(sweep.config, runs, topology)
     return 0
   if args.status:
     from tfx_jax.report import schema  # pylint: disable=import-outside-toplevel

@@ -21,6 +21,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from tfx_jax import status as status_lib
 from tfx_jax import sweep_record
 from tfx_jax.sweep import state as state_lib
 from tfx_jax.sweep_record import RunEntry, SweepRecord
@@ -40,7 +41,32 @@ def runs_to_do(record: SweepRecord, retry_failed: bool) -> list[RunEntry]:
   return todo
 
 
-def summary(record: SweepRecord, elapsed: float) -> str:
+# status.json's phases (``status.PHASES``) as the summary names them.
+PHASE_NAMES = {"startup": "startup", "compile": "compile", "train_steps": "train steps",
+               "evaluations": "evaluations", "checkpointing": "checkpointing"}
+
+
+def time_line(sweep_dir: pathlib.Path, record: SweepRecord) -> str | None:
+  """Where the runs' time went, summed over the runs (their status.json's
+  ``seconds``), beside their wall time as the sweep measured it (process
+  launches included); None before any run wrote it."""
+  statuses = [status_lib.read_status(state_lib.run_dir(sweep_dir, e.name))
+              for e in record.runs]
+  seconds = status_lib.summed(statuses)
+  if not any(seconds.values()):
+    return None
+  runs = sum(1 for s in statuses if s and s.get("seconds"))
+  wall = sum(e.wall_seconds for e in record.runs)
+  line = ("  time in the runs, summed over " + f"{runs} run(s): " + ", ".join(
+      f"{PHASE_NAMES[p]} {seconds[p]:.1f}s" for p in status_lib.PHASES))
+  if wall > 0:
+    line += (f"; wall {wall:.1f}s, of which train steps "
+             f"{100 * seconds['train_steps'] / wall:.0f}%")
+  return line
+
+
+def summary(record: SweepRecord, elapsed: float, sweep_dir: pathlib.Path | None = None
+            ) -> str:
   counts = state_lib.counts(record)
   lines = [f"sweep {record.name}: " + ", ".join(
       f"{n} {s}" for s, n in counts.items() if n) + f" ({elapsed:.0f}s)"]
@@ -51,6 +77,9 @@ def summary(record: SweepRecord, elapsed: float) -> str:
               if isinstance(e.compile_seconds, (int, float))]
   if compiles:
     lines.append("  compile seconds per run: " + ", ".join(f"{c:.1f}" for c in compiles))
+  spent = time_line(sweep_dir, record) if sweep_dir is not None else None
+  if spent:
+    lines.append(spent)
   return "\n".join(lines)
 
 
@@ -74,7 +103,7 @@ def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
   code = _run_local(args, sweep_dir, record, todo, save, user_env)
   if code:
     return code
-  print(summary(record, time.time() - start), flush=True)
+  print(summary(record, time.time() - start, sweep_dir), flush=True)
   report = _write_report(sweep_dir)
   if record.confirm and report is not None:
     code, report = _confirmation_stage(args, sweep_dir, record, report, save, user_env)
@@ -118,7 +147,7 @@ def _confirmation_stage(args, sweep_dir, record, report, save, user_env
   code = _run_local(args, sweep_dir, record, added, save, user_env)
   if code:
     return code, report
-  print(summary(record, time.time() - start), flush=True)
+  print(summary(record, time.time() - start, sweep_dir), flush=True)
   return 0, _write_report(sweep_dir)
 
 
@@ -128,7 +157,8 @@ def _run_local(args, sweep_dir, record, todo, save, user_env) -> int:
     from tfx_jax.sweep.local import LocalExecutor  # pylint: disable=import-outside-toplevel
     executor = LocalExecutor(sweep_dir, record, args.parallel, user_env,
                              retry_failed=args.retry_failed,
-                             out=lambda msg: print(msg, flush=True))
+                             out=lambda msg: print(msg, flush=True),
+                             separate_evaluations=args.separate_evaluations)
     print(f"  {len(todo)} to run, {args.parallel} at a time, "
           f"{len(executor.cores[0])} core(s) each", flush=True)
     try:
@@ -191,7 +221,8 @@ def _submit(args, sweep_dir, record, todo, save, env) -> int:
     return 0
   try:
     job_id, script = slurm.submit_sweep(sweep_dir, record, todo, sys.executable,
-                                        args.slurm_args, pathlib.Path.cwd(), env)
+                                        args.slurm_args, pathlib.Path.cwd(), env,
+                                        separate_evaluations=args.separate_evaluations)
   except (ConfigError, RuntimeError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2 if isinstance(e, ConfigError) else 1

@@ -1,8 +1,12 @@
 """Runs a sweep's runs on this machine, N at a time.
 
-Each run is the ordinary subprocess ``python -m tfx_jax.train ...`` (then its
-extra ``python -m tfx_jax.evaluate`` commands), started from this process's
-main thread with:
+Each run is the ordinary subprocess ``python -m tfx_jax.train ...``, which
+runs the run's evaluations itself after its last step (``--evaluate``: no new
+interpreter, imports, checkpoint restore or compile per evaluation; a finished
+run started again evaluates from its checkpoint); with
+``separate_evaluations`` (the sweep's ``--separate-evaluations``) the
+training command is followed by one ``python -m tfx_jax.evaluate`` command
+per evaluation instead. Each is started from this process's main thread with:
 
 - its share of the CPU cores: ``sched_setaffinity`` to ``cores / N`` cores
   (the binding limit) and XLA's CPU thread pool told the same; on a GPU
@@ -83,6 +87,24 @@ def child_env(sweep_dir: pathlib.Path, cores: list[int], gpus: str | None,
   return env
 
 
+def points_first(record: SweepRecord, entries: list[RunEntry]) -> list[RunEntry]:
+  """``entries`` with the first run of every point before the second of any.
+
+  The runs of one point differ only in seeds and tuned values, which are
+  arguments of the compiled steps (the optimizer's hyperparameters are
+  traced), so they share programs: started together, two of them would both
+  compile what one could have written to the shared cache for the other; in
+  this order parallel runs compile different points' programs, and each
+  point's later runs read its programs back."""
+  seen: dict[tuple[int, ...], int] = {}
+  ranked = []
+  for i, entry in enumerate(entries):
+    key = record.point_key(entry)
+    ranked.append((seen.get(key, 0), i, entry))
+    seen[key] = seen.get(key, 0) + 1
+  return [entry for _, _, entry in sorted(ranked, key=lambda r: r[:2])]
+
+
 @dataclasses.dataclass
 class _Job:
   entry: RunEntry
@@ -100,8 +122,9 @@ class LocalExecutor:
 
   def __init__(self, sweep_dir: pathlib.Path, record: SweepRecord, parallel: int,
                env: dict[str, str], retry_failed: bool = False,
-               out: Callable[[str], None] = print):
+               out: Callable[[str], None] = print, separate_evaluations: bool = False):
     self.sweep_dir = sweep_dir
+    self.separate_evaluations = separate_evaluations
     self.retry_failed = retry_failed
     self.record = record
     self.parallel = max(1, parallel)
@@ -116,6 +139,9 @@ class LocalExecutor:
   # ------------------------------------------------------------------ start
   def _commands(self, entry: RunEntry) -> list[list[str]]:
     workdir = state_lib.run_dir(self.sweep_dir, entry.name)
+    if not self.separate_evaluations:
+      return [state_lib.train_command(self.record.config, workdir, entry.overrides,
+                                      evaluations=entry.evaluations)]
     train = state_lib.train_command(self.record.config, workdir, entry.overrides)
     evals = state_lib.eval_commands(workdir, entry.evaluations)
     return [train, *evals]
@@ -144,9 +170,11 @@ class LocalExecutor:
     return "started"
 
   def _launch(self, job: _Job) -> None:
-    # A finished training run skips straight to its missing evaluations.
-    if job.phase == 0 and (status_lib.read_status(job.workdir) or {}).get(
-        "state") == "finished":
+    # A finished training run skips straight to its missing evaluation
+    # commands (the training command runs its own evaluations: started again,
+    # it evaluates from the checkpoint).
+    if job.phase == 0 and len(job.commands) > 1 and (
+        status_lib.read_status(job.workdir) or {}).get("state") == "finished":
       job.phase = 1
     while job.phase > 0 and job.phase <= len(job.commands) - 1 and \
         state_lib.eval_marker(job.workdir, job.phase - 1).exists():
@@ -215,7 +243,7 @@ class LocalExecutor:
   # --------------------------------------------------------------------- loop
   def run(self, entries: list[RunEntry], save: Callable[[], None]) -> None:
     """Executes ``entries`` (runs of the record), saving the record on changes."""
-    queue = list(entries)
+    queue = points_first(self.record, entries)
     try:
       while queue or self.jobs:
         started_any = False

@@ -1,7 +1,9 @@
 """SLURM executor: one job array, one task per unfinished run.
 
 ``runs/<sweep>/slurm/sweep.sbatch`` runs, in array task i, the i-th unfinished
-run's ordinary training command (then its extra evaluations) under the run's
+run's ordinary training command, which runs its evaluations after training
+(``--evaluate``; with ``--separate-evaluations``, an evaluation command each
+follows it instead), under the run's
 lock (util-linux ``flock``, the same lock the local executor takes), so a
 resubmitted or concurrently running sweep never executes a run twice at once,
 and every task resumes from the run's checkpoints. SLURM's SIGTERM at a time
@@ -28,7 +30,7 @@ SCRIPT = "sweep.sbatch"
 
 def render_script(sweep_dir: pathlib.Path, record: SweepRecord,
                   entries: Sequence[RunEntry], python: str,
-                  cwd: pathlib.Path) -> str:
+                  cwd: pathlib.Path, separate_evaluations: bool = False) -> str:
   """The sbatch script of ``entries`` (array task i runs ``entries[i]``)."""
   slurm_dir = (sweep_dir / "slurm").resolve()
   cache = (sweep_dir / ".jax_cache").resolve()
@@ -53,7 +55,9 @@ def render_script(sweep_dir: pathlib.Path, record: SweepRecord,
   for i, entry in enumerate(entries):
     workdir = state_lib.run_dir(sweep_dir, entry.name)
     w = q(str(workdir))
-    train = state_lib.train_command(record.config, workdir, entry.overrides, python)
+    in_process = () if separate_evaluations else entry.evaluations
+    train = state_lib.train_command(record.config, workdir, entry.overrides, python,
+                                    evaluations=in_process)
     lines += [
         f"  {i})  # {entry.name}",
         f"    W={w}",
@@ -65,11 +69,14 @@ def render_script(sweep_dir: pathlib.Path, record: SweepRecord,
         f"    grep -q '\"state\": \"finished\"' \"$W/status.json\" || {{ grep -q "
         f"'\"state\": \"diverged\"' \"$W/status.json\" && exit 0; exit $rc; }}",
     ]
-    evals = state_lib.eval_commands(workdir, entry.evaluations, python)
+    evals = (state_lib.eval_commands(workdir, entry.evaluations, python)
+             if separate_evaluations else [])
     for k, cmd in enumerate(evals):
       marker = q(str(state_lib.eval_marker(workdir, k)))
       lines.append(f'    [ -e {marker} ] || {{ {shlex.join(cmd)} >> "$W/{state_lib.LOG_FILE}" '
                    f"2>&1 && echo {q(shlex.join(cmd[5:]))} > {marker} || exit 1; }}")
+    if in_process:  # a finished run whose evaluations failed is a failed task
+      lines.append("    exit $rc")
     lines.append("    ;;")
   lines += ["esac", ""]
   return "\n".join(lines)
@@ -141,12 +148,13 @@ def queued_runs(record: SweepRecord) -> dict[str, str]:
 
 def submit_sweep(sweep_dir: pathlib.Path, record: SweepRecord,
                  entries: Sequence[RunEntry], python: str, slurm_args: str,
-                 cwd: pathlib.Path, env: dict[str, str] | None = None
-                 ) -> tuple[str, pathlib.Path]:
+                 cwd: pathlib.Path, env: dict[str, str] | None = None,
+                 separate_evaluations: bool = False) -> tuple[str, pathlib.Path]:
   """Writes the sbatch script of ``entries``, submits it, records the job id."""
   script = sweep_dir / "slurm" / SCRIPT
   script.parent.mkdir(parents=True, exist_ok=True)
-  script.write_text(render_script(sweep_dir, record, entries, python, cwd))
+  script.write_text(render_script(sweep_dir, record, entries, python, cwd,
+                                  separate_evaluations))
   script.chmod(0o755)
   job_id = submit(script, slurm_args, env)
   record.slurm_jobs.append(SlurmJob(job_id, sweep_record.now(), slurm_args,

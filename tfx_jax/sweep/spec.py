@@ -22,7 +22,21 @@ or on the command line (``tfx_jax.sweep.cli``). ``tune={"optim.learning_rate":
 every tuned value (several fields: their product) and every seed, as
 ordinary runs whose names include the tuned values; the report picks each
 point's own best value by ``select_by`` on the validation split and compares
-points at their chosen values on a split the selection never saw.
+points at their chosen values on a split the selection never saw. A tuned
+field's grid may depend on the point, as evaluations do (``TunedGrid``)::
+
+    tune={"optim.learning_rate": [
+              {"values": [1e-3, 3e-3, 1e-2], "when": {"optim.optimizer": "adamw"}},
+              {"values": [1e-4, 3e-4, 1e-3], "when": {"optim.optimizer": "lion"}}],
+          "optim.adam_learning_rate_ratio": {
+              "values": [0.1, 0.3], "when": {"optim.optimizer": "muon"}}}
+
+Each point runs the product of the grids whose ``when`` its axis values
+match (a field no grid of which matches is not tuned there: the Muon point
+above tunes only the Adam ratio); each ``when`` names an axis field and one
+of its values, at most one grid of a field applies to a point, and every
+grid applies to some point (ConfigError otherwise). The report's choice,
+sensitivity and grid-edge check read each point's own grid.
 ``confirm=N`` (``--confirm``) adds a confirmation stage: once every tuning
 run is done, each point runs N fresh seeds at its chosen value (the same
 seeds for every point, right above the declared ones), and the verdicts read
@@ -50,7 +64,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from tfx_jax.errors import ConfigError
-from tfx_jax.sweep_record import Evaluation
+from tfx_jax.sweep_record import Evaluation, Tune, TunedGrid, grid_at, tune_grids
 
 Overrides = Mapping[str, Any]
 
@@ -90,8 +104,9 @@ class Sweep:
   # argument lists, or ``Evaluation``s for the runs that match their ``when``.
   evaluations: Sequence[Sequence[str] | Evaluation] = ()
   description: str = ""
-  # Tuned fields: {path: [values]}; each point is compared at its best value.
-  tune: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)
+  # Tuned fields: {path: [values]}, or per-point grids ({"values", "when"}
+  # entries, ``sweep_record.tune_grids``); each point is compared at its best.
+  tune: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   # The metric that chooses a point's tuned values (on the validation split).
   select_by: str = "eval/loss"
   # Confirmation seeds per point (0: none), run at each point's chosen tuned
@@ -192,16 +207,30 @@ def run_name(values: Sequence[Mapping[str, Any]], seed: int,
   return "_".join(parts or ["base"]) + f"_s{seed}"
 
 
-def tune_grid(tune: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
-  """Every combination of the tuned values ([{}] when nothing is tuned)."""
-  fields = list(tune)
-  for field in fields:
-    if not isinstance(tune[field], (list, tuple)) or not tune[field]:
-      raise ConfigError(f"tune {field}: values must be a non-empty list, got "
-                        f"{tune[field]!r}.")
-    if len(set(map(repr, tune[field]))) != len(tune[field]):
-      raise ConfigError(f"tune {field}: {list(tune[field])} repeats a value.")
-  return [dict(zip(fields, combo)) for combo in itertools.product(*tune.values())]
+def tune_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+  """Every combination of a point's tuned values ([{}] when nothing is tuned)."""
+  fields = list(grid)
+  return [dict(zip(fields, combo)) for combo in itertools.product(*grid.values())]
+
+
+def check_conditions(tune: Tune, axes: Sequence[Axis]) -> None:
+  """Each grid's ``when`` names an axis field and one of its values (ConfigError
+  naming the choices): a grid is per point, and points are axis values."""
+  choices: dict[str, list[Any]] = {}
+  for axis in axes:
+    for value in axis.values:
+      for k, v in value.items():
+        if v not in choices.setdefault(k, []):
+          choices[k].append(v)
+  for field, grids in tune.items():
+    for grid in grids:
+      for k, v in grid.when.items():
+        if k not in choices:
+          raise ConfigError(f"tune {field} when {k}: no axis sets {k}; a grid's "
+                            f"condition names an axis field: {list(choices) or 'none'}.")
+        if v not in choices[k]:
+          raise ConfigError(f"tune {field} when {k}={format_value(v)}: not a value of its "
+                            f"axis; choose from {[format_value(c) for c in choices[k]]}.")
 
 
 def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list[Axis], list[Run]]:
@@ -218,23 +247,34 @@ def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list
     raise ConfigError(f"seeds {seeds} repeat a seed.")
   base = {**dict(sweep.overrides), **dict(extra_overrides or {})}
   fields = list(dict.fromkeys(f for a in axes for f in a.fields))
-  for field in sweep.tune:
+  tune = tune_grids(sweep.tune)
+  for field in tune:
     if field in fields:
       raise ConfigError(f"{field} is both an axis and tuned; tune a field the axes "
                         "do not set.")
     if field == "seed":
       raise ConfigError("seeds are not tuned; declare them with seeds=[...].")
-  tuned_grid = tune_grid(sweep.tune)
-  names = short_names(fields + list(sweep.tune))
+  check_conditions(tune, axes)
+  # Each point's own grid: the grids whose conditions its axis values match.
+  combos = []
+  for combo in itertools.product(*(a.values for a in axes)):
+    point = dict(base)
+    for value in combo:
+      point.update(value)
+    combos.append((combo, point, tune_grid(grid_at(tune, point))))
+  for field, grids in tune.items():
+    for grid in grids:
+      if not any(grid.applies(point) for _, point, _ in combos):
+        raise ConfigError(f"tune {field} {list(grid.values)} when {dict(grid.when)}: no "
+                          "point of the sweep has these values together.")
+  names = short_names(fields + list(tune))
   runs, seen = [], {}
   # Seeds outermost: runs execute in this order, so a sweep stopped half-way
   # has every point with its first seeds rather than some points with all.
   for seed in seeds:
-    for combo in itertools.product(*(a.values for a in axes)):
-      for tuned in tuned_grid:
-        overrides = dict(base)
-        for value in combo:
-          overrides.update(value)
+    for combo, point, point_grid in combos:
+      for tuned in point_grid:
+        overrides = dict(point)
         overrides.update(tuned)
         overrides["seed"] = seed
         name = run_name(combo, seed, names, tuned)
@@ -299,21 +339,47 @@ def parse_axis_flag(text: str) -> dict[str, list[str]]:
   return axis
 
 
-def parse_tune_flags(texts: Sequence[str]) -> dict[str, list[str]]:
-  """``["optim.learning_rate=1e-3,3e-3"]`` -> {"optim.learning_rate": ["1e-3", "3e-3"]};
-  several flags tune several fields (their product)."""
-  tune: dict[str, list[str]] = {}
+TUNE_FORM = ("PATH=V1,V2,...[@AXIS_FIELD=VALUE...], such as optim.learning_rate=1e-3,3e-3 "
+             "or optim.learning_rate=1e-4,3e-4@optim.optimizer=lion")
+
+
+def parse_tune_flags(texts: Sequence[str]) -> dict[str, list[Any]]:
+  """``--tune`` flags -> ``Sweep.tune``; several flags tune several fields
+  (their product at each point).
+
+  ``optim.learning_rate=1e-3,3e-3`` tunes the field at every point;
+  ``optim.learning_rate=1e-4,3e-4@optim.optimizer=lion`` only at the points
+  whose axis sets ``optim.optimizer`` to ``lion`` (several conditions:
+  ``@a=x@b=y``, all of them). A field given again with other conditions gets
+  a grid for each: {"optim.learning_rate": [{"values": [...], "when": {...}},
+  ...]}. Values are strings here; the sweep coerces them to the fields' types.
+  """
+  grids: dict[str, list[TunedGrid]] = {}
   for text in texts:
-    path, eq, values = text.partition("=")
+    head, *conditions = text.split("@")
+    path, eq, values = head.partition("=")
     path = path.strip().removeprefix("config.")
     items = [v.strip() for v in values.split(",") if v.strip()]
     if not eq or not path or not items:
-      raise ConfigError(f"--tune {text!r}: expected PATH=V1,V2,... such as "
-                        "optim.learning_rate=1e-3,3e-3,1e-2.")
-    if path in tune:
-      raise ConfigError(f"--tune {path} is given twice.")
-    tune[path] = items
-  return tune
+      raise ConfigError(f"--tune {text!r}: expected {TUNE_FORM}.")
+    when = {}
+    for condition in conditions:
+      field, eq, value = (c.strip() for c in condition.partition("="))
+      field = field.removeprefix("config.")
+      if not eq or not field or not value or "," in value:
+        raise ConfigError(f"--tune {text!r}: the condition {condition!r} is AXIS_FIELD=VALUE "
+                          f"with one value (a flag per value for several); expected "
+                          f"{TUNE_FORM}.")
+      if field in when:
+        raise ConfigError(f"--tune {text!r}: the condition on {field} is given twice.")
+      when[field] = value
+    if any(g.when == when for g in grids.get(path, [])):
+      where = f" when {when}" if when else ""
+      raise ConfigError(f"--tune {path} is given twice{where}.")
+    grids.setdefault(path, []).append(TunedGrid(tuple(items), when))
+  return {path: (list(g[0].values) if len(g) == 1 and not g[0].when
+                 else [{"values": list(e.values), "when": dict(e.when)} for e in g])
+          for path, g in grids.items()}
 
 
 def parse_seeds(text: str) -> list[int]:

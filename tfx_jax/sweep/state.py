@@ -7,6 +7,9 @@
   runs/<sweep>/<run>/.sweep.lock  held (flock) by whoever executes the run
   runs/<sweep>/<run>/sweep.log    the run's console output, every attempt
   runs/<sweep>/<run>/eval/sweep-<i>.done  extra evaluation i finished
+                                (``status.evaluation_marker``: written by the
+                                training process that ran it, or by the
+                                executor after a separate evaluation command)
 
 A run's state is read from its own workdir, never from memory, so a sweep
 killed at any moment (``kill -9``) is picked up exactly where it was: the
@@ -20,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pathlib
+import shlex
 import sys
 import typing
 from typing import Any, Sequence
@@ -40,11 +44,15 @@ def run_dir(sweep_dir: pathlib.Path, run: Run | str) -> pathlib.Path:
 
 
 def train_command(config_spec: str, workdir: pathlib.Path, overrides: dict[str, Any],
-                  python: str = sys.executable) -> list[str]:
-  """The ordinary, resumable training command of one run."""
+                  python: str = sys.executable,
+                  evaluations: Sequence[Sequence[str]] = ()) -> list[str]:
+  """The ordinary, resumable training command of one run; ``evaluations``
+  (``tfx_jax.evaluate``'s arguments) run in it after the last step
+  (``--evaluate``), or, on a finished run, from its checkpoint."""
   return [python, "-m", "tfx_jax.train", "--config", config_spec,
           "--workdir", str(workdir),
-          *[f"--config.{k}={format_value(v)}" for k, v in overrides.items()]]
+          *[f"--config.{k}={format_value(v)}" for k, v in overrides.items()],
+          *[f"--evaluate={shlex.join(args)}" for args in evaluations]]
 
 
 def eval_commands(workdir: pathlib.Path, evaluations: Sequence[Sequence[str]],
@@ -55,7 +63,7 @@ def eval_commands(workdir: pathlib.Path, evaluations: Sequence[Sequence[str]],
 
 
 def eval_marker(workdir: pathlib.Path, index: int) -> pathlib.Path:
-  return workdir / "eval" / f"sweep-{index}.done"
+  return status_lib.evaluation_marker(workdir, index)
 
 
 def evaluations_done(workdir: pathlib.Path, n: int) -> bool:

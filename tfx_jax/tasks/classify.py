@@ -96,7 +96,9 @@ def classify_objective(config, family: str, *, train: bool):
   z-loss (``train.z_loss``) while training."""
   lambda_pt = float(config.finetune.lambda_pt) if family == "decoder_only" else 0.0
   z_loss = float(config.train.z_loss) if train else 0.0
-  return functools.partial(classify_loss, lambda_pt=lambda_pt, z_loss=z_loss)
+  return losses.with_router_losses(
+      functools.partial(classify_loss, lambda_pt=lambda_pt, z_loss=z_loss), config,
+      train=train)
 
 
 def uniform_class_loss(config) -> float:

@@ -14,6 +14,8 @@ the task modules bind the settings each loss reads (``token_objective``).
   mean (loss, accuracy) across the rows of the evaluated batches, from sums
   the evaluation step adds anyway (no second pass, no extra host transfer).
 * ``uniform_token_loss``: their loss at initialisation, ln |V|.
+* ``with_router_losses``: a task's training objective plus the load-balancing
+  loss and the router z-loss of a mixture of experts (``layers/moe.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from tfx_jax.errors import ConfigError
+from tfx_jax.layers import moe
 
 
 def label_smoothed_cross_entropy(
@@ -202,11 +205,41 @@ def token_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
 
 def token_objective(config, family: str, *, train: bool):
   """``token_loss`` with label smoothing (``train.label_smoothing``) and z-loss
-  (``train.z_loss``) while training only: evaluation measures the plain loss."""
+  (``train.z_loss``) while training only: evaluation measures the plain loss.
+  A mixture of experts adds its router losses while training
+  (``with_router_losses``)."""
   del family
   smoothing = float(config.train.label_smoothing) if train else 0.0
   z_loss = float(config.train.z_loss) if train else 0.0
-  return functools.partial(token_loss, label_smoothing=smoothing, z_loss=z_loss)
+  return with_router_losses(
+      functools.partial(token_loss, label_smoothing=smoothing, z_loss=z_loss),
+      config, train=train)
+
+
+def with_router_losses(loss_fn, config, *, train: bool):
+  """``loss_fn(outputs, batch) -> (objective, sums)`` plus, while training a
+  model with MoE layers (``outputs["moe"]``), ``train.moe_aux_loss`` times the
+  load-balancing loss (per batch or per sequence, ``train.moe_aux_scope``;
+  with ``model.moe_balance='aux_loss'``) and ``train.router_z_loss`` times the
+  router z-loss (ST-MoE), both means over the MoE layers; the sums gain the
+  router statistics the train step logs and balances with (``moe.router_sums``).
+  Evaluation (``train`` False), and a dense model, have the task's loss alone."""
+  if not train or getattr(getattr(config, "model", None), "ffn_type", "dense") != "moe":
+    return loss_fn
+  balance = config.model.moe_balance == "aux_loss"
+  aux_weight = float(config.train.moe_aux_loss) if balance else 0.0
+  z_weight = float(config.train.router_z_loss)
+  scope = config.train.moe_aux_scope
+
+  def objective(outputs, batch):
+    loss, sums = loss_fn(outputs, batch)
+    if "moe" not in outputs:
+      return loss, sums
+    router = moe.router_sums(outputs["moe"], scope)
+    loss = loss + aux_weight * router["router/aux_loss"] + z_weight * router["router/z_loss"]
+    return loss, {**sums, **router}
+
+  return objective
 
 
 def uniform_token_loss(config) -> float:

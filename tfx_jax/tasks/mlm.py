@@ -4,6 +4,10 @@ Rows: inputs (bos + text + eos, masked), targets (the original ids), weights
 1 at the masked positions; cut into rows of seq_len and packed. Masking
 (``bert_mask``, Devlin et al. 2019, section 3.1) is a function of
 (``seed``, the example's index), so it is the same on every resume.
+With ``data.packing=stream``: windows of seq_len tokens of the split's token
+stream (``data.stream``; RoBERTa's FULL-SENTENCES, Liu et al. 2019, section
+4.2: contiguous text across document ends, each end marked by eos), masked
+the same way (bos and eos never).
 Loss: cross entropy at the masked positions (``losses.token_loss``).
 Baseline: the unigram entropy of the text's tokens (the maskable positions:
 not bos or eos). l0 = ln |V|. Metrics: perplexity and accuracy at the masked
@@ -16,6 +20,7 @@ import numpy as np
 
 from tfx_jax.data import baselines
 from tfx_jax.data import rows as rows_lib
+from tfx_jax.data import stream
 from tfx_jax.data.config import DataConfig
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax.errors import ConfigError
@@ -66,6 +71,18 @@ def mlm_rows(example, index, *, tok, keys, seq_len, counts, seed, mask_rate):
                                 seq_len, counts)
 
 
+def mlm_window(tokens, index, *, tok, seq_len, seed, mask_rate):
+  """The masked row of one window of the token stream (``data.stream``): its
+  first seq_len tokens (the one after them is the next window's first)."""
+  ids = np.asarray(tokens[:seq_len], np.int32)
+  rate = DEFAULT_MASK_RATE if mask_rate is None else float(mask_rate)
+  rng = np.random.default_rng([seed, index])
+  maskable = (ids != tok.bos_id) & (ids != tok.eos_id)
+  inputs, weights = bert_mask(ids, rng, mask_rate=rate,
+                              vocab_size=tok.vocab_size, maskable=maskable)
+  return stream.window_row({"inputs": inputs, "targets": ids, "weights": weights}, seq_len)
+
+
 def mlm_targets(example, tok, keys) -> list[int] | None:
   """The text's tokens: the positions ``mlm_rows`` may mask (not bos or eos)."""
   text = rows_lib.example_text(example, keys.text_key)
@@ -77,7 +94,7 @@ def mlm_targets(example, tok, keys) -> list[int] | None:
 TASK = Task(
     "mlm", ("encoder_only",),
     rows=rows_lib.RowFormat(
-        "mlm", mlm_rows, packed=True,
+        "mlm", mlm_rows, packed=True, window=mlm_window,
         check_data=lambda data: check_mask_rate(getattr(data, "mask_rate", DEFAULT_MASK_RATE))),
     model_inputs=token_inputs,
     objective=losses.token_objective,

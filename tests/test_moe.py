@@ -1,0 +1,338 @@
+"""Mixture of experts (``model.ffn_type='moe'``, tfx_jax/layers/moe.py).
+
+The router and the balancing terms against NumPy; the two dispatches (dropless
+grouped matmul, capacity) against each other and against a per-token NumPy
+reference; KV-cache decoding, scan and loop; the expert bias's update and its
+resumption; the config checks; the matched-parameter helper of configs/lm.py.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tfx_jax import metrics, run_config, summary, trained_run
+from tfx_jax.errors import ConfigError, InactiveSetting
+from tfx_jax.layers import moe
+from tfx_jax.model_config import model_config_from_dict, moe_layers
+from tfx_jax.models import build_model, stack_layer_params
+from helpers import load_config, train, _config_module
+
+pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")]
+
+E, K = 4, 2
+BASE = dict(family="decoder_only", num_layers=2, d_model=16, num_heads=2, vocab_size=23,
+            max_len=12, position="rope", activation="swiglu", ffn_type="moe",
+            num_experts=E, experts_per_token=K)
+IDS = jnp.asarray([[3, 4, 5, 6, 7, 8, 9, 10, 0, 0], [5, 9, 7, 12, 15, 3, 11, 20, 21, 22]],
+                  jnp.int32)
+SEGMENTS = (IDS > 0).astype(jnp.int32)
+
+
+def _model(**changes):
+  cfg = model_config_from_dict(dict(BASE, **changes))
+  return cfg, build_model(cfg)
+
+
+@functools.lru_cache(maxsize=None)
+def _params(**changes):
+  cfg, model = _model(**changes)
+  return model.init(jax.random.PRNGKey(0), IDS)["params"]
+
+
+def _forward(params, **changes):
+  _, model = _model(**changes)
+  return model.apply({"params": params}, IDS, segment_ids=SEGMENTS)
+
+
+# ------------------------------------------------------------------ router
+def _np_route(logits, bias, k, router, norm_topk):
+  scores = (np.exp(logits - logits.max(-1, keepdims=True)) if router == "softmax"
+            else 1 / (1 + np.exp(-logits)))
+  if router == "softmax":
+    scores = scores / scores.sum(-1, keepdims=True)
+  chosen = np.argsort(-(scores + bias), axis=-1, kind="stable")[:, :k]
+  weights = np.take_along_axis(scores, chosen, -1)
+  if norm_topk:
+    weights = weights / weights.sum(-1, keepdims=True)
+  return weights, chosen, scores
+
+
+@pytest.mark.parametrize("norm_topk", [True, False])
+@pytest.mark.parametrize("router", ["softmax", "sigmoid"])
+def test_router_matches_numpy(router, norm_topk):
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(50, 6)).astype(np.float32)
+  # A bias large enough to change choices, but not the weights (scores only).
+  bias = rng.normal(scale=0.3, size=6).astype(np.float32)
+  got = moe.route(jnp.asarray(logits), jnp.asarray(bias), 3, moe._SCORES[router], norm_topk)
+  want = _np_route(logits, bias, 3, router, norm_topk)
+  assert (np.asarray(got[1]) == want[1]).all()
+  np.testing.assert_allclose(np.asarray(got[0]), want[0], rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(got[2]), want[2], rtol=1e-6)
+  # The bias chooses: unbiased, other experts win for some token.
+  unbiased = moe.route(jnp.asarray(logits), None, 3, moe._SCORES[router], norm_topk)[1]
+  assert (np.asarray(unbiased) != want[1]).any()
+
+
+def test_a_moe_layer_is_the_weighted_sum_of_its_experts_ffns():
+  """The whole layer against a per-token NumPy loop: route, run the k chosen
+  experts' gated FFNs, weigh, add; padding tokens get nothing."""
+  cfg, model = _model(num_layers=1, router_norm_topk=False)
+  params = nn.unbox(_params(num_layers=1, router_norm_topk=False))
+  captured = {}
+
+  # The FFN sublayer's input and output, read with Flax's intercepted calls.
+  def interceptor(next_fun, args, kwargs, context):
+    out = next_fun(*args, **kwargs)
+    if isinstance(context.module, moe.MixtureOfExperts) and context.method_name == "__call__":
+      captured["x"], captured["real"], captured["y"] = args[0], args[1], out[0]
+    return out
+
+  with nn.intercept_methods(interceptor):
+    model.apply({"params": params}, IDS, segment_ids=SEGMENTS)
+  p = jax.tree.map(np.asarray, params["decoder"]["layer_0"]["ffn"])
+  x = np.asarray(captured["x"]).reshape(-1, 16)
+  real = np.asarray(captured["real"]).reshape(-1)
+  weights, chosen, _ = _np_route(x @ p["router"]["kernel"], 0.0, K, "softmax", False)
+  silu = lambda a: a / (1 + np.exp(-a))
+  want = np.zeros_like(x)
+  for t in range(x.shape[0]):
+    if not real[t]:
+      continue
+    for w, e in zip(weights[t], chosen[t]):
+      h = silu(x[t] @ p["wi"]["kernel"][e]) * (x[t] @ p["wv"]["kernel"][e])
+      want[t] += w * (h @ p["wo"]["kernel"][e])
+  assert (~real).sum() == 2  # the two padding tokens
+  np.testing.assert_allclose(np.asarray(captured["y"]).reshape(-1, 16), want, atol=1e-5)
+
+
+# ---------------------------------------------------------------- dispatch
+@pytest.mark.parametrize("changes", [
+    dict(), dict(activation="gelu", use_bias=True), dict(shared_experts=1),
+    dict(router="sigmoid", router_norm_topk=False)], ids=["swiglu", "gelu_bias", "shared",
+                                                          "sigmoid"])
+def test_dropless_and_capacity_agree_when_nothing_overflows(changes):
+  params = _params(**changes)
+  dropless = _forward(params, **changes)
+  # Capacity E: every expert has a row for every token's every choice.
+  roomy = _forward(params, capacity_factor=float(E), **changes)
+  np.testing.assert_allclose(np.asarray(roomy["logits"]), np.asarray(dropless["logits"]),
+                             atol=2e-5)
+  for stats in (dropless["moe"]["decoder"], roomy["moe"]["decoder"]):
+    assert float(stats.dropped.sum()) == 0.0
+  np.testing.assert_array_equal(np.asarray(roomy["moe"]["decoder"].counts),
+                                np.asarray(dropless["moe"]["decoder"].counts))
+  # A tight capacity drops, and says how many.
+  tight = _forward(params, capacity_factor=0.5, **changes)
+  dropped = np.asarray(tight["moe"]["decoder"].dropped).sum(-1)  # per layer
+  counts = np.asarray(tight["moe"]["decoder"].counts).sum((1, 2))
+  rows = E * moe.capacity(IDS.size, K, E, 0.5)
+  assert (dropped >= counts - rows).all() and (dropped > 0).all()
+  assert not np.allclose(np.asarray(tight["logits"]), np.asarray(dropless["logits"]))
+
+
+def test_capacity_rows_keep_first_choices_first():
+  """Priority: every token's first choice before any second choice (GShard);
+  within a rank, token order. Expert 0 has room for 2 of its 3 requests."""
+  experts = jnp.asarray([[1, 0], [0, 1], [0, 1], [2, 3]], jnp.int32)  # [T=4, k=2]
+  row, rows, sizes = moe.capacity_rows(experts, 4, 1.0)  # C = ceil(4 * 2 / 4) = 2
+  assert rows == 8 and list(np.asarray(sizes)) == [2, 2, 2, 2]
+  row = np.asarray(row).reshape(4, 2)
+  # Expert 0: tokens 1 and 2 ask first, token 0 second: token 0's is dropped.
+  assert row[1, 0] == 0 and row[2, 0] == 1 and row[0, 1] == rows
+  # Expert 1: token 0 first (row 2), then tokens 1 and 2 second: token 2 dropped.
+  assert row[0, 0] == 2 and row[1, 1] == 3 and row[2, 1] == rows
+  assert row[3, 0] == 4 and row[3, 1] == 6
+
+
+# ------------------------------------------------------ balancing and loss
+def _np_balance(counts, scores, tokens):
+  f = counts / counts.sum(-1, keepdims=True)
+  p = scores / tokens[..., None]
+  return counts.shape[-1] * (f * p).sum(-1)
+
+
+def test_balance_and_z_losses_match_numpy_per_batch_and_per_sequence():
+  rng = np.random.default_rng(1)
+  counts = rng.integers(0, 9, size=(3, 4, E)).astype(np.float32)  # [layers, B, E]
+  tokens = counts.sum(-1) / K
+  scores = rng.uniform(size=(3, 4, E)).astype(np.float32) * tokens[..., None]
+  z = rng.uniform(size=(3, 4)).astype(np.float32)
+  stats = moe.RouterStats(counts=jnp.asarray(counts), scores=jnp.asarray(scores),
+                          tokens=jnp.asarray(tokens), log_z_sq=jnp.asarray(z),
+                          dropped=jnp.zeros((3, 4)))
+  per_batch = _np_balance(counts.sum(1), scores.sum(1), tokens.sum(1)).mean()
+  per_seq = _np_balance(counts, scores, tokens).mean()
+  np.testing.assert_allclose(float(moe.balance_loss(stats, "batch")), per_batch, rtol=1e-5)
+  np.testing.assert_allclose(float(moe.balance_loss(stats, "sequence")), per_seq, rtol=1e-5)
+  np.testing.assert_allclose(float(moe.router_z_loss(stats)),
+                             (z.sum(1) / tokens.sum(1)).mean(), rtol=1e-5)
+  # A uniform load with uniform scores is the loss's floor, 1 (Switch eq. 4).
+  uniform = moe.RouterStats(counts=jnp.full((1, 2, E), 6.0), scores=jnp.full((1, 2, E), 3 / E * K),
+                            tokens=jnp.full((1, 2), 3.0 * K), log_z_sq=jnp.zeros((1, 2)),
+                            dropped=jnp.zeros((1, 2)))
+  np.testing.assert_allclose(float(moe.balance_loss(uniform, "batch")), 1.0, rtol=1e-6)
+
+
+def test_the_expert_bias_moves_by_the_sign_rule_and_has_no_gradient():
+  params = nn.unbox(_params(moe_balance="bias"))
+  assert params["decoder"]["layer_0"]["ffn"]["expert_bias"].shape == (E,)
+  counts = {"decoder": jnp.asarray([[5.0, 1.0, 3.0, 3.0], [0.0, 0.0, 4.0, 8.0]])}
+  moved = moe.update_expert_bias(params, params, counts, 0.01)
+  np.testing.assert_allclose(moved["decoder"]["layer_0"]["ffn"]["expert_bias"],
+                             [-0.01, 0.01, 0.0, 0.0])
+  np.testing.assert_allclose(moved["decoder"]["layer_1"]["ffn"]["expert_bias"],
+                             [0.01, 0.01, -0.01, -0.01])
+  # The scanned layout: one [layers, E] array, the same rule.
+  scanned = stack_layer_params(params)
+  moved_scan = moe.update_expert_bias(scanned, scanned, counts, 0.01)
+  np.testing.assert_allclose(moved_scan["decoder"]["layers"]["ffn"]["expert_bias"],
+                             np.stack([moved["decoder"][f"layer_{i}"]["ffn"]["expert_bias"]
+                                       for i in range(2)]))
+  _, model = _model(moe_balance="bias")
+
+  def loss(p):
+    return model.apply({"params": p}, IDS, segment_ids=SEGMENTS)["logits"].sum()
+  grads = jax.grad(loss)(moved)
+  assert not np.asarray(grads["decoder"]["layer_0"]["ffn"]["expert_bias"]).any()
+  assert np.asarray(grads["decoder"]["layer_0"]["ffn"]["router"]["kernel"]).any()
+
+
+# ---------------------------------------------------- decode, scan, layers
+@pytest.mark.parametrize("scan", [False, True], ids=["loop", "scan"])
+def test_kv_cache_decoding_equals_the_full_forward(scan):
+  params = nn.unbox(_params())
+  if scan:
+    params = stack_layer_params(params)
+  cfg = model_config_from_dict(dict(BASE, scan_layers=scan))
+  ids = IDS[1:]
+  full = build_model(cfg).apply({"params": params}, ids)["logits"]
+  decoder = build_model(cfg, use_cache=True)
+  cache = decoder.init(jax.random.PRNGKey(0), jnp.zeros_like(ids))["cache"]
+  # One compiled step for every position (the same shapes each time).
+  step = jax.jit(lambda cache, tok: decoder.apply({"params": params, "cache": cache}, tok,
+                                                  mutable=["cache"]))
+  steps = []
+  for t in range(ids.shape[1]):
+    out, mutated = step(cache, ids[:, t:t + 1])
+    cache = mutated["cache"]
+    steps.append(out["logits"])
+  np.testing.assert_allclose(np.concatenate(steps, axis=1), np.asarray(full), atol=1e-5)
+
+
+def test_scan_and_loop_compute_the_same_model_and_router_statistics():
+  params = nn.unbox(_params())
+  loop = _forward(params)
+  cfg = model_config_from_dict(dict(BASE, scan_layers=True, remat="full"))
+  scan = build_model(cfg).apply({"params": stack_layer_params(params)}, IDS,
+                                segment_ids=SEGMENTS)
+  np.testing.assert_allclose(np.asarray(scan["logits"]), np.asarray(loop["logits"]), atol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+               scan["moe"]["decoder"], loop["moe"]["decoder"])
+
+
+def test_moe_every_and_first_dense_layers_choose_the_moe_layers():
+  cfg = model_config_from_dict(dict(BASE, num_layers=6, moe_every=2, first_dense_layers=2))
+  # Layers 4 and 6 (1-based multiples of 2, from the third layer on): Qwen3-MoE's rule.
+  assert moe_layers(cfg, 6) == (3, 5)
+  params = build_model(cfg).init(jax.random.PRNGKey(0), IDS)["params"]["decoder"]
+  for i in range(6):
+    assert ("router" in params[f"layer_{i}"]["ffn"]) == (i in (3, 5)), i
+  with pytest.raises(ConfigError, match="scan_layers=True .* mix dense and MoE"):
+    model_config_from_dict(dict(BASE, num_layers=6, moe_every=2, scan_layers=True))
+  with pytest.raises(ConfigError, match="leaves no MoE layer"):
+    model_config_from_dict(dict(BASE, num_layers=2, first_dense_layers=2))
+
+
+# ------------------------------------------------------------- the config
+@pytest.mark.parametrize("changes,error,named", [
+    (dict(ffn_type="dense", num_experts=4), InactiveSetting, "model.num_experts=4"),
+    (dict(ffn_type="dense", router="sigmoid"), InactiveSetting, "model.router='sigmoid'"),
+    (dict(experts_per_token=5), ConfigError, "experts_per_token=5 is more than"),
+    (dict(router_bias_rate=0.01), InactiveSetting, "moe_balance='bias' only"),
+    (dict(capacity_factor=-1.0), ConfigError, "capacity_factor must be >= 0"),
+    (dict(router="topk"), ConfigError, "softmax, sigmoid"),
+])
+def test_bad_moe_settings_are_named(changes, error, named):
+  base = dict(BASE)
+  if changes.get("ffn_type") == "dense":  # the MoE fields at their defaults
+    base = {k: v for k, v in BASE.items() if k not in ("num_experts", "experts_per_token")}
+  with pytest.raises(error, match=named.replace("(", r"\(")):
+    model_config_from_dict(dict(base, **changes))
+
+
+@pytest.mark.parametrize("overrides,named", [
+    ({"train.moe_aux_loss": 0.1}, "train.moe_aux_loss=0.1 is read by a mixture of experts"),
+    ({"train.router_z_loss": 0.001}, "train.router_z_loss=0.001"),
+    ({"model.ffn_type": "moe", "model.moe_balance": "bias", "train.moe_aux_scope": "sequence"},
+     "train.moe_aux_scope='sequence'"),
+])
+def test_router_losses_are_set_only_where_read(overrides, named):
+  config = load_config("lm.py:tiny")
+  with config.unlocked():
+    for key, value in overrides.items():
+      section, field = key.split(".")
+      config[section][field] = value
+  with pytest.raises(InactiveSetting, match=named):
+    run_config.resolve(config)
+
+
+def test_moe_variant_matches_active_or_total_parameters():
+  lm = _config_module("lm.py", "lm")
+  dense = model_config_from_dict(load_config("lm.py:tiny").model)
+  shapes = summary.param_shapes(dense)
+  ffn = lambda s: sum(int(np.prod(v.shape)) for p, v in s.items() if "/ffn/" in p)
+  for match, shared in (("active", 0), ("active", 1), ("total", 0)):
+    over = lm.moe_variant("tiny", shared_experts=shared, match=match)
+    cfg = model_config_from_dict(dict(dense.__dict__, **{
+        k.removeprefix("model."): v for k, v in over.items()}))
+    moe_shapes = summary.param_shapes(cfg)
+    active = summary.active_params(cfg, moe_shapes) - (
+        summary.active_params(dense, shapes) - ffn(shapes))
+    total = ffn(moe_shapes)
+    got = active if match == "active" else total
+    # Rounded down to a whole width: within one unit of width per matrix.
+    per_unit = (2 if not dense.gated else 3) * dense.d_model * dense.num_layers * (
+        (over["model.experts_per_token"] if match == "active" else over["model.num_experts"])
+        + shared)
+    assert 0 <= ffn(shapes) - got < per_unit, (match, shared)
+
+
+# ------------------------------------------------------- training, resuming
+MOE_RUN = {"model.ffn_type": "moe", "model.num_experts": 4, "model.experts_per_token": 2,
+           "model.num_layers": 2, "model.moe_balance": "bias", "model.router_bias_rate": 0.01,
+           "train.router_z_loss": 0.001}
+
+
+@pytest.mark.usefixtures("shared_compilation_cache")
+def test_a_moe_run_logs_its_router_and_resumes_bitwise(tmp_path, capsys):
+  straight = train("lm.py:tiny", tmp_path / "straight", MOE_RUN)
+  expected = metrics.read_scalars(tmp_path / "straight" / "tensorboard")
+  for tag in ("train/moe_aux_loss", "train/router_z_loss",
+              *(f"layer_stats/{k}/decoder_{i:02d}" for i in (0, 1)
+                for k in ("expert_load_max", "expert_load_min", "dropped_tokens"))):
+    assert len(expected[tag]) == 20, tag
+  assert all(v == 0.0 for _, v in expected["layer_stats/dropped_tokens/decoder_00"])
+  assert all(v >= 1.0 for _, v in expected["layer_stats/expert_load_max/decoder_00"])
+  workdir = tmp_path / "run"
+  train("lm.py:tiny", workdir, MOE_RUN, {"train.num_steps": 10})
+  resumed = train("lm.py:tiny", workdir, MOE_RUN)
+  assert "Resumed from step 10" in capsys.readouterr().out
+  got = metrics.read_scalars(workdir / "tensorboard")
+  for tag in ("train/loss", "train/moe_aux_loss", "layer_stats/expert_load_max/decoder_01",
+              "eval/loss"):
+    assert got[tag] == expected[tag], tag
+  assert resumed.metrics == straight.metrics
+  # The expert bias is state: it moved, and the resumed run ends where the
+  # straight one does, bit for bit.
+  a = trained_run.load_run(tmp_path / "straight").params
+  b = trained_run.load_run(workdir).params
+  bias = np.asarray(a["decoder"]["layer_0"]["ffn"]["expert_bias"])
+  assert np.abs(bias).max() > 0
+  jax.tree.map(np.testing.assert_array_equal, a, b)

@@ -1,0 +1,129 @@
+"""The report's "compute" section: what the sweep's runs cost and where it went.
+
+Per point (every run of one combination of axis values: each tuned value,
+seed and confirmation seed) and in total:
+
+- core-seconds: each run's wall time times the cores it had (status.json's
+  ``cores``: CPU cores of its affinity, or its accelerators), summed. A run's
+  wall time is the sweep's measure (``RunEntry.wall_seconds``: process
+  launches, interpreter start and every attempt included), else (SLURM) the
+  sum of the phases its status.json records;
+- the fraction of them spent in train steps (status.json's ``seconds``:
+  ``train_steps``), the rest being startup, compilation, evaluations and
+  checkpointing, also given each in core-seconds.
+
+``compute`` builds it from the record's runs and ``collect.run_summary``'s
+``seconds`` and ``cores``; ``compute_table`` is its table in report.md
+(``build.compute_section``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from tfx_jax import status as status_lib
+from tfx_jax.report.points import group_points, value_label
+from tfx_jax.sweep_record import RunEntry, SweepRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeRow:
+  """The runs of one point (``key``; None: the whole sweep) and their cost."""
+  key: tuple[int, ...] | None
+  runs: int                     # runs with a recorded time
+  core_seconds: float           # wall time x cores, summed over the runs
+  phases: dict[str, float]      # {status.PHASES: core-seconds}
+
+  @property
+  def train_fraction(self) -> float | None:
+    """The share of the core-seconds spent in train steps."""
+    if self.core_seconds <= 0:
+      return None
+    return self.phases.get("train_steps", 0.0) / self.core_seconds
+
+  def to_json(self) -> dict[str, Any]:
+    return {"key": None if self.key is None else list(self.key), "runs": self.runs,
+            "core_seconds": round(self.core_seconds, 3),
+            "train_fraction": (None if self.train_fraction is None
+                               else round(self.train_fraction, 4)),
+            "phases": {p: round(v, 3) for p, v in self.phases.items()}}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> ComputeRow:
+    return cls(None if data["key"] is None else tuple(data["key"]), int(data["runs"]),
+               float(data["core_seconds"]),
+               {p: float(v) for p, v in data["phases"].items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class Compute:
+  """Each point's row and the total."""
+  points: tuple[ComputeRow, ...]
+  total: ComputeRow
+
+  def to_json(self) -> dict[str, Any]:
+    return {"points": [p.to_json() for p in self.points], "total": self.total.to_json()}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> Compute:
+    return cls(tuple(ComputeRow.from_json(p) for p in data["points"]),
+               ComputeRow.from_json(data["total"]))
+
+
+def _row(key: tuple[int, ...] | None, runs_: list[tuple[RunEntry, Mapping[str, Any]]]
+         ) -> ComputeRow:
+  runs, core_seconds = 0, 0.0
+  phases = dict.fromkeys(status_lib.PHASES, 0.0)
+  for entry, summary in runs_:
+    seconds = summary.get("seconds") or {}
+    if not seconds:
+      continue  # no time recorded (not started, or written before it was)
+    cores = int(summary.get("cores") or 1)
+    # The sweep's own measure where it has one (a local run), else the phases'.
+    wall = entry.wall_seconds or sum(seconds.values())
+    runs += 1
+    core_seconds += float(wall) * cores
+    for phase in phases:
+      phases[phase] += float(seconds.get(phase) or 0.0) * cores
+  return ComputeRow(key, runs, core_seconds, phases)
+
+
+def compute(record: SweepRecord, summaries: Mapping[str, Mapping[str, Any]]
+            ) -> Compute | None:
+  """The section's numbers (None: no run recorded where its time went)."""
+  points = group_points(record, summaries)
+  rows = tuple(_row(key, runs) for key, runs in points.items())
+  total = _row(None, [run for runs in points.values() for run in runs])
+  if not total.runs:
+    return None
+  return Compute(tuple(r for r in rows if r.runs), total)
+
+
+def fmt_core_time(core_seconds: float) -> str:
+  """Core-seconds, as core-minutes or core-hours past an hour."""
+  if core_seconds >= 3600:
+    return f"{core_seconds / 3600:.2f} core-h"
+  return f"{core_seconds / 60:.{1 if core_seconds >= 600 else 2}f} core-min"
+
+
+def compute_table(record: SweepRecord, compute_: Compute) -> list[list[str]]:
+  """One row per point and the total: runs, core time, train steps' share and
+  each phase's core time."""
+  names = [a.label.split(".")[-1] for a in record.axes]
+  head = [*names, "runs", "core time", "train steps",
+          *(p.replace("_", " ") for p in status_lib.PHASES if p != "train_steps")]
+  rows = [head]
+
+  def cells(row: ComputeRow) -> list[str]:
+    share = "-" if row.train_fraction is None else f"{100 * row.train_fraction:.0f}%"
+    return [str(row.runs), fmt_core_time(row.core_seconds), share,
+            *(fmt_core_time(row.phases[p]) for p in status_lib.PHASES if p != "train_steps")]
+
+  for row in compute_.points:
+    rows.append([value_label(a.values[i], a) for a, i in zip(record.axes, row.key)]
+                + cells(row))
+  rows.append(["**total**", *[""] * (len(names) - 1)] + cells(compute_.total)
+              if names else cells(compute_.total))
+  return rows
+
