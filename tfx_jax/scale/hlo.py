@@ -19,12 +19,13 @@ reductions and async wrappers as often as the instruction that calls them.
   collective-permute with its buffer size and group size. On TPU a
   reduce-scatter is emitted as a fusion named ``all-reduce-scatter`` around an
   all-reduce; it is counted as the reduce-scatter it is. An all-reduce whose
-  every use reads only this device's 1/n slice of it (a dynamic-slice by
-  partition) is a reduce-scatter that the compiler runs as a whole all-reduce:
-  libtpu does so for a group spanning more than one torus dimension (a
-  64-chip FSDP axis on v5e-64), even for an explicit ``psum_scatter``. Those
-  are counted apart (``sliced_all_reduces``): they send twice a
-  reduce-scatter's bytes.
+  every use reads only one slice of it (1/k of it, k > 1 dividing the group:
+  a dynamic-slice by partition) is a reduce-scatter, over k devices, that the
+  compiler runs as a whole all-reduce: libtpu 0.0.42.1 does so over all the
+  chips of a square slice (v5e-16's 4x4, v5e-64's 8x8), even for an explicit
+  ``psum_scatter`` (docs/scale.md). Those are counted apart
+  (``sliced_all_reduces``): a whole all-reduce sends about twice the bytes
+  of the reduce-scatter it stands for.
 
 The trip count of a loop is its ``known_trip_count`` (CPU and GPU backends
 record it) or else read from its condition, ``counter < N``, with the
@@ -397,26 +398,28 @@ def _traffic(inst: Instruction, sizes: dict[str, int], traffic) -> int:
 
 
 def _read_as_slice(value: str, size: int, group: int, users, sizes, traffic) -> bool:
-  """Whether every use of ``value`` (``size`` bytes) reads 1/``group`` of it
-  through a dynamic-slice, itself or inside a fusion (``_fused_traffic``)."""
+  """Whether every use of ``value`` (``size`` bytes) reads one slice of it, the
+  same 1/k for some k > 1 dividing ``group``, through a dynamic-slice, itself or
+  inside a fusion (``_fused_traffic``)."""
   used = users.get(value, [])
+  read = set()
   for u in used:
     if u.opcode == "dynamic-slice" and u.operands[0] == value:
-      if sizes.get(u.name, 0) * group != size:
-        return False
+      read.add(sizes.get(u.name, 0))
     elif u.opcode == "fusion":
       reads, _ = traffic.get(next(iter(_called(u)), None), ({}, None))
-      if any(reads.get(k, size) * group != size
-             for k, o in enumerate(u.operands) if o == value):
-        return False
+      read.update(reads.get(k, size) for k, o in enumerate(u.operands) if o == value)
     else:
       return False
-  return bool(used)
+  if len(read) != 1:
+    return False
+  part = read.pop()
+  return 0 < part < size and size % part == 0 and group % (size // part) == 0
 
 
 def _sliced_all_reduce(inst: Instruction, group: int, users, sizes, traffic) -> int:
   """The bytes of an all-reduce (or all-reduce-start) whose every result is read
-  only as this device's 1/``group`` slice; 0 otherwise."""
+  only as one slice of it (``_read_as_slice``); 0 otherwise."""
   result = inst
   if inst.opcode == "all-reduce-start":
     done = [u for u in users.get(inst.name, []) if u.opcode == "all-reduce-done"]

@@ -364,9 +364,9 @@ def format_report(r: Report) -> str:
     sliced = r.sliced_all_reduces or {}
     if sliced.get("count"):
       lines.append(f"  of the all-reduces, {sliced['count']} ({format_size(sliced['bytes'])}) are "
-                   "read only as each device's slice: reduce-scatters run as all-reduces")
-      lines.append("  (libtpu does so for a group spanning more than one torus dimension; "
-                   "docs/scale.md)")
+                   "read only as a slice: reduce-scatters run as whole all-reduces")
+      lines.append("  (libtpu does so over all the chips of a square slice; docs/scale.md "
+                   "names meshes that avoid it)")
     if any(r.collective_matmuls.values()):
       lines.append("  collective matmuls (XLA's windowed einsums: the gather or scatter done "
                    "by the permutes above,")
