@@ -18,32 +18,35 @@ own cosine schedule decayed over its own length, so the AdamW losses at
 reference curve the report's effective speedup reads (the AdamW steps needed
 to reach each optimizer's loss, divided by its steps; more than 2x or below
 1/2x is reported as a bound, not extrapolated). Every point is tuned on its
-own grid (``tune``'s per-point grids): AdamW and Muon over the same learning
-rates (``optim.muon_consistent_rms`` 0.2 scales Muon's update to AdamW's RMS,
-so AdamW's rates carry over, as in Moonlight), Muon also over the Adam
-group's rate ratio (``optim.adam_learning_rate_ratio``, its embeddings, head,
-norms and biases), Lion over rates 3-10x smaller (Chen et al. 2023: Lion's
-sign update has a larger norm). The comparisons and the speedups read 3
-fresh confirmation seeds per point at its chosen values, paired.
+own grid (``tune``'s per-point grids): AdamW over 1e-3 to 3e-2, Muon over
+3e-3 to 3e-2 (``optim.muon_consistent_rms`` 0.2 scales Muon's update to
+AdamW's RMS, so AdamW's rates carry over, as in Moonlight) and over the Adam
+group's rate ratio 0.3 to 10 (``optim.adam_learning_rate_ratio``, its
+embeddings, head, norms and biases), Lion over rates 3-10x smaller than
+AdamW's (Chen et al. 2023: Lion's sign update has a larger norm), 3e-4 to
+1e-2. The grids were widened twice after tuning stages chose their top ends
+(AdamW at d_model 64, Muon's rate and ratio, Lion), so that every chosen
+value can be bracketed. The comparisons and the speedups read 3 fresh
+confirmation seeds per point at its chosen values, paired.
 
 Variants: ``tiny`` (one size, d_model 64, one layer, 60 steps, 4 evaluation
 batches; AdamW at 60 and 120 steps, Muon's Adam ratio and Lion's rate tuned;
 6 runs, one seed: a smoke test of the per-point grids and the speedup table;
 about 3 minutes on 2 busy CPU cores with ``--parallel 2``, compilation and
 evaluation most of it), ``default`` (the design above, ``STEPS`` = 400; per
-size 9 AdamW + 6 Muon + 3 Lion tuning runs on seed 0, then 5 points x 3
-confirmation seeds: 66 runs, 2 x 14,400 training steps of
-1,024 tokens, 29.5M tokens, 1.6 hours at the tiny LM's 5,200 tokens/s, plus
-compilation and evaluations: about 2.5 hours on 2 CPU cores with
-``--parallel 2``).
+size 12 AdamW + 12 Muon + 4 Lion tuning runs on seed 0, then 5 points x 3
+confirmation seeds: 86 runs of 200-800 steps of 1,024 tokens, 30-160 s
+each with compilation and evaluations: about 75 minutes on 2 CPU cores
+with ``--parallel 2``).
 """
 
 from tfx_jax.sweep import Sweep
 
 STEPS = 400
-ADAMW_RATES = [1e-3, 3e-3, 1e-2]
-LION_RATES = [1e-4, 3e-4, 1e-3]
-ADAM_RATIOS = [0.3, 1.0]
+ADAMW_RATES = [1e-3, 3e-3, 1e-2, 3e-2]
+MUON_RATES = [3e-3, 1e-2, 3e-2]
+LION_RATES = [3e-4, 1e-3, 3e-3, 1e-2]
+ADAM_RATIOS = [0.3, 1.0, 3.0, 10.0]
 
 
 def _optimizers(steps: int, lengths=(1, 0.5, 2)) -> list[dict]:
@@ -87,6 +90,7 @@ def get_sweep(variant: str = "default") -> Sweep:
                    "optim.schedule": "cosine"},
         axes=[{"model.d_model": [64, 128], "model.num_heads": [2, 4]},
               _optimizers(STEPS)],
-        tune=_tune(adamw=ADAMW_RATES, lion=LION_RATES, ratios=ADAM_RATIOS),
+        tune=_tune(adamw=ADAMW_RATES, lion=LION_RATES, ratios=ADAM_RATIOS,
+                   muon=MUON_RATES),
         seeds=[0], confirm=3)
   raise ValueError(f"unknown variant {variant!r}; choose tiny or default")

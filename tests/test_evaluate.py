@@ -340,7 +340,7 @@ def test_length_extrapolation_in_stream_packing(tmp_path):
   """A run trained on the token stream is evaluated on it: windows of k x L of
   the first n tokens, the same n at every length."""
   overrides = {"model.position": "alibi", "train.seq_len": SEQ_LEN, "train.num_steps": 2,
-               "eval.every_steps": 2, "eval.num_batches": 0, "checkpoint.every_steps": 2,
+               "eval.every_steps": 2, "eval.num_batches": 1, "checkpoint.every_steps": 2,
                "data.packing": "stream"}
   workdir, _ = finished_run("lm.py:tiny", tmp_path / "run", overrides)
   out = ok(evaluate, "--workdir", workdir, "--lengths", "1x,2x", "--max_batches",

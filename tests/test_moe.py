@@ -3,12 +3,20 @@
 The router and the balancing terms against NumPy; the two dispatches (dropless
 grouped matmul, capacity) against each other and against a per-token NumPy
 reference; KV-cache decoding, scan and loop; the expert bias's update and its
-resumption; the config checks; the matched-parameter helper of configs/lm.py.
+resumption; the config checks; the matched-parameter helper of configs/lm.py;
+expert parallelism (layers/expert_parallel.py) on fake CPU devices against one
+device, and its collectives.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
 
 import flax.linen as nn
 import jax
@@ -21,7 +29,8 @@ from tfx_jax.errors import ConfigError, InactiveSetting
 from tfx_jax.layers import moe
 from tfx_jax.model_config import model_config_from_dict, moe_layers
 from tfx_jax.models import build_model, stack_layer_params
-from helpers import load_config, train, _config_module
+from tfx_jax.scale import hlo
+from helpers import ROOT, load_config, train, _config_module
 
 pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")]
 
@@ -336,3 +345,249 @@ def test_a_moe_run_logs_its_router_and_resumes_bitwise(tmp_path, capsys):
   bias = np.asarray(a["decoder"]["layer_0"]["ffn"]["expert_bias"])
   assert np.abs(bias).max() > 0
   jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+# ------------------------------------------------------ expert parallelism
+# One process of 4 fake CPU devices (the device count is fixed before JAX is
+# imported): a tiny MoE LM's objective (loss + balance and z losses) and its
+# gradients, on one device and with the experts split over mesh.expert, from
+# the same parameters and batch; each compiled program's HLO text. Then the
+# layer alone with the ragged exchange of TPU and GPU, whose primitive
+# XLA:CPU lacks, stood in for by one built of all-to-alls as its docstring
+# defines it (jax.lax.ragged_all_to_all).
+_EXPERT_PARALLEL = textwrap.dedent("""
+    import dataclasses, json, re
+    import flax.linen as nn
+    import jax, jax.numpy as jnp, numpy as np
+    from tfx_jax import config_base, run_config, run_setup, sharding, tasks
+    from tfx_jax.layers import moe
+    from tfx_jax.models import build_model
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, 32, size=(8, 9)).astype(np.int32)
+    seg = np.ones((8, 8), np.int32)
+    seg[1, 5:] = seg[6, 2:] = 0  # padding, not routed
+    BATCH = {"inputs": ids[:, :-1], "targets": ids[:, 1:], "segment_ids": seg,
+             "positions": np.tile(np.arange(8, dtype=np.int32), (8, 1)),
+             "weights": seg.astype(np.float32)}
+
+    def objective_and_grads(mesh, capacity_factor, params=None):
+      c = config_base.base_config()
+      c.model.update(dict(family="decoder_only", num_layers=2, d_model=16, num_heads=2,
+                          d_ff=24, vocab_size=32, max_len=8, position="rope",
+                          activation="swiglu", use_bias=True, scan_layers=True,
+                          ffn_type="moe", num_experts=8, experts_per_token=2,
+                          shared_experts=1, capacity_factor=capacity_factor))
+      c.train.update(batch_size=8, seq_len=8, moe_aux_loss=0.01, router_z_loss=0.001)
+      c.mesh.update(mesh)
+      run = run_config.resolve(c)
+      devices = jax.devices()[:int(np.prod(list(mesh.values())))]
+      setup = run_setup.ShardedRun(run, run.model, devices=devices)
+      task = tasks.get(run.task)
+      model = build_model(run.model, platform="cpu")
+      objective = task.objective(run, "decoder_only", train=True)
+      if params is None:
+        params = jax.jit(model.init)(jax.random.PRNGKey(0), BATCH["inputs"])["params"]
+        params = jax.device_get(nn.unbox(params))
+
+      def f(p, batch):
+        with jax.sharding.use_abstract_mesh(setup.mesh.abstract_mesh):
+          out = model.apply({"params": p}, **task.model_inputs(batch))
+          loss, sums = objective(out, batch)
+        return loss, (sums["router/aux_loss"], sums["router/z_loss"],
+                      out["moe"]["decoder"].counts, out["moe"]["decoder"].dropped)
+
+      step = jax.jit(jax.value_and_grad(f, has_aux=True),
+                     in_shardings=(setup.state_shardings.params, setup.batch_sharding))
+      args = (jax.device_put(params, setup.state_shardings.params),
+              sharding.global_batch(BATCH, setup.mesh))
+      compiled = step.lower(*args).compile()
+      (loss, (aux, z, counts, dropped)), grads = jax.device_get(compiled(*args))
+      return params, {"loss": float(loss), "aux": float(aux), "z": float(z),
+                      "counts": counts.tolist(), "dropped": float(dropped.sum()),
+                      "grads": {jax.tree_util.keystr(k): np.asarray(v).tolist()
+                                for k, v in jax.tree_util.tree_leaves_with_path(grads)},
+                      "hlo": compiled.as_text()}
+
+    out = {}
+    params, out["one"] = objective_and_grads({"data": 1}, 0.0)
+    # Capacity 4.0 = E / k: every expert has a row for each of a device's tokens.
+    for name, mesh, factor in (("dropless", {"data": 2, "expert": 2}, 0.0),
+                               ("capacity", {"data": 1, "expert": 4}, 4.0)):
+      out[name] = objective_and_grads(mesh, factor, params)[1]
+
+    # The ragged exchange (platform "gpu"), its primitive stood in for.
+    calls = []
+    def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets,
+                          recv_sizes, *, axis_name, axis_index_groups=None):
+      calls.append(axis_name)
+      n, N = input_offsets.shape[0], operand.shape[0]
+      i = jnp.arange(N)
+      send = jnp.where(i < send_sizes[:, None], input_offsets[:, None] + i, N)
+      got = jax.lax.all_to_all(operand.at[send].get(mode="fill", fill_value=0),
+                               axis_name, 0, 0)
+      at = jax.lax.all_to_all(output_offsets, axis_name, 0, 0, tiled=True)
+      to = jnp.where(i < recv_sizes[:, None], at[:, None] + i, output.shape[0])
+      return output.at[to.reshape(-1)].set(got.reshape(n * N, *operand.shape[1:]),
+                                           mode="drop")
+    jax.lax.ragged_all_to_all = ragged_all_to_all
+
+    spec = moe.MoeSpec(num_experts=8, experts_per_token=3, expert_dim=12, shared_dim=0,
+                       score=jax.nn.sigmoid, norm_topk=True, expert_bias=False,
+                       capacity_factor=0.0)
+    x = jnp.asarray(rng.normal(size=(8, 5, 16)), jnp.float32)
+    real = jnp.asarray(rng.uniform(size=(8, 5)) > 0.2)
+    probe = jnp.asarray(rng.normal(size=(8, 5, 16)), jnp.float32)
+    layer = lambda platform: moe.MixtureOfExperts(spec, act=jax.nn.gelu, gated=False,
+                                                  use_bias=True, platform=platform)
+    shapes = nn.unbox(jax.eval_shape(layer("cpu").init, jax.random.PRNGKey(1), x, real))
+    p = jax.tree.map(lambda v: jnp.asarray(0.3 * rng.normal(size=v.shape), jnp.float32),
+                     shapes)  # biases too: not zero
+    mesh = sharding.make_mesh({"data": 1, "fsdp": 1, "tensor": 1, "expert": 4})
+
+    def layer_loss(platform, p, x):
+      y, stats = layer(platform).apply(p, x, real)
+      return jnp.sum(y * probe), stats.counts
+
+    ref = jax.jit(jax.value_and_grad(lambda p, x: layer_loss("cpu", p, x), (0, 1),
+                                     has_aux=True))(p, x)
+    def ep_loss(p, x):
+      with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        return layer_loss("gpu", p, x)
+    put = lambda v, spec: jax.device_put(v, jax.sharding.NamedSharding(mesh, spec))
+    P = jax.sharding.PartitionSpec
+    ragged = jax.jit(jax.value_and_grad(ep_loss, (0, 1), has_aux=True))(
+        jax.tree.map(lambda v: put(v, P()), p), put(x, P(sharding.BATCH_AXES)))
+    diff = lambda a, b: max(float(np.max(np.abs(np.asarray(u) - np.asarray(v))))
+                            for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    out["ragged"] = {"calls": len(calls), "loss": [float(ref[0][0]), float(ragged[0][0])],
+                     "counts_equal": bool((ref[0][1] == ragged[0][1]).all()),
+                     "grad_diff": diff(ref[1], ragged[1]),
+                     "grad_max": max(float(np.max(np.abs(v))) for v in jax.tree.leaves(ref[1]))}
+
+    # A capacity that overflows: each device's own (GShard's per-group C_l),
+    # so the layer over 4 devices is the one-device layer on each device's 2
+    # sequences alone, drops included.
+    tight = lambda: moe.MixtureOfExperts(dataclasses.replace(spec, capacity_factor=1.0),
+                                         act=jax.nn.gelu, gated=False, use_bias=True)
+    def tight_apply(p, x, real):
+      y, stats = tight().apply(p, x, real)
+      return y, stats.dropped
+    def tight_ep(p, x, real):
+      with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        return tight_apply(p, x, real)
+    alone = jax.jit(tight_apply)
+    ys, drops = zip(*(alone(p, x[i:i + 2], real[i:i + 2]) for i in range(0, 8, 2)))
+    y, dropped = jax.jit(tight_ep)(jax.tree.map(lambda v: put(v, P()), p),
+                                   put(x, P(sharding.BATCH_AXES)), real)
+    out["overflow"] = {"y_diff": float(np.max(np.abs(np.concatenate(ys) - y))),
+                       "dropped": [np.concatenate(drops).tolist(), np.asarray(dropped).tolist()]}
+    print(json.dumps(out))
+""")
+
+
+@pytest.fixture(scope="module")
+def expert_parallel_runs():
+  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  proc = subprocess.run([sys.executable, "-c", _EXPERT_PARALLEL], env=env, cwd=ROOT,
+                        capture_output=True, text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_expert_parallel_runs_match_one_device(expert_parallel_runs):
+  """8 experts split over mesh.expert (4 a device with data=2; 2 a device
+  over 4 devices), dropless and with a capacity nothing overflows: the objective, the router's
+  statistics and every gradient are the one-device ones, up to the order of
+  the sums (float32 rounding)."""
+  one = expert_parallel_runs["one"]
+  for name in ("dropless", "capacity"):
+    run = expert_parallel_runs[name]
+    for key in ("loss", "aux", "z"):
+      assert run[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), (name, key)
+    assert run["counts"] == one["counts"] and run["dropped"] == one["dropped"] == 0.0, name
+    scale = max(np.abs(np.asarray(g)).max() for g in one["grads"].values())
+    assert sorted(run["grads"]) == sorted(one["grads"])
+    for path, g in one["grads"].items():
+      np.testing.assert_allclose(run["grads"][path], g, rtol=1e-5, atol=1e-5 * scale,
+                                 err_msg=f"{name} {path}")
+
+
+@pytest.mark.slow
+def test_expert_parallel_sends_rows_by_all_to_all_not_kernels(expert_parallel_runs):
+  """The compiled programs move tokens, never expert kernels: per MoE layer
+  (2 here) 2 all-to-alls of rows forward and 2 backward, and in the dropless
+  exchange 1 more of the rows per (source, local expert); no all-gather of an
+  expert kernel ([E, 16, 24] / [E, 24, 16]: wi, wv, wo), which the one-device
+  program has no reason for either. ``scale.hlo`` counts them."""
+  expected = {"dropless": 2 * (4 + 1), "capacity": 2 * 4}
+  for name, all_to_alls in expected.items():
+    text = expert_parallel_runs[name]["hlo"]
+    totals = hlo.count_program(text, 4).collective_totals()
+    assert totals["all-to-all"]["count"] == all_to_alls, (name, totals)
+    gathered = [tuple(int(d) for d in dims.split(",") if d) for dims in re.findall(
+        r"= \w+\[([\d,]*)\]\S* all-gather(?:-start)?\(", text)]
+    assert not [s for s in gathered if s[-2:] in ((16, 24), (24, 16))], (name, gathered)
+  assert "all-to-all" not in expert_parallel_runs["one"]["hlo"]
+
+
+@pytest.mark.slow
+def test_the_ragged_exchange_lays_out_rows_as_the_dense_one(expert_parallel_runs):
+  """The layer as compiled for GPU/TPU (rows packed by
+  ``jax.lax.ragged_all_to_all``, here a stand-in of all-to-alls), 8 experts
+  over 4 devices, k = 3, sigmoid router, biases, padding: the same output and
+  gradients as one device."""
+  ragged = expert_parallel_runs["ragged"]
+  assert ragged["calls"] == 2  # traced once: there and back (the backward transposes)
+  assert ragged["loss"][1] == pytest.approx(ragged["loss"][0], rel=1e-5, abs=1e-6)
+  assert ragged["counts_equal"]
+  assert ragged["grad_diff"] <= 1e-5 * ragged["grad_max"]
+
+
+# A dropless exchange's rows there and back as a TPU program has them (v5e-4,
+# mesh.expert=4: the operand, the output buffer, offsets and sizes).
+_RAGGED = """HloModule m, is_scheduled=true
+
+ENTRY %main (x: bf16[512,256], buf: bf16[2048,256], o: s32[4], n: s32[4]) -> bf16[512,256] {
+  %x = bf16[512,256]{1,0} parameter(0)
+  %buf = bf16[2048,256]{1,0} parameter(1)
+  %o = s32[4]{0} parameter(2)
+  %n = s32[4]{0} parameter(3)
+  %there = bf16[2048,256]{1,0} ragged-all-to-all(%x, %buf, %o, %n, %o, /*index=5*/%n), channel_id=1, replica_groups={{0,1,2,3}}
+  ROOT %back = bf16[512,256]{1,0} ragged-all-to-all(%there, %x, %o, %n, %o, /*index=5*/%n), channel_id=2, replica_groups={{0,1,2,3}}
+}
+"""
+
+
+@pytest.mark.slow
+def test_an_overflowing_capacity_is_each_devices_own(expert_parallel_runs):
+  """Capacity factor 1 (C_l = ceil(10 x 3 / 8) = 4 rows per expert on each
+  device's 10 tokens): the experts split over 4 devices give the layer run on
+  each device's sequences alone, the same assignments dropped."""
+  overflow = expert_parallel_runs["overflow"]
+  alone, split = overflow["dropped"]
+  assert split == alone and sum(split) > 0  # per sequence
+  assert overflow["y_diff"] <= 1e-5
+
+
+def test_hlo_counts_a_ragged_all_to_all_by_what_it_can_send():
+  counts = hlo.count_program(_RAGGED, num_devices=4)
+  assert counts.collective_totals()["ragged-all-to-all"] == {
+      "count": 2, "bytes": (512 + 2048) * 256 * 2}
+  assert {c.group for c in counts.collectives} == {4}
+
+
+def test_a_mesh_expert_axis_must_divide_the_experts():
+  config = load_config("lm.py:tiny")
+  with config.unlocked():
+    config.model.update(ffn_type="moe", num_experts=8, experts_per_token=2)
+    config.mesh.update(data=1, expert=3)
+    config.train.batch_size = config.eval.batch_size = 12
+  with pytest.raises(ConfigError, match=r"mesh.expert=3 does not divide "
+                     r"model.num_experts=8.*\[1, 2, 4, 8\]"):
+    run_config.resolve(config)
+  with config.unlocked():  # a dense model: the expert axis shards the batch alone
+    config.model.ffn_type = "dense"  # num_experts, experts_per_token: the defaults
+  run_config.resolve(config)

@@ -140,7 +140,7 @@ def test_layer_statistics_logged_later_are_not_called_initialisation(tmp_path):
   report = (root / "report.md").read_text()
   assert "## Gradient norm per layer at the first logged step" in report
   assert "at initialisation\n" not in report and "step 10, after that many updates" in report
-  assert "| post | 0.5 | 2 |" in report
+  assert "| post | 0.5 ± 0 | 2 ± 0 |" in report  # the seeds agree: an interval of width 0
 
 
 def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
@@ -155,7 +155,7 @@ def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
       write_run(root, name, seed, 1.0 + seed / 10, layer_grad=(7.0, 7.0),
                 layer_steps=(10, 20))
       with metrics.MetricWriter(root / name / "tensorboard") as w:
-        w.write_scalars(0, {f"layer_stats/init_grad_norm/ffn_out/decoder_{i:02d}": g
+        w.write_scalars(0, {f"layer_stats/init_grad_norm/ffn_out/decoder_{i:02d}": g + seed / 10
                             for i, g in enumerate(LAYER_GRAD[norm])})
       runs.append({"name": name, "seed": seed, "values": [{"model.norm_position": norm}],
                    "overrides": {}, "state": "finished", "wall_seconds": 60.0})
@@ -167,7 +167,10 @@ def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
   assert "## Gradient norm per layer at initialisation\n" in report
   assert "`layer_stats/init_grad_norm/ffn_out/<stack>_<layer>`" in report
   assert "step 0, at the initial parameters" in report
-  assert "| post | 0.5 | 2 |" in report and "| pre | 1 | 1 |" in report
+  # Mean over the 2 seeds ± the 95% t-interval's half-width: for values g and
+  # g + 0.1, t(0.975, 1) * 0.1 / sqrt(2) / sqrt(2) = 12.706 * 0.05 = 0.64.
+  assert "| post | 0.55 ± 0.64 | 2.05 ± 0.64 |" in report
+  assert "| pre | 1.05 ± 0.64 | 1.05 ± 0.64 |" in report
   assert (root / "layers.png").stat().st_size > 5000
 
 
@@ -251,12 +254,12 @@ def test_extrapolation_layer_stats_csv_and_plots(sweep_dir):
   assert "## Length extrapolation" in report
   assert "## Noise floor and power" in report
   assert "## Gradient norm per layer at initialisation" in report
-  assert "| post | rope | 0.5 | 2 |" in report
+  assert "| post | rope | 0.5 ± 0 | 2 ± 0 |" in report
   # RoPE evaluated with YaRN: a row of its own under the plain one.
   assert "| pre | rope | as trained | 11.00 ± 1.00 | 20.00 ± 0.00 |" in report
   assert "| pre | rope | yarn-x2-from64 | 11.00 ± 0.00 | 12.00 ± 0.00 |" in report
   assert "| pre | alibi | as trained |" in report and "| pre | alibi | yarn" not in report
-  assert "| pre | alibi | 1 | 1 |" in report
+  assert "| pre | alibi | 1 ± 0 | 1 ± 0 |" in report
   rows = list(csv.DictReader(open(sweep_dir / "report.csv")))
   assert len(rows) == 12
   diverged = [r for r in rows if r["state"] == "diverged"]

@@ -291,6 +291,21 @@ def _check_router_losses(model: ModelConfig, train: TrainConfig) -> None:
           f"leave it at {defaults[name]!r}.")
 
 
+def check_expert_axis(model: ModelConfig, expert: int) -> None:
+  """A mixture of experts splits its experts over the mesh's ``expert`` axis,
+  num_experts / expert on each device (layers/expert_parallel.py): that
+  size must divide model.num_experts. A dense model's expert axis shards the
+  batch alone (sharding.BATCH_AXES): any size."""
+  if model.ffn_type != "moe" or model.num_experts % expert == 0:
+    return
+  sizes = [d for d in range(1, model.num_experts + 1) if model.num_experts % d == 0]
+  raise ConfigError(
+      f"mesh.expert={expert} does not divide model.num_experts={model.num_experts}: each "
+      f"device of the expert axis holds num_experts / mesh.expert experts. Choose "
+      f"mesh.expert in {sizes} (the divisors of model.num_experts), or model.num_experts "
+      f"a multiple of {expert}.")
+
+
 def resolve(config) -> RunConfig:
   """Every section of ``config`` read and checked, before devices, data or
   compilation; raises ConfigError naming the field (exit 2 at the commands)."""
@@ -320,6 +335,8 @@ def resolve(config) -> RunConfig:
   files_corpus.check_config(data, rows)
   _check_router_losses(model, train)
   n_data, n_fsdp, _, n_expert = sharding.mesh_sizes(sections["mesh"])
+  if n_expert != -1:  # else checked once the devices are (run_setup.ShardedRun)
+    check_expert_axis(model, n_expert)
   # The expert axis shards the batch outside the experts (sharding.BATCH_AXES).
   axes = "mesh.data x mesh.fsdp" + (" x mesh.expert" if n_expert != 1 else "")
   for section in ("train", "eval"):

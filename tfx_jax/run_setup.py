@@ -31,6 +31,7 @@ from jax.experimental import multihost_utils
 
 from tfx_jax import layer_stats as layer_stats_lib
 from tfx_jax import optim
+from tfx_jax import run_config
 from tfx_jax import sharding as sharding_lib
 from tfx_jax import tasks
 from tfx_jax.data import pipeline
@@ -364,6 +365,7 @@ class ShardedRun:
     self.config = config
     self.model_cfg = model_cfg
     self.mesh = sharding_lib.make_mesh(config.mesh, devices)
+    run_config.check_expert_axis(model_cfg, self.mesh.shape["expert"])
     self.platform = self.mesh.devices.flat[0].platform
     # The tuned values (optim.Hyperparameters); the optimizer built from them
     # gives the state's tree, which does not depend on them.

@@ -12,8 +12,8 @@ weighs them), and weighs each chosen expert by its score, renormalised over
 the k with ``model.router_norm_topk`` (Mixtral's softmax over the top-k
 logits is the softmax renormalised over its top-k).
 
-Dispatch: each (token, expert) assignment becomes one row of the experts'
-products, rows grouped by expert.
+Dispatch (``dispatch``): each (token, expert) assignment becomes one row of
+the experts' products, rows grouped by expert.
   * dropless (``model.capacity_factor`` = 0; MegaBlocks, Gale et al. 2023):
     the assignments sorted by expert, every one computed, the groups of
     varying size multiplied by one grouped matmul (``jax.lax.ragged_dot``);
@@ -26,6 +26,15 @@ products, rows grouped by expert.
 When nothing overflows the two compute the same rows, so the same outputs (up
 to the products' summation order).
 Padding tokens (no key to attend to) are not routed.
+With a mesh axis ``expert`` of size ep > 1 (``config.mesh.expert``) each
+device holds E/ep experts and the rows travel to their experts' devices and
+back by all-to-alls (layers/expert_parallel.py): per layer, two of k T_l D
+activations per device (there and back) for its T_l tokens in the forward
+pass and two in the backward (capacity: x the factor; XLA:CPU's dense
+dropless exchange: x ep, its worst-case buffers), instead of every device
+gathering every expert's kernels. The router and its
+statistics are the same; the capacity is then per device, C_l = ceil(factor
+T_l k / E) (GShard's per-group capacity).
 
 The layer returns, besides its output, the router statistics per sequence
 (``RouterStats``), from which the task's loss takes the balancing loss
@@ -38,13 +47,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from tfx_jax.layers import expert_parallel
 from tfx_jax.layers.ffn import FeedForward
 from tfx_jax.model_config import moe_layers
 
@@ -137,10 +147,36 @@ def capacity_rows(experts_TK, num_experts: int, factor: float):
   return row_A, num_experts * c, jnp.full((num_experts,), c, jnp.int32)
 
 
-# ---------------------------------------------------------------- the layer
+def dispatch(x_TD, experts_TK, weights_TK, rows_fn, num_experts: int,
+             capacity_factor: float, dtype):
+  """(y [T, D], dropped [T, k]): every (token, expert) assignment a row, laid
+  out by ``capacity_rows`` (factor > 0) or ``dropless_rows``, run through the
+  experts by ``rows_fn(rows [N, D], rows per expert [E], capacity or 0)``
+  (``expert_rows``; across devices, layers/expert_parallel.py), and the k
+  results of each token summed with their ``weights_TK``."""
+  (T, K), D, E = experts_TK.shape, x_TD.shape[-1], num_experts
+  if capacity_factor > 0:
+    row_A, rows, sizes_E = capacity_rows(experts_TK, E, capacity_factor)
+  else:
+    row_A, rows, sizes_E = dropless_rows(experts_TK.reshape(-1), E)
+  token_A = jnp.repeat(jnp.arange(T), K)
+  x_ND = jnp.zeros((rows, D), dtype).at[row_A].set(x_TD[token_A].astype(dtype), mode="drop")
+  y_ND = rows_fn(x_ND, sizes_E, rows // E if capacity_factor > 0 else 0)
+  y_TKD = y_ND.at[row_A].get(mode="fill", fill_value=0).reshape(T, K, D)
+  y_TD = jnp.einsum("tk,tkd->td", weights_TK.astype(dtype), y_TKD)
+  return y_TD, (row_A >= rows).reshape(T, K)
+
+
+# ---------------------------------------------------------------- the experts
+class ExpertProjection(NamedTuple):
+  """One projection of every expert: ``kernel`` [E, in, out], ``bias`` [E, out] or None."""
+  kernel: jax.Array
+  bias: jax.Array | None
+
+
 class ExpertDense(nn.Module):
-  """One projection of every expert: ``kernel`` [E, in, out] (``bias`` [E, out]),
-  applied to rows grouped by expert with one grouped matmul."""
+  """The parameters of one projection of every expert: ``kernel`` [E, in,
+  out] (``bias`` [E, out]), returned as ``ExpertProjection`` in ``dtype``."""
   num_experts: int
   features: int
   axes: tuple[str, str]  # logical names of (in, out); the expert axis is "expert"
@@ -150,31 +186,64 @@ class ExpertDense(nn.Module):
   dtype: Any
 
   @nn.compact
-  def __call__(self, x_NI, sizes_E, group_N, capacity: int = 0):
-    """Rows [N, in] grouped by expert (``sizes_E`` each) -> [N, out]. With
-    ``capacity`` C > 0 every expert has exactly C rows (N = E C): a batched
-    product over the experts, which XLA's CPU backend runs ~15x faster than
-    the grouped one (the same products, in another summation order)."""
+  def __call__(self, in_features: int) -> ExpertProjection:
     # Xavier per expert (DeepNorm's gain where it applies), from the fans of one
     # expert's [in, out] matrix: the expert axis is a batch axis.
     init = nn.initializers.variance_scaling(
         self.gain**2, "fan_avg", self.distribution, in_axis=-2, out_axis=-1,
         batch_axis=(0,))
     kernel = self.param("kernel", nn.with_logical_partitioning(init, ("expert", *self.axes)),
-                        (self.num_experts, x_NI.shape[-1], self.features), F32)
-    if capacity:
-      E = self.num_experts
-      y_NO = jnp.einsum("eci,eio->eco", x_NI.reshape(E, capacity, -1),
-                        kernel.astype(self.dtype)).reshape(E * capacity, -1)
-    else:
-      y_NO = jax.lax.ragged_dot(x_NI, kernel.astype(self.dtype), sizes_E)
+                        (self.num_experts, in_features, self.features), F32)
+    bias = None
     if self.use_bias:
       bias = self.param("bias", nn.with_logical_partitioning(
           nn.initializers.zeros, ("expert", self.axes[1])),
-          (self.num_experts, self.features), F32)
-      y_NO = y_NO + bias.astype(self.dtype)[group_N]
-    return y_NO
+          (self.num_experts, self.features), F32).astype(self.dtype)
+    return ExpertProjection(kernel.astype(self.dtype), bias)
 
+
+def expert_dense(x_NI, w: ExpertProjection, sizes_E, group_N, capacity: int = 0):
+  """Rows [N, in] grouped by expert (``sizes_E`` each, rows past them left
+  zero) -> [N, out] by one grouped matmul. With ``capacity`` C > 0 every
+  expert has exactly C rows (N = E C): a batched product over the experts,
+  which XLA's CPU backend runs ~15x faster than the grouped one (the same
+  products, in another summation order). ``group_N``: each row's expert, for
+  the bias."""
+  if capacity:
+    E = w.kernel.shape[0]
+    y_NO = jnp.einsum("eci,eio->eco", x_NI.reshape(E, capacity, -1),
+                      w.kernel).reshape(E * capacity, -1)
+  else:
+    y_NO = jax.lax.ragged_dot(x_NI, w.kernel, sizes_E)
+  if w.bias is not None:
+    y_NO = y_NO + w.bias[group_N]
+  return y_NO
+
+
+def expert_rows(x_ND, projections: dict[str, ExpertProjection], sizes_E, capacity: int,
+                act, drop: Callable[[jax.Array], jax.Array]):
+  """Every row through its expert's FFN (``projections``: wi, wv if gated,
+  wo, of the experts at hand): rows grouped by expert, in order, ``sizes_E``
+  rows each; ``capacity`` > 0: that many rows per expert (``expert_dense``);
+  ``drop`` the dropout on the hidden units."""
+  group_N = None
+  if projections["wo"].bias is not None:  # each row's expert, for its biases
+    group_N = jnp.repeat(jnp.arange(sizes_E.shape[0]), sizes_E,
+                         total_repeat_length=x_ND.shape[0])
+  h_NF = act(expert_dense(x_ND, projections["wi"], sizes_E, group_N, capacity))
+  if "wv" in projections:
+    h_NF = h_NF * expert_dense(x_ND, projections["wv"], sizes_E, group_N, capacity)
+  return expert_dense(drop(h_NF), projections["wo"], sizes_E, group_N, capacity)
+
+
+def _dropout(rate: float, key):
+  """``nn.Dropout`` as a function of its key (for the per-device program)."""
+  if key is None:
+    return lambda h: h
+  def drop(h):
+    keep = jax.random.bernoulli(key, 1.0 - rate, h.shape)
+    return jax.lax.select(keep, h / (1.0 - rate), jnp.zeros_like(h))
+  return drop
 
 
 @flax.struct.dataclass
@@ -197,6 +266,8 @@ class MixtureOfExperts(nn.Module):
   ``bias`` [E, F], [E, D]),
   ``expert_bias`` [E] with the bias balancing (a parameter with no gradient,
   set by the train step), and ``shared`` (an FFN of width shared_dim).
+  Traced under a mesh with an ``expert`` axis > 1, the routed experts run per
+  device (``_local_dispatch``); otherwise, as one program (``dispatch``).
   """
   spec: MoeSpec
   act: Callable[[jax.Array], jax.Array]
@@ -230,17 +301,26 @@ class MixtureOfExperts(nn.Module):
           nn.initializers.zeros, (None,)), (E,), F32)
     weights_TK, experts_TK, scores_TE = route(logits_TE, bias_E, K, s.score, s.norm_topk)
     experts_TK = jnp.where(real_T[:, None], experts_TK, E)  # padding: not routed
-    if s.capacity_factor > 0:
-      row_A, rows, sizes_E = capacity_rows(experts_TK, E, s.capacity_factor)
-    else:
-      row_A, rows, sizes_E = dropless_rows(experts_TK.reshape(-1), E)
-    token_A = jnp.repeat(jnp.arange(T), K)
-    x_ND = jnp.zeros((rows, D), self.dtype).at[row_A].set(
-        x_TD[token_A].astype(self.dtype), mode="drop")
-    y_ND = self._experts(x_ND, sizes_E, rows // E if s.capacity_factor > 0 else 0)
-    y_TKD = y_ND.at[row_A].get(mode="fill", fill_value=0).reshape(T, K, D)
     weights_TK = jnp.where(real_T[:, None], weights_TK, 0.0)
-    y_TD = jnp.einsum("tk,tkd->td", weights_TK.astype(self.dtype), y_TKD)
+    proj = lambda name, shape, axes: ExpertDense(
+        E, shape[1], axes, self.use_bias, self.vo_gain, self.vo_distribution,
+        self.dtype, name=name)(shape[0])
+    projections = {"wi": proj("wi", (D, F), ("embed", "mlp"))}
+    if self.gated:
+      projections["wv"] = proj("wv", (D, F), ("embed", "mlp"))
+    projections["wo"] = proj("wo", (F, D), ("mlp", "embed"))
+    ep = expert_parallel.expert_axis_size()
+    if ep == 1:
+      drop = lambda h: nn.Dropout(self.dropout)(h, deterministic=self.deterministic)
+      rows_fn = lambda x, sizes, c: expert_rows(x, projections, sizes, c, self.act, drop)
+      y_TD, dropped_TK = dispatch(x_TD, experts_TK, weights_TK, rows_fn, E,
+                                  s.capacity_factor, self.dtype)
+    else:
+      y_BLD, dropped_BLK = expert_parallel.per_device(
+          self._local_dispatch(ep), x_BLD, experts_TK.reshape(B, L, K),
+          weights_TK.reshape(B, L, K), projections,
+          self.make_rng("dropout") if self.dropout > 0 and not self.deterministic else None)
+      y_TD, dropped_TK = y_BLD.reshape(T, D), dropped_BLK.reshape(T, K)
     if s.shared_dim:
       y_TD = y_TD + FeedForward(
           d_ff=s.shared_dim, act=self.act, gated=self.gated, use_bias=self.use_bias,
@@ -249,27 +329,29 @@ class MixtureOfExperts(nn.Module):
               self.vo_gain**2, "fan_avg", self.vo_distribution),
           dtype=self.dtype, platform=self.platform, name="shared")(x_TD)
     return y_TD.reshape(B, L, D).astype(self.dtype), self._stats(
-        logits_TE, scores_TE, experts_TK, row_A, rows, real_T, B)
+        logits_TE, scores_TE, experts_TK, dropped_TK, real_T, B)
 
-  def _experts(self, x_ND, sizes_E, capacity: int):
-    """Every row through its expert's FFN: rows grouped by expert, in order,
-    ``sizes_E`` rows each (rows past them stay zero); ``capacity`` > 0: that
-    many rows per expert (``ExpertDense``)."""
+  def _local_dispatch(self, ep: int):
+    """``dispatch`` on one device of an ``expert`` axis of size ``ep``
+    (layers/expert_parallel.py): its tokens' rows exchanged with the devices
+    of their experts, its own E/ep experts run on the rows it receives.
+    Ragged exchanges where the backend has them."""
     s = self.spec
-    E, F, D = s.num_experts, s.expert_dim, x_ND.shape[-1]
-    group_N = None
-    if self.use_bias:  # each row's expert, for its biases
-      group_N = jnp.repeat(jnp.arange(E), sizes_E, total_repeat_length=x_ND.shape[0])
-    proj = lambda features, axes, name: ExpertDense(
-        E, features, axes, self.use_bias, self.vo_gain, self.vo_distribution,
-        self.dtype, name=name)
-    h_NF = self.act(proj(F, ("embed", "mlp"), "wi")(x_ND, sizes_E, group_N, capacity))
-    if self.gated:
-      h_NF = h_NF * proj(F, ("embed", "mlp"), "wv")(x_ND, sizes_E, group_N, capacity)
-    h_NF = nn.Dropout(self.dropout)(h_NF, deterministic=self.deterministic)
-    return proj(D, ("mlp", "embed"), "wo")(h_NF, sizes_E, group_N, capacity)
+    if s.num_experts % ep:
+      raise ValueError(f"model.num_experts={s.num_experts} does not divide among "
+                       f"mesh.expert={ep} devices.")
 
-  def _stats(self, logits_TE, scores_TE, experts_TK, row_A, rows, real_T, B):
+    def local(x_TD, experts_TK, weights_TK, projections, key):
+      drop = _dropout(self.dropout, key)
+      ffn = lambda x, sizes, c: expert_rows(x, projections, sizes, c, self.act, drop)
+      rows_fn = (expert_parallel.capacity_exchange(ffn, ep) if s.capacity_factor > 0 else
+                 expert_parallel.dropless_exchange(
+                     ffn, ep, ragged=self.platform in expert_parallel.RAGGED_PLATFORMS))
+      return dispatch(x_TD, experts_TK, weights_TK, rows_fn, s.num_experts,
+                      s.capacity_factor, self.dtype)
+    return local
+
+  def _stats(self, logits_TE, scores_TE, experts_TK, dropped_TK, real_T, B):
     E = self.spec.num_experts
     real = real_T.astype(F32)
     per_seq = lambda v: v.reshape(B, -1, *v.shape[1:]).sum(axis=1)
@@ -278,8 +360,7 @@ class MixtureOfExperts(nn.Module):
     # as they are; sigmoid: DeepSeek-V3 eq. 20, s / sum_j s_j).
     p_TE = scores_TE / jnp.sum(scores_TE, axis=-1, keepdims=True)
     lse_T = jax.nn.logsumexp(logits_TE.astype(F32), axis=-1)
-    dropped_T = jnp.sum(((row_A >= rows).reshape(-1, self.spec.experts_per_token)
-                         ).astype(F32), axis=-1) * real
+    dropped_T = jnp.sum(dropped_TK.astype(F32), axis=-1) * real
     return RouterStats(counts=per_seq(counts_TE), scores=per_seq(p_TE * real[:, None]),
                        tokens=per_seq(real), log_z_sq=per_seq(jnp.square(lse_T) * real),
                        dropped=per_seq(dropped_T))

@@ -130,9 +130,21 @@ def layer_table(record: SweepRecord, points: Points, kind: str = "grad_norm"
     for layer in layers:
       vals = [s["layer_stats"][kind][layer] for _, s in runs
               if layer in s["layer_stats"].get(kind, {})]
-      cells.append(f"{stats.mean_std(vals)[0]:.3g}" if vals else "-")
+      cells.append(_mean_interval_cell(vals))
     rows.append(_point_cells(record, key) + cells)
   return rows
+
+
+def _mean_interval_cell(values: list[float]) -> str:
+  """"mean ± h" over seeds, h the half-width of the mean's 95% t-interval
+  (the mean alone for one seed; "-" for none)."""
+  if not values:
+    return "-"
+  mean, std = stats.mean_std(values)
+  if len(values) < 2:
+    return f"{mean:.3g}"
+  half = stats.t_quantile(0.975, len(values) - 1) * std / math.sqrt(len(values))
+  return f"{mean:.3g} ± {half:.2g}"
 
 
 def markdown_table(rows: list[list[str]]) -> str:
@@ -635,10 +647,11 @@ def layers_section(record: SweepRecord, shown: Points, plots: Mapping[str, str])
   arrays = ("every array of the layer" if param in ("", "all") else
             f"the layer's `{param}` arrays (`train.layer_stats_param`)")
   out = [f"## Gradient norm per layer {title}", "",
-         f"`{tag}`, the norm over {arrays}, mean over seeds: {when} (Xiong et al. "
-         "2020, Figure 3, the FFN output matrix W2 averaged over batches: post-norm's "
-         "gradients at initialisation grow towards the last layers, pre-norm's stay "
-         "flat).", "",
+         f"`{tag}`, the norm over {arrays}: {when}. Each cell is the mean over seeds "
+         "± the half-width of its 95% t-interval. Xiong et al. 2020, Figure 3, plot "
+         "the gradient norm of each layer's FFN output matrix W2 (`ffn_out`) at "
+         "initialisation averaged over batches: post-norm's grows towards the last "
+         "layers, pre-norm's stays flat.", "",
          markdown_table(layers), ""]
   if plots.get("layers"):
     out += [f"![gradient norm per layer]({plots['layers']})", ""]

@@ -15,8 +15,10 @@ reductions and async wrappers as often as the instruction that calls them.
 * ``bytes_accessed``: the bytes each top-level instruction (a fusion, a
   product, a copy, a collective; not the bookkeeping of tuples and
   parameters) reads and writes in device memory.
-* ``collectives``: each all-gather, reduce-scatter, all-reduce, all-to-all and
-  collective-permute with its buffer size and group size. On TPU a
+* ``collectives``: each all-gather, reduce-scatter, all-reduce, all-to-all,
+  ragged-all-to-all and collective-permute with its buffer size and group
+  size (a ragged-all-to-all's is its operand, the most it can send: how many
+  of its rows it sends is known only when it runs). On TPU a
   reduce-scatter is emitted as a fusion named ``all-reduce-scatter`` around an
   all-reduce; it is counted as the reduce-scatter it is. An all-reduce whose
   every use reads only one slice of it (1/k of it, k > 1 dividing the group:
@@ -43,7 +45,7 @@ import math
 import re
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
-               "collective-permute")
+               "ragged-all-to-all", "collective-permute")
 # Bytes per element of the HLO element types.
 _ITEMSIZE = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1,
              "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "s16": 2, "u16": 2,
@@ -480,6 +482,8 @@ def count_program(text: str, num_devices: int) -> ProgramCounts:
         result = result - operand_bytes if result > operand_bytes else result
       size = {"all-gather": result, "reduce-scatter": operand_bytes}.get(kind, max(
           result, operand_bytes) if kind != "all-reduce" else operand_bytes or result)
+      if kind == "ragged-all-to-all":  # its operand (then the output buffer, offsets, sizes)
+        size = sizes.get(inst.operands[0], 0)
       group = _group_size(inst.attrs, num_devices)
       if kind == "all-reduce" and inst.opcode in ("all-reduce", "all-reduce-start"):
         whole = _sliced_all_reduce(inst, group, users, sizes, traffic)
