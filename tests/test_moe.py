@@ -591,3 +591,29 @@ def test_a_mesh_expert_axis_must_divide_the_experts():
   with config.unlocked():  # a dense model: the expert axis shards the batch alone
     config.model.ffn_type = "dense"  # num_experts, experts_per_token: the defaults
   run_config.resolve(config)
+
+
+def test_the_expert_bias_moves_once_per_update_under_accumulation():
+  """optim.accumulate_steps=2: the first micro-batch leaves the bias where it
+  was, the second (the optimizer's update) moves every entry by +-u or 0."""
+  from tfx_jax import run_setup, sharding
+  from helpers import tiny_config
+  config = tiny_config("lm.py:tiny", {**MOE_RUN, "optim.accumulate_steps": 2})
+  run = run_setup.ShardedRun(r := run_config.resolve(config), r.model)
+  state, step = run.init_state(), run.train_step()
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, 200, size=(4, 33)).astype(np.int32)
+  batch = sharding.global_batch(
+      {"inputs": ids[:, :-1], "targets": ids[:, 1:], "segment_ids": np.ones((4, 32), np.int32),
+       "positions": np.tile(np.arange(32, dtype=np.int32), (4, 1)),
+       "weights": np.ones((4, 32), np.float32)}, run.mesh)
+  bias = lambda s: np.asarray(jax.device_get(s.params)["decoder"]["layer_0"]["ffn"]["expert_bias"])
+  initial = bias(state)  # the step donates its state
+  first, _ = step(state, batch, run.step_hparams())
+  after_first = bias(first)
+  np.testing.assert_array_equal(after_first, initial)
+  second, _ = step(first, batch, run.step_hparams())
+  moved = bias(second) - after_first
+  u = MOE_RUN["model.router_bias_rate"]
+  assert np.abs(moved).max() == pytest.approx(u)
+  assert set(np.round(np.abs(moved) / u, 6)) <= {0.0, 1.0}

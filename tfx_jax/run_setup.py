@@ -248,7 +248,11 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     if bias_rate:  # out of the gradient: its own rule, from this step's loads
-      params = moe.update_expert_bias(params, state.params, sums["router/counts"], bias_rate)
+      # Once per optimizer update (DeepSeek-V3: "at the end of each step"): with
+      # accumulation, at its last micro-batch, from that micro-batch's loads.
+      rate = bias_rate if accumulate == 1 else jnp.where(
+          (state.step + 1) % accumulate == 0, bias_rate, 0.0)
+      params = moe.update_expert_bias(params, state.params, sums["router/counts"], rate)
     new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     if skip_nonfinite:
       # Keep parameters and optimizer statistics of the last finite step.

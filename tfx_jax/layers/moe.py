@@ -470,7 +470,10 @@ def update_expert_bias(params, old_params, counts: dict, rate: float):
   {stack: [MoE layers, E]}, summed over the batch), u = ``model.router_bias_rate``.
   An overloaded expert is chosen less next step, an underloaded one more. The
   optimizer's own change of the bias (its gradient is 0; weight decay) is
-  discarded: the bias follows this rule alone."""
+  discarded: the bias follows this rule alone. The train step moves it once
+  per optimizer update: with ``optim.accumulate_steps`` k > 1, at the last of
+  the k micro-batches, from that micro-batch's loads (``rate`` 0 at the
+  others), so that u is the step per update that the paper tunes."""
   params = dict(params)
   for stack, c_LE in counts.items():
     tree = flax.traverse_util.flatten_dict(flax.core.unfreeze(params[stack]))
