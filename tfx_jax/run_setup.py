@@ -72,8 +72,7 @@ def check_devices(config, *, num_shards: int | None = None) -> None:
   """
   mesh = sharding_lib.make_mesh(config.mesh)
   check_batches(config, process_count=jax.process_count(), num_shards=num_shards,
-                batch_axes=(mesh.shape["data"] * mesh.shape["fsdp"] * mesh.shape["expert"],
-                            mesh.devices.size))
+                batch_axes=(sharding_lib.batch_shards(mesh), mesh.devices.size))
 
 
 def check_batches(config, *, process_count: int, num_shards: int | None = None,

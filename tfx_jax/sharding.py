@@ -97,6 +97,12 @@ def make_mesh(mesh_cfg, devices=None) -> Mesh:
   return Mesh(np.asarray(devices).reshape(sizes), MESH_AXES)
 
 
+def batch_shards(mesh: Mesh) -> int:
+  """How many parts the batch is split into: the product of the mesh's batch
+  axes (``BATCH_AXES``: data, fsdp and expert)."""
+  return int(np.prod([mesh.shape[a] for a in BATCH_AXES if a in mesh.shape]))
+
+
 def shardings_of(abstract_boxed, mesh: Mesh, rules=LOGICAL_RULES):
   """NamedShardings for a tree whose leaves may be ``nn.LogicallyPartitioned``.
 

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfx_jax import run_config, run_setup, summary
+from tfx_jax import sharding as sharding_lib
 from tfx_jax.errors import ConfigError
 from tfx_jax.scale import flops as flops_lib
 from tfx_jax.scale import hlo
@@ -155,9 +156,8 @@ def lower_run(run, devices):
   traced, not compiled (the mesh and batches checked against the devices)."""
   run_setup.check_batches(run, process_count=1)
   sharded = run_setup.ShardedRun(run, run.model, devices=devices)
-  n_batch = sharded.mesh.shape["data"] * sharded.mesh.shape["fsdp"]
-  run_setup.check_batches(run, process_count=1,
-                          batch_axes=(n_batch, sharded.mesh.devices.size))
+  run_setup.check_batches(run, process_count=1, batch_axes=(
+      sharding_lib.batch_shards(sharded.mesh), sharded.mesh.devices.size))
   train = sharded.train_step().lower(
       sharded.abstract_state, abstract_batch(run, sharded, "train"),
       _replicated(sharded.hparams, sharded.replicated))
