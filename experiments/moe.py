@@ -2,7 +2,7 @@
 router's balancing: auxiliary loss vs the auxiliary-loss-free bias.
 
   python -m tfx_jax.sweep experiments/moe.py:tiny --workdir runs/moe_tiny --parallel 2
-  python -m tfx_jax.sweep experiments/moe.py --parallel 2 --until-resolved 5
+  python -m tfx_jax.sweep experiments/moe.py --parallel 2 --until-resolved 4
   python -m tfx_jax.report runs/moe
 
 Points (each a row of overrides; ``configs/lm.py``'s ``moe_variant`` sets the
