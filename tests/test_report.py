@@ -523,6 +523,70 @@ def test_forest_rows_name_the_tuning_and_single_seeds(tmp_path):
   assert row.verdict == "unresolved"
 
 
+# eval/loss per activation and seed: gelu and swiglu far below relu (the base),
+# swiglu - gelu per seed -0.05, +0.02, -0.03: a small difference three seeds
+# cannot resolve.
+PAIR_LOSSES = {"relu": [2.0, 2.1, 2.05], "gelu": [1.5, 1.62, 1.55],
+               "swiglu": [1.45, 1.64, 1.52]}
+
+
+def _declared_pair_sweep(root, **fields):
+  """relu (base), gelu, swiglu, three seeds; the sweep declares swiglu vs gelu."""
+  runs = []
+  for act, losses in PAIR_LOSSES.items():
+    for seed, loss in enumerate(losses):
+      write_run(root, f"activation-{act}_s{seed}", seed, loss)
+      runs.append({"name": f"activation-{act}_s{seed}", "seed": seed,
+                   "values": [{"model.activation": act}], "overrides": {},
+                   "state": "finished"})
+  axis = dict(_axis("model.activation", list(PAIR_LOSSES)), comparisons=[[2, 1]])
+  return sweep_record("declared_pair", [axis], runs, seeds=[0, 1, 2], **fields)
+
+
+def test_a_declared_pair_is_compared_in_the_reports_family(tmp_path):
+  """``Sweep.comparisons``: swiglu vs gelu beside each value vs relu: its
+  difference is swiglu - gelu, gelu its base, one Holm family over every row
+  (with adaptive seeds, over every row's sequential p); it is in the verdicts,
+  the comparisons table and the forest plot, and its points are the ones that
+  take more seeds once the rows against the base are resolved."""
+  from tfx_jax.report import analysis, collect  # pylint: disable=import-outside-toplevel
+  root = tmp_path / "declared_pair"
+  text = _write(root, _declared_pair_sweep)
+  record, report = records.read(root), schema.read(root)
+  assert record.axes[0].comparisons == ((2, 1),)
+  rows = {(r.value, r.base_value): r for r in report.comparisons}
+  assert list(rows) == [("gelu", "relu"), ("swiglu", "relu"), ("swiglu", "gelu")]
+  pair = rows[("swiglu", "gelu")]
+  differences = [s - g for s, g in zip(PAIR_LOSSES["swiglu"], PAIR_LOSSES["gelu"])]
+  assert (pair.value_index, pair.base_index) == (2, 1) and pair.base_key == (1,)
+  assert pair.interval.method == "paired"
+  assert pair.interval.diff == pytest.approx(sum(differences) / 3)  # -0.02: swiglu lower
+  assert pair.interval.p_value == pytest.approx(stats.paired_interval(
+      PAIR_LOSSES["swiglu"], PAIR_LOSSES["gelu"]).p_value)
+  assert [r.p_adjusted for r in report.comparisons] == stats.holm(
+      [r.interval.p_value for r in report.comparisons])
+  assert [r.verdict for r in rows.values()] == ["better", "better", "unresolved"]
+  assert "- swiglu vs gelu: unresolved (difference -0.020 nats)" in text
+  assert "(base value: relu; declared pairs: swiglu vs gelu)" in text
+  assert "| - | swiglu vs gelu | eval/loss |" in text and "| - | gelu | eval/loss |" in text
+  (panel,) = forest.forest_panels(record, report)
+  drawn = next(r for r in panel.rows if r.label.startswith("model.activation: swiglu vs gelu"))
+  assert drawn.seed_diffs == pytest.approx(differences)
+  # The points that get more seeds: the pair's, the others being resolved.
+  assert analysis.unresolved_points(report) == [(2,), (1,)]
+  # Adaptive seeds: the pair joins the sequential test's families.
+  adaptive = dataclasses.replace(record, until_resolved=5)
+  _, summaries = collect.collect(root)
+  sequential = analysis.analyze(adaptive, summaries,
+                                {name: schema.Baseline(None, None) for name in summaries})
+  assert len(sequential.comparisons) == 3
+  assert all(r.look is not None for r in sequential.comparisons)
+  assert [r.p_adjusted for r in sequential.comparisons] == stats.holm(
+      [stats.sequential_p(r.interval.p_value, r.look.share)
+       for r in sequential.comparisons])
+  assert sequential.comparisons[2].base_value == "gelu"
+
+
 def test_per_point_tables_of_a_tuned_sweep_read_the_chosen_runs_only():
   """Lengths and layer tables show each point at its chosen tuned value: the
   runs at the other values (and a point that learned nothing keeps all)."""
@@ -598,9 +662,11 @@ def test_report_json_is_the_report_serialised_and_reads_back(sweep_dir):
     for row in point["tuned"]:
       del row["selection_failed"], row["selection_score"]
   for row in older["comparisons"]:
-    del row["counts"], row["base_counts"], row["seeds_needed"]
+    del row["counts"], row["base_counts"], row["seeds_needed"], row["base_index"]
   old = schema.Report.from_json(older)
   assert old.failed == () and old.comparisons[0].seeds_needed is None
+  # Before declared pairs every base was the axis's base value: found by its label.
+  assert [c.base_key for c in old.comparisons] == [c.base_key for c in report.comparisons]
   assert [c.text for c in old.comparisons] == [c.text for c in report.comparisons]
 
 

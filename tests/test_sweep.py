@@ -231,6 +231,71 @@ def test_an_evaluation_runs_only_where_its_condition_holds(tmp_path, capsys):
   assert "'model.position'" in err and not (tmp_path / "runs").exists()
 
 
+ACTIVATIONS = {"model.activation": ["relu", "gelu", "swiglu"]}
+RELU, GELU, SWIGLU = ({"model.activation": a} for a in ACTIVATIONS["model.activation"])
+
+
+def test_declared_comparisons_are_recorded_as_index_pairs_of_their_axis(tmp_path, capsys):
+  """``Sweep.comparisons``: each pair becomes (value, base) indices of its axis
+  in sweep.json, typed as the axis values are (a string from a file matches
+  an int axis value); a pair against the axis's base value, known once the
+  base config is read, exits 2 with nothing written."""
+  file = tmp_path / "pairs.py"
+  file.write_text(textwrap.dedent("""
+      from tfx_jax.sweep import Sweep
+      def get_sweep(variant="default"):
+        pair = ({"model.num_layers": "3"}, {"model.num_layers": 1})
+        if variant == "base":  # configs/lm.py:tiny has 2 layers: the base value
+          pair = ({"model.num_layers": 3}, {"model.num_layers": 2})
+        return Sweep(name="pairs", config="configs/lm.py:tiny",
+                     axes=[{"model.activation": ["relu", "swiglu"]},
+                           {"model.num_layers": [2, 1, 3]}], comparisons=[pair])
+  """))
+  sweep = cli.declared_sweep(cli._parser().parse_args([str(file)]), {})
+  axes, runs = spec_lib.expand(sweep)
+  record = cli.build_record(sweep, axes, runs, "cmd", None)
+  assert [a.comparisons for a in record.axes] == [(), ((2, 1),)]
+  assert SweepRecord.from_json(record.to_json()) == record
+  data = record.to_json()
+  assert data["axes"][1]["comparisons"] == [[2, 1]]
+  del data["axes"][1]["comparisons"]  # a sweep.json from before declared pairs
+  assert SweepRecord.from_json(data).axes[1].comparisons == ()
+  code, _, err = in_process([f"{file}:base", "--workdir", tmp_path / "runs", "--dry-run"],
+                            capsys)
+  assert code == 2 and not (tmp_path / "runs").exists()
+  assert ("comparison {model.num_layers=3} vs {model.num_layers=2}: the report compares "
+          "every value of axis model.num_layers with its base value "
+          "{model.num_layers=2} already") in err
+
+
+@pytest.mark.parametrize("comparisons, message", [
+    ([(SWIGLU, {"model.activation": "silu"})],
+     "{model.activation=silu} is not a value of any axis; each side is written as its "
+     "axis lists it (axis model.activation: {model.activation=relu}, "
+     "{model.activation=gelu}, {model.activation=swiglu}; axis model.position: "),
+    ([(SWIGLU, {"model.position": "alibi"})],
+     "{model.activation=swiglu} is a value of axis model.activation, "
+     "{model.position=alibi} of axis model.position; a pair compares two values of one "
+     "axis"),
+    ([(SWIGLU, SWIGLU)], "compares a value with itself"),
+    ([(SWIGLU, GELU), (GELU, SWIGLU)],
+     "comparison {model.activation=gelu} vs {model.activation=swiglu}: repeats the "
+     "comparison {model.activation=swiglu} vs {model.activation=gelu} declared before"),
+    ([(SWIGLU, GELU), (SWIGLU, GELU)], "repeats the comparison"),
+    ([SWIGLU], "each is a pair (a, b) of values of one axis"),
+])
+def test_a_bad_declared_comparison_is_refused_naming_the_problem(comparisons, message):
+  sweep = spec_lib.Sweep(name="pairs", config="configs/lm.py:tiny",
+                         axes=[ACTIVATIONS, {"model.position": ["rope", "alibi"]}],
+                         comparisons=comparisons)
+  with pytest.raises(spec_lib.ConfigError, match=re.escape(message)):
+    spec_lib.expand(sweep)
+  axes = [spec_lib.normalize_axis(a) for a in sweep.axes]
+  assert spec_lib.comparison_pairs([(SWIGLU, GELU)], axes, [0, 0]) == [(0, 2, 1)]
+  with pytest.raises(spec_lib.ConfigError, match="with its base value"):
+    spec_lib.comparison_pairs([(RELU, SWIGLU)], axes, [0, 0])  # either way round
+
+
 def test_sweep_json_is_the_record_serialised_and_reads_back(tmp_path):
   """A record with every part (tuned runs, conditional evaluations, added
   seeds, SLURM jobs, margins) reads back from its JSON as it was, override

@@ -206,21 +206,31 @@ def tuned_values(grids: Sequence[TunedGrid]) -> tuple[Any, ...]:
 @dataclasses.dataclass(frozen=True)
 class AxisRecord:
   """An axis as recorded: its label, every field it sets, its values (each a
-  dict of overrides, ``{}`` the base itself) and the index of the value the
-  others are compared with (``spec.reference_index``)."""
+  dict of overrides, ``{}`` the base itself), the index of the value the
+  others are compared with (``spec.reference_index``) and the comparisons the
+  sweep declares besides (``Sweep.comparisons``): (value index, base index)
+  pairs, the value compared against the pair's base in every context."""
   label: str
   fields: tuple[str, ...]
   values: tuple[dict[str, Any], ...]
   reference: int = 0
+  comparisons: tuple[tuple[int, int], ...] = ()
 
   def to_json(self) -> dict[str, Any]:
     return {"label": self.label, "fields": list(self.fields),
-            "values": [dict(v) for v in self.values], "reference": self.reference}
+            "values": [dict(v) for v in self.values], "reference": self.reference,
+            "comparisons": [list(pair) for pair in self.comparisons]}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> AxisRecord:
-    return cls(data["label"], tuple(data["fields"]), tuple(dict(v) for v in data["values"]),
-               int(data["reference"]))
+    values = tuple(dict(v) for v in data["values"])
+    # An axis written before declared pairs has none (``_migrate``).
+    pairs = tuple((int(v), int(b)) for v, b in data.get("comparisons", ()))
+    for v, b in pairs:
+      if v == b or not (0 <= v < len(values) and 0 <= b < len(values)):
+        raise ValueError(f"sweep.json: axis {data['label']}: comparison [{v}, {b}] is not "
+                         f"two different value indices of its {len(values)} values.")
+    return cls(data["label"], tuple(data["fields"]), values, int(data["reference"]), pairs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -469,6 +479,9 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
     no ``evaluations`` per run: every run had every evaluation of the record;
   - before shared settings inactive at some points were allowed: no
     ``notes`` per run;
+  - before declared comparisons (``Sweep.comparisons``): no ``comparisons``
+    per axis (none: every value against the axis's reference only), which
+    ``AxisRecord.from_json`` reads as none;
   - bookkeeping a hand-written record (a test, a tool) may leave out:
     description, overrides, base values, command, cwd, times, SLURM jobs;
     an axis's ``fields`` (those its values set) and ``reference`` (its first

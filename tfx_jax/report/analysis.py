@@ -28,7 +28,9 @@ Transformer training instabilities"; Marin's ablations):
   counted, and in the choice of a tuned value and in the sensitivity a
   stalled run counts at its own loss (capped at l0), a diverged one at l0.
 - **Comparisons.** Per axis and per combination of the other axes (the
-  context), each value against the axis's base value, per metric: a paired t
+  context), each value against the axis's base value, and each pair the sweep
+  declares (``Sweep.comparisons``: a value against another, which plays the
+  base), per metric: a paired t
   interval over the seeds both sides have, else Welch's; Holm-Bonferroni over
   every comparison of the report (one family); a verdict ``better``,
   ``worse``, ``equivalent`` (TOST within +-margin) or ``unresolved``. A
@@ -330,25 +332,28 @@ def _at(ctx: Sequence[int | None], axis_index: int, value_index: int) -> tuple[i
 
 
 def _against_base(record: SweepRecord, points: Sequence[Point]
-                  ) -> Iterator[tuple[int, AxisRecord, tuple, int, Point, Point]]:
-  """(axis index, axis, context, value index, point, base point) for every
-  value of every axis against the axis's base value, in each context."""
+                  ) -> Iterator[tuple[int, AxisRecord, tuple, int, int, Point, Point]]:
+  """(axis index, axis, context, value index, base index, point, base point)
+  for every value of every axis against the axis's base value, then for each
+  pair the axis declares (``AxisRecord.comparisons``) its value against its
+  base, in each context."""
   by_key = _by_key(points)
   for ai, axis in enumerate(record.axes):
     if len(axis.values) < 2:
       continue
+    pairs = [(vi, axis.reference) for vi in range(len(axis.values)) if vi != axis.reference]
     for ctx in contexts(record.axes, ai):
-      base = by_key.get(_at(ctx, ai, axis.reference))
-      for vi in range(len(axis.values)):
-        point = by_key.get(_at(ctx, ai, vi))
-        if vi != axis.reference and point is not None and base is not None:
-          yield ai, axis, ctx, vi, point, base
+      for vi, bi in [*pairs, *axis.comparisons]:
+        point, base = by_key.get(_at(ctx, ai, vi)), by_key.get(_at(ctx, ai, bi))
+        if point is not None and base is not None:
+          yield ai, axis, ctx, vi, bi, point, base
 
 
 def comparisons(record: SweepRecord, points: Sequence[Point], options: Options
                 ) -> list[Comparison]:
-  """Every (axis, context, value, metric) against the axis's base value, with
-  Holm-adjusted p-values over the whole report and a verdict each.
+  """Every (axis, context, value, metric) against the axis's base value, and
+  every declared pair's (its value against its base), with Holm-adjusted
+  p-values over the whole report and a verdict each.
 
   A sweep with adaptive seeds (``sequential_design``) is tested at its
   current look (``stats.sequential_look``: the seeds both sides learned,
@@ -363,7 +368,7 @@ def comparisons(record: SweepRecord, points: Sequence[Point], options: Options
   metrics = compared_metrics(points, record.select_by)
   untested = []  # every comparison with its interval, before the family's test
   looks: list[stats.SequentialLook | None] = []
-  for ai, axis, ctx, vi, point, base in _against_base(record, points):
+  for ai, axis, ctx, vi, bi, point, base in _against_base(record, points):
     for metric in metrics:
       a = {s: v[metric] for s, v in point.compared.items() if metric in v}
       b = {s: v[metric] for s, v in base.compared.items() if metric in v}
@@ -376,7 +381,7 @@ def comparisons(record: SweepRecord, points: Sequence[Point], options: Options
       looks.append(look)
       untested.append(Comparison(
           axis=axis.label, axis_index=ai, value=value_label(axis.values[vi], axis),
-          value_index=vi, base_value=value_label(axis.values[axis.reference], axis),
+          value_index=vi, base_index=bi, base_value=value_label(axis.values[bi], axis),
           context=context_label(record.axes, ctx, ai), context_key=tuple(ctx),
           metric=metric, split=record.report_split, seeds=tuple(sorted(a)),
           base_seeds=tuple(sorted(b)),
@@ -439,7 +444,7 @@ def design_line(record: SweepRecord, row: Comparison) -> str:
   if record.tune:
     # Each side's own grid (per-point grids), once where both have the same.
     grid, base_grid = (record.point_grid(row.key_of(row.value_index)),
-                       record.point_grid(row.key_of(record.axes[row.axis_index].reference)))
+                       record.point_grid(row.base_key))
     over = (f" over {grid_text(grid)}" if grid == base_grid else
             f": {row.value} over {grid_text(grid)}, {row.base_value} over "
             f"{grid_text(base_grid)}")
@@ -569,7 +574,7 @@ def failed_comparisons(record: SweepRecord, points: Sequence[Point]
   confirmation run): a failure is a result, so each is listed with its counts
   instead of dropped."""
   out = []
-  for ai, axis, ctx, vi, point, base in _against_base(record, points):
+  for ai, axis, ctx, vi, bi, point, base in _against_base(record, points):
     if point.compared and base.compared:
       continue
     (counts, runs, confirmed), (base_counts, base_runs, base_confirmed) = (
@@ -578,7 +583,7 @@ def failed_comparisons(record: SweepRecord, points: Sequence[Point]
       continue  # a side with no finished run: nothing to say yet
     row = FailedComparison(
         axis=axis.label, value=value_label(axis.values[vi], axis),
-        base_value=value_label(axis.values[axis.reference], axis),
+        base_value=value_label(axis.values[bi], axis),
         context=context_label(record.axes, ctx, ai), counts=counts,
         base_counts=base_counts, runs=runs, base_runs=base_runs,
         verdict=("both failed" if not point.compared and not base.compared
@@ -651,7 +656,7 @@ def verdict_text(record: SweepRecord, row: Comparison) -> str:
   # The fields either side tunes (its own grid: a point may tune fewer).
   fields = list(dict.fromkeys(
       [*record.point_grid(row.key_of(row.value_index)),
-       *record.point_grid(row.key_of(record.axes[row.axis_index].reference))]))
+       *record.point_grid(row.base_key)]))
   if fields:
     tuned = f", {', '.join(f.split('.')[-1].replace('_', ' ') for f in fields)} tuned per point"
   where = f" ({row.context})" if row.context != "-" else ""
@@ -854,14 +859,14 @@ def sequential(record: SweepRecord) -> Sequential | None:
   return None if design is None else Sequential(record.until_resolved, design)
 
 
-def unresolved_points(record: SweepRecord, report: Report) -> list[tuple[int, ...]]:
-  """The point keys on either side of an unresolved comparison."""
+def unresolved_points(report: Report) -> list[tuple[int, ...]]:
+  """The point keys on either side of an unresolved comparison (a declared
+  pair's too: both its points take the added seeds)."""
   keys = []
   for row in report.comparisons:
     if row.verdict != "unresolved":
       continue
-    for vi in (row.value_index, record.axes[row.axis_index].reference):
-      key = row.key_of(vi)
+    for key in (row.key_of(row.value_index), row.base_key):
       if key not in keys:
         keys.append(key)
   return keys

@@ -18,8 +18,10 @@ values, outcomes, comparisons with verdicts); ``report.md`` renders it:
 - per tuned value of each point: the selection metric and outcomes;
 - learning-rate sensitivity curves and numbers;
 - per axis, each value against the axis's base value within each combination
-  of the other axes: the method (paired or Welch), the difference with its
-  95% interval, the Holm-adjusted p and the verdict;
+  of the other axes, and each pair the sweep declares (``Sweep.comparisons``,
+  a value against another in the base's place): the method (paired or
+  Welch), the difference with its 95% interval, the Holm-adjusted p and the
+  verdict;
 - the effective speedup over AdamW, where the sweep ran AdamW at several
   lengths beside other optimizers (``speedup``);
 - the noise floor and the smallest detectable difference per axis; the
@@ -267,7 +269,10 @@ def tuned_table(record: SweepRecord, report: Report) -> list[list[str]]:
   return rows
 
 
-def comparisons_table(rows: Sequence[Comparison]) -> list[list[str]]:
+def comparisons_table(rows: Sequence[Comparison], reference: int | None = None
+                      ) -> list[list[str]]:
+  """One axis's comparisons; a row whose base is not the axis's base value
+  (``reference``; a declared pair) names its base: ``moe_shared vs moe``."""
   # Adaptive seeds: each row's interval is at its look's level (1 - alpha * w_k).
   sequential = any(r.look is not None for r in rows)
   out = [["context", "value", "metric", "learned / stalled / diverged (value; base)",
@@ -283,7 +288,8 @@ def comparisons_table(rows: Sequence[Comparison]) -> list[list[str]]:
     seeds = str(iv.n_a) if iv.method == "paired" else f"{iv.n_a} / {iv.n_b}"
     method = (iv.method if r.look is None
               else f"{iv.method}, look {r.look.look} of {r.look.looks}")
-    out.append([r.context, r.value, r.metric,
+    value = r.value if r.base_index == reference else f"{r.value} vs {r.base_value}"
+    out.append([r.context, value, r.metric,
                 f"{counts(r.counts)}; {counts(r.base_counts)}", method, seeds, interval,
                 "-" if r.p_adjusted is None else f"{r.p_adjusted:.3g}",
                 f"**{r.verdict}**"])
@@ -367,7 +373,8 @@ def headline(record: SweepRecord, report: Report, plots: Mapping[str, str]) -> L
             "the interval at the row's look (1 − α·w, w its share of α), the thick bar "
             "the equivalence test's (1 − 2α·w)")
   return [f"![every comparison against its base]({plots['forest']})", "",
-          f"Each row: a value minus its axis's base on the {report.report_split} split; "
+          f"Each row: a value minus its base (the value after \"vs\": its axis's base "
+          f"value, or a declared pair's second) on the {report.report_split} split; "
           f"the marker is the verdict, thin whiskers {levels}, shaded the equivalence "
           f"band ({band}), faint dots each seed's own difference (paired rows).", ""]
 
@@ -447,16 +454,16 @@ def verdicts_section(record: SweepRecord, report: Report, plots: Mapping[str, st
   main = [r for r in report.comparisons if r.metric == report.select_by] or list(
       report.comparisons)
   if main or report.failed:
-    out += ([f"- {r.text}{_still_improving_note(record, report, r)}" for r in main]
+    out += ([f"- {r.text}{_still_improving_note(report, r)}" for r in main]
             + [f"- {r.text}" for r in report.failed] + [""])
   return out
 
 
-def _still_improving_note(record: SweepRecord, report: Report, row: Comparison) -> str:
+def _still_improving_note(report: Report, row: Comparison) -> str:
   """" (still improving: ...)" where either side's validation loss was still
   falling by more than the seed noise (``Point.trend``)."""
   sides = [(row.value, report.point(row.key_of(row.value_index))),
-           (row.base_value, report.point(row.key_of(record.axes[row.axis_index].reference)))]
+           (row.base_value, report.point(row.base_key))]
   falling = [name for name, point in sides
              if point is not None and point.trend is not None and point.trend.still_improving]
   if not falling:
@@ -571,18 +578,24 @@ def comparisons_section(record: SweepRecord, report: Report, plots: Mapping[str,
   """Per axis, the table of its comparisons and its loss curves."""
   if not report.comparisons:
     return []
+  declared = any(a.comparisons for a in record.axes)
   out = ["## Comparisons", "",
          "Each value against its axis's base value within each combination of the "
-         "other axes. Paired: differences per seed (same seeds, same data order); "
+         "other axes" + (", and each pair the sweep declares (`a vs b`: a against b, "
+                         "b in the base's place)" if declared else "")
+         + ". Paired: differences per seed (same seeds, same data order); "
          "Welch: unpaired. p adjusted by Holm-Bonferroni over every comparison "
          "below.", ""]
   for ai, axis in enumerate(record.axes):
     rows = [r for r in report.comparisons if r.axis_index == ai]
     if not rows:
       continue
+    pairs = ", ".join(f"{value_label(axis.values[v], axis)} vs "
+                      f"{value_label(axis.values[b], axis)}" for v, b in axis.comparisons)
     out += [f"### {axis.label} (base value: "
-            f"{value_label(axis.values[axis.reference], axis)})", "",
-            markdown_table(comparisons_table(rows)), ""]
+            f"{value_label(axis.values[axis.reference], axis)}"
+            + (f"; declared pairs: {pairs}" if pairs else "") + ")", "",
+            markdown_table(comparisons_table(rows, axis.reference)), ""]
     designs = [r for r in rows if r.metric == report.select_by and r.design]
     if designs:
       out += [markdown_table([["comparison", "context", "design"]] + [

@@ -2,8 +2,9 @@
 report.json as one row, one panel per compared metric (the selection metric
 first).
 
-Each row is a value against its axis's base value ("model.norm_position: post
-vs pre (learning rate tuned, 3 paired seeds)"): the difference value − base
+Each row is a value against its base, the axis's base value or the second
+value of a pair the sweep declares ("model.norm_position: post vs pre
+(learning rate tuned, 3 paired seeds)"): the difference value − base
 as a marker whose shape and colour say the verdict, its 95% interval (thin
 whiskers: the test of a difference), its 90% interval (thick bar: the two
 one-sided tests of equivalence, Schuirmann 1987, inside the band means
@@ -34,8 +35,8 @@ VERDICT_STYLE = {
     "unresolved": ("o", "#7f7f7f", False),
 }
 VERDICT_LEGEND = {
-    "better": "better than the base",
-    "worse": "worse than the base",
+    "better": "better than its base (the value after \"vs\")",
+    "worse": "worse than its base",
     "equivalent": "equivalent (equivalence-test interval inside the band)",
     "unresolved": "unresolved: the seeds cannot decide",
 }
@@ -43,6 +44,8 @@ BAND_COLOUR = "#c6dbef"
 LEGEND_INCHES = 0.55  # below the panels
 PLOT_INCHES = 6.0     # the panels' own width; the labels' is added
 CHAR_INCHES = 0.068   # one character of a 9-point label
+LINE_INCHES = 0.16    # one line of a 9-point label, with its leading
+ROW_INCHES = 0.5      # a row, at least
 LABEL_CHARS = 60      # a row label's line
 SEED_OFFSET = 0.28    # the seeds' dots sit just below their row
 
@@ -100,12 +103,12 @@ def row_label(record: SweepRecord, comparison: Comparison) -> str:
   return f"{c.axis}: {c.value} vs {c.base_value}{where} ({how})"
 
 
-def _seed_diffs(record: SweepRecord, report: Report, c: Comparison) -> tuple[float, ...]:
+def _seed_diffs(report: Report, c: Comparison) -> tuple[float, ...]:
   """Each shared seed's own difference value - base (paired rows; () else)."""
   if c.interval.method != "paired":
     return ()
   a = report.point(c.key_of(c.value_index)).compared
-  b = report.point(c.key_of(record.axes[c.axis_index].reference)).compared
+  b = report.point(c.base_key).compared
   return tuple(a[s][c.metric] - b[s][c.metric] for s in c.seeds if s in c.base_seeds)
 
 
@@ -137,7 +140,7 @@ def forest_panels(record: SweepRecord, report: Report) -> list[Panel]:
                  if iv.low is not None else f"{iv.diff:+.3f}")
       rows.append(Row(label=row_label(record, c), diff=iv.diff, low=iv.low,
                       high=iv.high, tost_low=tost[0], tost_high=tost[1],
-                      seed_diffs=_seed_diffs(record, report, c), verdict=c.verdict,
+                      seed_diffs=_seed_diffs(report, c), verdict=c.verdict,
                       marker=marker, colour=colour, filled=filled, numbers=numbers))
     name = style.metric_name(metric)
     panels.append(Panel(
@@ -164,8 +167,12 @@ def forest_plot(path: pathlib.Path, panels: list[Panel]) -> bool:
   if not panels:
     return False
   plt = style.pyplot()
-  # Inches: each row, plus each panel's title, ticks and axis label.
-  heights = [0.5 * len(p.rows) + 0.6 for p in panels]
+  # Inches: each row, tall enough for the panel's longest wrapped label (long
+  # axis values, a declared pair's two), plus each panel's title, ticks and
+  # axis label.
+  lines = [max(wrap(r.label).count("\n") + 1 for r in p.rows) for p in panels]
+  heights = [max(ROW_INCHES, LINE_INCHES * k) * len(p.rows) + 0.6
+             for p, k in zip(panels, lines)]
   height = sum(heights) + 0.9 * len(panels) + LEGEND_INCHES
   labels = [wrap(r.label) for p in panels for r in p.rows]
   numbers = [f"{r.numbers}  {r.verdict}" for p in panels for r in p.rows]

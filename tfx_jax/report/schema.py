@@ -7,10 +7,12 @@
                 its confirmation runs (a sweep with confirmation seeds) and the
                 per-seed metrics it is compared on, with its evaluations'
                 standard error beside its seed-to-seed spread
-  Comparison    a value against its axis's base value in one context, on one
-                metric: the interval (``stats.Interval``), the Holm-adjusted
-                p, the verdict (``stats.Verdict``) and its sentence; with
-                adaptive seeds, its ``Look`` in the report's ``Sequential`` test
+  Comparison    a value against its base in one context, on one metric (the
+                base: its axis's base value, or the second value of a pair
+                the sweep declares, ``Sweep.comparisons``): the interval
+                (``stats.Interval``), the Holm-adjusted p, the verdict
+                (``stats.Verdict``) and its sentence; with adaptive seeds,
+                its ``Look`` in the report's ``Sequential`` test
   FailedComparison, Sensitivity, Noise, ScaleEffect: the other sections;
   ``speedup.Speedup`` the effective speedup over AdamW
   Trend         whether a point's validation loss still fell at its last
@@ -332,11 +334,14 @@ class Look:
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-  """A value against its axis's base value, in one context, on one metric."""
+  """A value against its base, in one context, on one metric. The base is its
+  axis's base value (``AxisRecord.reference``), or the second value of a pair
+  the sweep declares (``AxisRecord.comparisons``)."""
   axis: str
   axis_index: int
   value: str
   value_index: int
+  base_index: int  # the base's index among the axis's values
   base_value: str
   context: str    # the other axes' values ("-": none)
   context_key: tuple[int | None, ...]  # their indices (None at axis_index)
@@ -357,6 +362,11 @@ class Comparison:
   look: Look | None = None     # adaptive seeds: the look (None: fixed-seed analysis)
   design: str = ""             # the design in one line (analysis.design_line)
 
+  @property
+  def base_key(self) -> tuple[int, ...]:
+    """The key of the point this comparison's value is compared against."""
+    return self.key_of(self.base_index)
+
   def key_of(self, value_index: int) -> tuple[int, ...]:
     """The key of the point at ``value_index`` of this comparison's axis, in its context."""
     return tuple(value_index if j == self.axis_index else c
@@ -364,7 +374,8 @@ class Comparison:
 
   def to_json(self) -> dict[str, Any]:
     return {"axis": self.axis, "axis_index": self.axis_index, "value": self.value,
-            "value_index": self.value_index, "base_value": self.base_value,
+            "value_index": self.value_index, "base_index": self.base_index,
+            "base_value": self.base_value,
             "context": self.context, "context_key": list(self.context_key),
             "metric": self.metric, "split": self.split, "seeds": list(self.seeds),
             "base_seeds": list(self.base_seeds), "margin": self.margin,
@@ -379,7 +390,8 @@ class Comparison:
   def from_json(cls, data: Mapping[str, Any]) -> Comparison:
     return cls(
         axis=data["axis"], axis_index=int(data["axis_index"]), value=data["value"],
-        value_index=int(data["value_index"]), base_value=data["base_value"],
+        value_index=int(data["value_index"]), base_index=int(data["base_index"]),
+        base_value=data["base_value"],
         context=data["context"], context_key=tuple(data["context_key"]),
         metric=data["metric"], split=_choice(data["split"], Split, "split"),
         seeds=tuple(data["seeds"]),
@@ -648,6 +660,8 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
   ``confirmation``; per failed comparison no ``confirmed`` side. Before the
   sequential test of adaptive seeds: no ``sequential`` and no ``look`` per
   comparison (those reports tested every look at a fixed alpha: None).
+  Before declared comparisons: no ``base_index`` per comparison (every base
+  was its axis's base value: the index of the points' value of that label).
   Before the effective speedup: no ``speedups`` (none). Before the compute
   table: no ``compute`` (None: not recorded). Before per-point
   tuned grids: each tuned field as one list of values, which ``tune_grids``
@@ -678,6 +692,10 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
       row.setdefault(key, Counts().to_json())
     row.setdefault("seeds_needed", None)
     row.setdefault("look", None)
+    if "base_index" not in row:
+      row["base_index"] = next(
+          p["key"][row["axis_index"]] for p in data["points"]
+          if p["values"].get(row["axis"]) == row["base_value"])
   for row in data.get("sensitivity", []):
     row.setdefault("initial_loss_source",
                    None if row.get("initial_loss") is None else "uniform")

@@ -1,16 +1,18 @@
 """More seeds where they are needed: ``python -m tfx_jax.sweep ... --until-resolved N``.
 
 After the sweep's runs and its report, every point on either side of an
-unresolved comparison (``analysis.unresolved_points``) gets one more seed at
-its chosen tuned value, while it has fewer than N; then those run, the
-report is written again, and so on until every comparison is resolved or
-the points have N seeds. The points of one comparison get the same new seed
-(the smallest above the declared ones that the point lacks), so their
-differences stay paired. On a sweep with confirmation seeds (``confirm``)
-the added seeds are confirmation seeds, N counts a point's confirmation
-seeds, and the tuning seeds never enter a verdict. A tuned sweep without
-confirmation seeds is refused (``cli``): its verdicts read the seeds that
-chose each point's value, and more of them would not remove that bias.
+unresolved comparison (``analysis.unresolved_points``; a comparison the sweep
+declares, ``Sweep.comparisons``, as well as one against an axis's base value)
+gets one more seed at its chosen tuned value, while it has fewer than N;
+then those run, the report is written again, and so on until every
+comparison is resolved or the points have N seeds. The points of one
+comparison get the same new seed (the smallest above the declared ones
+that the point lacks), so their differences stay paired. On a sweep with
+confirmation seeds (``confirm``) the added seeds are confirmation seeds, N
+counts a point's confirmation seeds, and the tuning seeds never enter a
+verdict. A tuned sweep without confirmation seeds is refused (``cli``): its
+verdicts read the seeds that chose each point's value, and more of them
+would not remove that bias.
 
 Every round is another look at the same comparisons, so N is part of the
 test: sweep.json keeps the first N given (``until_resolved``), and the
@@ -76,7 +78,7 @@ def add_seeds(record: SweepRecord, report: Report, max_seeds: int) -> list[RunEn
   points = {p.key: p for p in report.points}
   declared_max = max(record.seeds)
   new = []
-  for key in analysis.unresolved_points(record, report):
+  for key in analysis.unresolved_points(report):
     point = points.get(key)
     if point is None or point.chosen is None:
       continue  # no learned run to add seeds to

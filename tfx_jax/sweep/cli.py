@@ -154,6 +154,16 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
           {k: validate.coerce(base, k, v) for k, v in g.when.items()}) for g in grids)
     except ConfigError as e:
       raise ConfigError(f"tune {field}: {e}") from None
+  # A pair's values as the axes' are (typed), so that each side matches its axis value.
+  comparisons = []
+  for pair in sweep.comparisons:
+    sides = spec_lib.pair_sides(pair)
+    try:
+      comparisons.append(tuple({k: validate.coerce(base, k, v) for k, v in side.items()}
+                               for side in sides))
+    except ConfigError as e:
+      raise ConfigError(f"comparison {' vs '.join(map(spec_lib.value_text, sides))}: "
+                        f"{e}") from None
   evaluations = [spec_lib.normalize_evaluation(e) for e in sweep.evaluations]
   settable = list(dict.fromkeys([*overrides, *(k for a in axes for v in a for k in v),
                                  *tune]))
@@ -168,7 +178,7 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
   if tune and report_split(base, overrides) == "test" and test not in evaluations:
     evaluations.append(test)
   return dataclasses.replace(sweep, overrides=overrides, axes=axes, tune=tune,
-                             evaluations=evaluations)
+                             evaluations=evaluations, comparisons=comparisons)
 
 
 def check_confirm(sweep: spec_lib.Sweep) -> None:
@@ -269,6 +279,8 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
                      notes=tuple((notes or {}).get(run.name, ())))
     entry.inherit(old.get(run.name))
     entries.append(entry)
+  references = [spec_lib.reference_index(a, base) for a in axes]
+  pairs = spec_lib.comparison_pairs(sweep.comparisons, axes, references)
   test = spec_lib.Evaluation(tuple(TEST_EVALUATION))
   record = SweepRecord(
       name=sweep.name, description=sweep.description, config=sweep.config,
@@ -277,7 +289,8 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
       confirm=sweep.confirm, until_resolved=until_resolved,
       report_split="test" if test in evaluations else "validation",
       axes=tuple(AxisRecord(a.label, tuple(a.fields), tuple(dict(v) for v in a.values),
-                            spec_lib.reference_index(a, base)) for a in axes),
+                            references[i], tuple((v, b) for j, v, b in pairs if j == i))
+                 for i, a in enumerate(axes)),
       base_values=base, command=command, cwd=os.getcwd(),
       created=(previous.created if previous and previous.created else sweep_record.now()),
       slurm_jobs=list(previous.slurm_jobs) if previous else [], runs=entries,

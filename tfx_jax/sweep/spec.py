@@ -49,6 +49,21 @@ those runs only, never the seeds that chose the value. An axis is
   value (``{}`` is the base itself), for ablation tables whose rows change
   different fields (Vaswani et al. 2017, Table 3).
 
+The report compares every value of an axis with the axis's base value
+(``reference_index``), in each combination of the other axes.
+``comparisons=[(a, b), ...]`` adds comparisons between other values: a and b
+are two values of one axis, written as that axis lists them (override
+dicts), and a is compared against b, b playing the base, in every context::
+
+    moe, shared = {"model.num_experts": 8}, {"model.num_experts": 8, "model.shared_experts": 1}
+    Sweep(..., axes=[[{}, moe, shared]], comparisons=[(shared, moe)])
+
+They join the report's family of comparisons (Holm; the sequential test of
+adaptive seeds). A pair whose values are in no axis or in different axes,
+that compares a value with itself, or that repeats a comparison the report
+makes already (with the base value, or another pair, either way round) is a
+ConfigError (``comparison_pairs``).
+
 Runs are the cartesian product of the axes times the seeds. Each run's name
 is made of the fields its axis values set plus the seed (``run_name``), so
 names are stable, filesystem-safe and independent of the order runs execute.
@@ -112,6 +127,11 @@ class Sweep:
   # Confirmation seeds per point (0: none), run at each point's chosen tuned
   # values after the tuning stage; only they enter the verdicts.
   confirm: int = 0
+  # Comparisons besides every value against its axis's base value: pairs (a, b)
+  # of values of one axis, each written as the axis lists it, a compared
+  # against b (b plays the base) in every context of the other axes
+  # (``comparison_pairs``).
+  comparisons: Sequence[tuple[Overrides, Overrides]] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +275,7 @@ def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list
     if field == "seed":
       raise ConfigError("seeds are not tuned; declare them with seeds=[...].")
   check_conditions(tune, axes)
+  comparison_pairs(sweep.comparisons, axes)
   # Each point's own grid: the grids whose conditions its axis values match.
   combos = []
   for combo in itertools.product(*(a.values for a in axes)):
@@ -285,6 +306,75 @@ def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list
         runs.append(Run(name, seed, tuple(dict(v) for v in combo), overrides,
                         dict(tuned)))
   return axes, runs
+
+
+def value_text(value: Mapping[str, Any]) -> str:
+  """An axis value in a message: ``{model.activation=swiglu}`` (``{}``: the base)."""
+  return "{" + ", ".join(f"{k}={format_value(v)}" for k, v in value.items()) + "}"
+
+
+def pair_sides(pair: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+  """A declared comparison's two values (ConfigError if it is not a pair of dicts)."""
+  if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+      or not all(isinstance(side, Mapping) for side in pair)):
+    raise ConfigError(f"comparisons: each is a pair (a, b) of values of one axis, "
+                      f"override dicts as the axis lists them; got {pair!r}.")
+  return dict(pair[0]), dict(pair[1])
+
+
+def comparison_pairs(pairs: Sequence[Any], axes: Sequence[Axis],
+                     references: Sequence[int] | None = None
+                     ) -> list[tuple[int, int, int]]:
+  """``Sweep.comparisons`` as (axis index, value index, base index), in order.
+
+  ConfigError naming the pair where a side is not an override dict or not a
+  value of any axis, the sides are values of different axes (or both of
+  several: ambiguous), a value is compared with itself, or the pair repeats
+  another pair, either way round (the same test, its sign flipped, counted
+  twice in the report's family). With ``references`` (each axis's
+  ``reference_index``, known once the base config is read), also where it
+  repeats a comparison with the axis's base value, which the report makes
+  anyway.
+  """
+  out: list[tuple[int, int, int]] = []
+  for pair in pairs:
+    a, b = pair_sides(pair)
+    what = f"comparison {value_text(a)} vs {value_text(b)}"
+    if a == b:
+      raise ConfigError(f"{what}: compares a value with itself; a pair names two "
+                        "different values of one axis.")
+    holders = [[ai for ai, axis in enumerate(axes) if side in axis.values]
+               for side in (a, b)]
+    for side, where in zip((a, b), holders):
+      if not where:
+        choices = "; ".join(f"axis {axis.label}: " + ", ".join(map(value_text, axis.values))
+                            for axis in axes) or "the sweep has no axis"
+        raise ConfigError(f"{what}: {value_text(side)} is not a value of any axis; "
+                          f"each side is written as its axis lists it ({choices}).")
+    common = [ai for ai in holders[0] if ai in holders[1]]
+    if not common:
+      raise ConfigError(
+          f"{what}: {value_text(a)} is a value of axis {axes[holders[0][0]].label}, "
+          f"{value_text(b)} of axis {axes[holders[1][0]].label}; a pair compares two "
+          "values of one axis.")
+    if len(common) > 1:
+      raise ConfigError(f"{what}: both are values of axes "
+                        f"{', '.join(axes[ai].label for ai in common)}; make the axes' "
+                        "values distinct so that the pair names one axis.")
+    ai = common[0]
+    vi, bi = axes[ai].values.index(a), axes[ai].values.index(b)
+    for other_ai, other_vi, other_bi in out:
+      if other_ai == ai and {other_vi, other_bi} == {vi, bi}:
+        values = axes[ai].values
+        raise ConfigError(f"{what}: repeats the comparison {value_text(values[other_vi])} "
+                          f"vs {value_text(values[other_bi])} declared before.")
+    if references is not None and references[ai] in (vi, bi):
+      raise ConfigError(
+          f"{what}: the report compares every value of axis {axes[ai].label} with its "
+          f"base value {value_text(axes[ai].values[references[ai]])} already; declare "
+          "pairs of two other values.")
+    out.append((ai, vi, bi))
+  return out
 
 
 def reference_index(axis: Axis, base_values: Mapping[str, Any]) -> int:
