@@ -152,6 +152,19 @@ def test_lm_on_a_text_folder_from_the_command_line_with_sentencepiece(
   entropy = baselines.unigram_entropy(config.data, tok, tasks.get("lm").targets)
   assert 2.0 < entropy < math.log(384)
   assert key in (model.parent / baselines.CACHE_FILE).read_text()
+  # With data.train_fraction, the examples a run trains on: the leading 54 of
+  # the 108, counted and cached under their own key.
+  half = config.data.copy_and_resolve_references()
+  half.train_fraction = 0.5
+  train_split = sources.open_source(sources.dataset_name(config.data), "train",
+                                    config.data.data_dir or None)
+  leading = [train_split[i] for i in range(54)]
+  expected = baselines.unigram_entropy(config.data, tok, tasks.get("lm").targets,
+                                       source=leading)
+  assert baselines.unigram_entropy(half, tok, tasks.get("lm").targets) == (
+      pytest.approx(expected, rel=1e-12))
+  assert expected != pytest.approx(entropy, abs=1e-6)
+  assert "train[:54]" in (model.parent / baselines.CACHE_FILE).read_text()
 
 
 def test_a_corpus_too_small_for_data_vocab_size_gets_the_tokenizer_it_supports(

@@ -127,7 +127,7 @@ def _leading_documents(run, split: str, tokens: int) -> tuple[list, int]:
   keys = sources.resolve_keys(data)
   src = sources.open_source(sources.dataset_name(data), split, data.data_dir or None)
   out, count = [], 1  # the stream's bos
-  for i in range(pipeline.leading_examples(len(src), data, split)):
+  for i in range(sources.leading_examples(len(src), data, split)):
     example = src[i]
     out.append(example)
     text = rows_lib.example_text(example, keys.text_key)

@@ -15,7 +15,8 @@ target ids or labels of one example as the task's rows predict them, and
 None for an example the rows skip; rows truncated to `seq_len` are counted
 whole. This module only counts them, with the run's tokenizer.
 
-`unigram_entropy` computes it once per dataset version, split, targets kind,
+`unigram_entropy` computes it once per dataset version, split (its leading
+part with ``data.train_fraction`` < 1: the examples a run trains on), targets kind,
 feature keys and tokenizer (kind, vocabulary size, model file hash, special
 ids) and keeps it in `unigram_entropy.json`: next to the SentencePiece model,
 or, for the byte and hf tokenizers, in the dataset's tokenizer directory
@@ -174,6 +175,29 @@ def _read_cache(path: str) -> dict[str, Any]:
   return cache if isinstance(cache, dict) else {}
 
 
+class _Leading(Sequence):
+  """The first ``n`` examples of a random-access source."""
+
+  def __init__(self, source: Sequence[Mapping[str, Any]], n: int):
+    self._source, self._n = source, min(n, len(source))
+
+  def __len__(self) -> int:
+    return self._n
+
+  def __getitem__(self, i: int) -> Mapping[str, Any]:
+    if not 0 <= i < self._n:
+      raise IndexError(i)
+    return self._source[i]
+
+  def __getitems__(self, indices: Sequence[int]) -> list[Mapping[str, Any]]:
+    if any(not 0 <= i < self._n for i in indices):
+      raise IndexError(indices)
+    read_many = getattr(self._source, "__getitems__", None)
+    if read_many is None:
+      return [self._source[i] for i in indices]
+    return list(read_many(list(indices)))
+
+
 def unigram_entropy(data_cfg: Any, tokenizer, targets: Targets, *,
                     split: str = "train",
                     source: Sequence[Mapping[str, Any]] | None = None) -> float:
@@ -188,18 +212,25 @@ def unigram_entropy(data_cfg: Any, tokenizer, targets: Targets, *,
     data_cfg: the run's data config (`name`, `data_dir`, feature keys).
     tokenizer: the run's tokenizer (`tokenizer.tokenizer_from_config`).
     targets: what the task's rows predict (its ``Task.targets``).
-    split: the split whose targets are counted (the training split).
+    split: the split whose targets are counted (the training split); with
+      ``data.train_fraction`` < 1, its leading examples that a run trains on.
     source: example dicts to count instead of the dataset (in memory, tests);
       nothing is cached then.
   """
   keys = sources.resolve_keys(data_cfg)
   if source is not None:
-    counts, _ = target_counts(source, tokenizer, targets, keys)
+    used = sources.leading_examples(len(source), data_cfg, split)
+    counts, _ = target_counts(_Leading(source, used), tokenizer, targets, keys)
     return entropy_nats(counts)
   features = [getattr(keys, field) for field in targets.keys]
   data_dir = getattr(data_cfg, "data_dir", None) or None
   name = sources.canonical_name(sources.dataset_name(data_cfg))
-  key = cache_key(name, sources.dataset_version(name, data_dir), split, targets.kind,
+  # The examples a run of this config trains on: with data.train_fraction < 1,
+  # the leading part of the split (`sources.leading_examples`), named in the key.
+  total = len(sources.open_source(name, split, data_dir))
+  used = sources.leading_examples(total, data_cfg, split)
+  counted = split if used == total else f"{split}[:{used}]"
+  key = cache_key(name, sources.dataset_version(name, data_dir), counted, targets.kind,
                   features, tokenizer_identity(tokenizer))
   path = cache_path(data_cfg, tokenizer)
   cached = _read_cache(path)
@@ -211,7 +242,8 @@ def unigram_entropy(data_cfg: Any, tokenizer, targets: Targets, *,
     if key not in cached:
       start = time.perf_counter()
       counts, examples = target_counts(
-          sources.open_source(name, split, data_dir), tokenizer, targets, keys)
+          _Leading(sources.open_source(name, split, data_dir), used),
+          tokenizer, targets, keys)
       cached[key] = {
           "entropy_nats": entropy_nats(counts),
           "examples": examples,

@@ -40,7 +40,6 @@ or split (lm, mlm), unusable labels are skipped; each is counted in
 from __future__ import annotations
 
 import functools
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -104,15 +103,6 @@ class _Unlist(grain.experimental.FlatMapTransform):
 
   def flat_map(self, element):
     return element
-
-
-def leading_examples(num_examples: int, data_cfg: Any, split: str) -> int:
-  """How many examples of ``split`` a run reads: the first ceil(f x N) of the
-  train split with ``data.train_fraction`` f (at least one), else all N."""
-  fraction = float(getattr(data_cfg, "train_fraction", 1.0))
-  if split != "train" or fraction >= 1.0:
-    return num_examples
-  return max(1, math.ceil(fraction * num_examples))
 
 
 def _windows(data_cfg, rows, split, source, *, tokenizer, keys, counts, seq_len, cached):
@@ -212,7 +202,7 @@ def make_dataset(
       target_seq_len=int(target_seq_len or seq_len), counts=counts, seed=seed,
       mask_rate=getattr(data_cfg, "mask_rate", None), n_classes=n_classes)
   examples = grain.MapDataset.source(source)
-  used = leading_examples(len(source), data_cfg, split)
+  used = sources.leading_examples(len(source), data_cfg, split)
   if used < len(source):
     examples = examples[:used]
   stream = getattr(data_cfg, "packing", "documents") == "stream"

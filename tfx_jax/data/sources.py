@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -302,6 +303,15 @@ def _builder_for(name: str, data_dir: str | None) -> tfds.core.DatasetBuilder:
   except (ValueError, ImportError, AttributeError) as e:
     # e.g. a builder whose module needs TensorFlow to be imported.
     raise _not_prepared(name, data_dir, e) from e
+
+
+def leading_examples(num_examples: int, data_cfg: Any, split: str) -> int:
+  """How many examples of ``split`` a run reads: the first ceil(f x N) of the
+  train split with ``data.train_fraction`` f (at least one), else all N."""
+  fraction = float(getattr(data_cfg, "train_fraction", 1.0))
+  if split != "train" or fraction >= 1.0:
+    return num_examples
+  return max(1, math.ceil(fraction * num_examples))
 
 
 def open_source(name: str, split: str, data_dir: str | None = None
