@@ -227,16 +227,17 @@ def test_evaluation_standard_errors_are_those_of_the_rows(name):
     return math.sqrt(rows_scored / (rows_scored - 1) * np.sum(per_row ** 2)) / scored.sum()
 
   def cancellation(values):
-    """sum_r X_r^2 / sum_r (X_r - m N_r)^2: how much the expanded square
-    (sum X^2 - 2m sum XN + m^2 sum N^2) amplifies the float32 rounding of the
-    device's sums (~1e-7 relative)."""
+    """sum_r X_r^2 / sum_r (X_r - m N_r)^2. The device's sums are centred on
+    the batch's mean (``losses.row_moments``), so the float32 rounding of the
+    rows' sums X_r (~1e-7 of X_r) reaches the standard error amplified by
+    about its square root, not by itself as raw sums of squares would."""
     x, n = np.where(scored, values, 0.0).sum(1), scored.sum(1)
     return np.sum(x ** 2) / max(np.sum((x - x.sum() / n.sum() * n) ** 2), 1e-300)
 
   want = {"eval/loss_se": row_clustered_se(nll),
           "eval/accuracy_se": row_clustered_se(correct.astype(np.float64))}
-  rel = {"eval/loss_se": 1e-6 * cancellation(nll),
-         "eval/accuracy_se": 1e-6 * cancellation(correct.astype(np.float64))}
+  rel = {"eval/loss_se": 1e-6 * math.sqrt(cancellation(nll)),
+         "eval/accuracy_se": 1e-6 * math.sqrt(cancellation(correct.astype(np.float64)))}
   if task.rows.labelled:
     assert want["eval/loss_se"] == pytest.approx(scipy.stats.sem(nll[scored]), rel=1e-12)
   for family in task.families:

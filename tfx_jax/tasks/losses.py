@@ -110,20 +110,52 @@ def log_z_sums(logits, weights) -> dict:
 
 
 def row_moments(values: dict[str, jax.Array], weights: jax.Array) -> dict[str, jax.Array]:
-  """The sums ``standard_error`` reads, over the rows of a batch (axis 0).
+  """The batch's sums ``standard_error`` reads, over its rows (axis 0),
+  centred on the batch's own mean.
 
-  With N_r row r's sum of ``weights`` and X_r its sum of each weighted value
-  x in ``values`` (``{"nll": loss x weight}``, [B, ...]): ``<x>_sq`` =
-  sum_r X_r^2 and ``<x>_x_weight`` = sum_r X_r N_r per value, and
-  ``weight_sq`` = sum_r N_r^2 and ``rows`` (the rows with weight). Being
-  sums, they add over batches like the means' own sums.
+  With N_r row r's sum of ``weights``, X_r its sum of each weighted value x
+  in ``values`` (``{"nll": loss x weight}``, [B, ...]) and m_b = sum_r X_r /
+  sum_r N_r the batch's mean of x: ``<x>_shift`` = m_b, ``<x>_csq`` =
+  sum_r (X_r - m_b N_r)^2 and ``<x>_cx_weight`` = sum_r (X_r - m_b N_r) N_r
+  per value, and ``weight_sq`` = sum_r N_r^2 and ``rows`` (the rows with
+  weight). ``add_sums`` turns them into the raw moments sum_r X_r^2 and
+  sum_r X_r N_r in float64 on the host, where they add over batches.
+
+  Why centred: the raw sum_r X_r^2 in float32 carries a rounding of about
+  1e-7 x sum_r X_r^2, which the standard error's expanded square cancels
+  down to sum_r (X_r - m N_r)^2, 10^3-10^4 times smaller on a language
+  model's loss; the centred sums keep the rounding at 1e-7 of what is left,
+  so the standard error does not depend on how the rows were split over
+  batches, devices or processes.
   """
   n_B = jnp.sum(weights.reshape(weights.shape[0], -1), axis=1)
   out = {"weight_sq": jnp.sum(jnp.square(n_B)), "rows": jnp.sum((n_B > 0).astype(jnp.float32))}
+  total = jnp.maximum(jnp.sum(n_B), 1.0)
   for name, x in values.items():
     x_B = jnp.sum(x.reshape(x.shape[0], -1), axis=1)
-    out[f"{name}_sq"] = jnp.sum(jnp.square(x_B))
-    out[f"{name}_x_weight"] = jnp.sum(x_B * n_B)
+    shift = jnp.sum(x_B) / total
+    centred = x_B - shift * n_B
+    out[f"{name}_shift"] = shift
+    out[f"{name}_csq"] = jnp.sum(jnp.square(centred))
+    out[f"{name}_cx_weight"] = jnp.sum(centred * n_B)
+  return out
+
+
+def raw_moments(sums: Mapping[str, Any]) -> dict[str, Any]:
+  """One batch's ``row_moments`` (host values) as the raw moments that add
+  over batches, in float64: ``<x>_sq`` = sum_r X_r^2 and ``<x>_x_weight`` =
+  sum_r X_r N_r in place of ``<x>_shift``, ``<x>_csq`` and ``<x>_cx_weight``
+  (X_r - m_b N_r + m_b N_r = X_r, expanded with the same m_b and
+  ``weight_sq`` that ``standard_error`` later meets again, so their float32
+  rounding cancels exactly). Other sums pass through."""
+  out = dict(sums)
+  for key in [k for k in sums if k.endswith("_shift")]:
+    name = key[:-len("_shift")]
+    shift = float(out.pop(key))
+    csq, cxw = float(out.pop(f"{name}_csq")), float(out.pop(f"{name}_cx_weight"))
+    weight_sq = float(sums["weight_sq"])
+    out[f"{name}_sq"] = csq + 2.0 * shift * cxw + shift * shift * weight_sq
+    out[f"{name}_x_weight"] = cxw + shift * weight_sq
   return out
 
 
@@ -139,12 +171,11 @@ def standard_error(sums: Mapping[str, Any], name: str) -> float | None:
     SE^2 = R / (R - 1) * sum_r (X_r - m N_r)^2 / (sum_r N_r)^2,
 
   X_r and N_r row r's sums of the value and the weights, R the rows with
-  weight, the square expanded into the sums of ``row_moments`` (added in
-  float64 on the host, ``add_sums``). Rows with one token each (one example
-  per row: classification) give the textbook s / sqrt(n). The device's
-  float32 sums lose about 1e-7 x sum_r X_r^2 / sum_r (X_r - m N_r)^2 of
-  relative precision in the expansion (~1e-5 on the tiny LM), far below the
-  standard error's own sampling error.
+  weight, the square expanded into the raw moments that ``add_sums`` adds in
+  float64 on the host from each batch's centred ``row_moments``. Rows with
+  one token each (one example per row: classification) give the textbook
+  s / sqrt(n). The expansion cancels in float64; the float32 rounding left
+  is that of the centred sums, about 1e-7 of the result.
 
   Why rows and not tokens: the tokens of one row come from one document (or
   a few, packed) and are read in one context, so their losses are

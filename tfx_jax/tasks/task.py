@@ -118,8 +118,9 @@ def metrics_from_sums(task: Task, sums: dict) -> dict[str, float]:
 def add_sums(total: dict | None, sums: dict) -> dict:
   """Running totals of per-batch sums (host NumPy values), in float64: the
   standard errors subtract sums of squares, which float32 totals over many
-  batches would round."""
-  sums = {k: np.asarray(v, np.float64) for k, v in sums.items()}
+  batches would round. Each batch's centred row moments become raw ones
+  first (``losses.raw_moments``)."""
+  sums = {k: np.asarray(v, np.float64) for k, v in losses.raw_moments(sums).items()}
   return sums if total is None else {k: total[k] + sums[k] for k in total}
 
 
