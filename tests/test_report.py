@@ -599,6 +599,13 @@ def test_per_point_tables_of_a_tuned_sweep_read_the_chosen_runs_only():
   assert [s["lr"] for _, s in picked[(0,)]] == [1e-3, 1e-3]
   assert picked[(1,)] == points[(1,)]
   assert at_chosen(points, {}) == points  # nothing tuned
+  # A confirmed point: its confirmation seeds alone, not the tuning seed at
+  # the chosen value, which chose it.
+  confirmed = {(0,): runs(1e-3, 1e-2) + [
+      (RunEntry(f"c{seed}", seed, (), {}, tuned={"optim.learning_rate": 1e-3},
+                stage="confirm"), {"lr": 1e-3, "seed": seed}) for seed in (1, 2)]}
+  picked = at_chosen(confirmed, {(0,): {"optim.learning_rate": 1e-3}})
+  assert [s["seed"] for _, s in picked[(0,)]] == [1, 2]
 
 
 def test_values_of_an_axis_over_several_fields_name_their_field():

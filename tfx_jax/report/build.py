@@ -628,6 +628,13 @@ def scale_section(report: Report, plots: Mapping[str, str]) -> Lines:
   return out
 
 
+def _shown_seeds(record: SweepRecord) -> str:
+  """Whose runs the per-point tables show (``at_chosen``)."""
+  if any(e.stage == "confirm" for e in record.runs):
+    return "each point's confirmation seeds"
+  return "the seeds at each point's chosen value" if record.tune else "seeds"
+
+
 def lengths_section(record: SweepRecord, points: Points, shown: Points,
                     plots: Mapping[str, str]) -> Lines:
   """Perplexity at k x the training length (``evaluate --lengths``)."""
@@ -639,7 +646,7 @@ def lengths_section(record: SweepRecord, points: Points, shown: Points,
   out = ["## Length extrapolation", "",
          f"Perplexity on the {' / '.join(splits)} split in non-overlapping windows "
          "of k × the training length (`python -m tfx_jax.evaluate --lengths`), mean ± "
-         "std over seeds.", "",
+         f"std over {_shown_seeds(record)}.", "",
          markdown_table(lengths), ""]
   if plots.get("lengths"):
     out += [f"![length extrapolation]({plots['lengths']})", ""]
@@ -660,7 +667,8 @@ def layers_section(record: SweepRecord, shown: Points, plots: Mapping[str, str])
   arrays = ("every array of the layer" if param in ("", "all") else
             f"the layer's `{param}` arrays (`train.layer_stats_param`)")
   out = [f"## Gradient norm per layer {title}", "",
-         f"`{tag}`, the norm over {arrays}: {when}. Each cell is the mean over seeds "
+         f"`{tag}`, the norm over {arrays}: {when}. Each cell is the mean over "
+         f"{_shown_seeds(record)} "
          "± the half-width of its 95% t-interval. Xiong et al. 2020, Figure 3, plot "
          "the gradient norm of each layer's FFN output matrix W2 (`ffn_out`) at "
          "initialisation averaged over batches: post-norm's grows towards the last "

@@ -76,7 +76,8 @@ def _axis_title(record: SweepRecord, axis_index: int, ctx) -> str:
 
 def _shown_runs(record: SweepRecord, points: Points, report: Report | None, key):
   """The runs a curve shows: a tuned sweep's at the point's chosen tuned
-  value (none when nothing learned), every run otherwise."""
+  value, its confirmation seeds where it ran them (none when nothing
+  learned), every run otherwise."""
   runs = points.get(key, [])
   if not record.tune or report is None:
     return runs, None
@@ -84,7 +85,7 @@ def _shown_runs(record: SweepRecord, points: Points, report: Report | None, key)
   chosen = None if point is None else point.chosen
   if chosen is None:
     return [], None
-  return [(e, s) for e, s in runs if e.tuned == chosen], chosen
+  return at_chosen({key: runs}, {key: chosen})[key], chosen
 
 
 # ------------------------------------------------------------------- curves

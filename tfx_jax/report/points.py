@@ -46,11 +46,15 @@ def at_chosen(points: Points, chosen: Mapping[tuple[int, ...], Mapping[str, Any]
   """``points`` with each point's runs at its ``chosen`` tuned values only
   (``Report.chosen``; all of them where nothing was tuned or no value was
   chosen): what the per-point tables and plots of a tuned sweep show, beside
-  the comparisons."""
+  the comparisons. Where a point ran confirmation seeds, those runs alone:
+  the tuning seeds at the chosen value were selected on, and the verdicts do
+  not read them either."""
   out = {}
   for key, runs in points.items():
     pick = chosen.get(key)
-    out[key] = [(e, s) for e, s in runs if e.tuned == pick] if pick else runs
+    runs = [(e, s) for e, s in runs if e.tuned == pick] if pick else runs
+    confirmed = [(e, s) for e, s in runs if e.stage == "confirm"]
+    out[key] = confirmed or runs
   return out
 
 
