@@ -52,8 +52,8 @@ the other four schemes run {1e-3, 3e-3, 1e-2, 3e-2} (3e-2 was then
 0.57-0.94 nats worse for every scheme, so each choice sits inside its grid:
 1e-2, and 3e-3 for no positions). The grid grew before
 any confirmation run was read: the confirmation stage added at the old
-grid's choices was discarded, and the stage is added again once the
-widened tuning stage is done. Then 4 fresh confirmation seeds per
+grid's choices was discarded, and the stage ran again at the widened
+tuning stage's choices. Then 4 fresh confirmation seeds per
 scheme at its chosen rate, paired. Power: the last run's paired differences
 had a seed spread of 0.4 perplexity for ALiBi vs RoPE at 8x (26 apart) and
 1.7 for T5 bias vs RoPE at 8x (15 apart): 4 seeds detect both with more than

@@ -109,7 +109,8 @@ def sweep_dir(tmp_path_factory):
       name = f"norm_position-{norm}_position-{pos}_s{seed}"
       write_run(root, name, seed, loss, layer_grad=LAYER_GRAD[norm],
                 lengths={1: 10.0 + seed, 2: 20.0 if pos == "rope" else 10.0},
-                scaled={"yarn-x2-from64": {1: 11.0, 2: 12.0}} if pos == "rope" else None)
+                scaled=({"yarn-x2-from64": {1: 11.0, 2: 12.0 + seed / 10}} if pos == "rope"
+                        else None))
       runs.append({"name": name, "seed": seed,
                    "values": [{"model.norm_position": norm}, {"model.position": pos}],
                    "overrides": {}, "state": "finished", "wall_seconds": 60.0 + seed})
@@ -257,8 +258,24 @@ def test_extrapolation_layer_stats_csv_and_plots(sweep_dir):
   assert "| post | rope | 0.5 ± 0 | 2 ± 0 |" in report
   # RoPE evaluated with YaRN: a row of its own under the plain one.
   assert "| pre | rope | as trained | 11.00 ± 1.00 | 20.00 ± 0.00 |" in report
-  assert "| pre | rope | yarn-x2-from64 | 11.00 ± 0.00 | 12.00 ± 0.00 |" in report
+  assert "| pre | rope | yarn-x2-from64 | 11.00 ± 0.00 | 12.10 ± 0.10 |" in report
   assert "| pre | alibi | as trained |" in report and "| pre | alibi | yarn" not in report
+  # ... and tested against as trained, the same runs paired by seed, Holm over
+  # those rows alone: at 2x 12 + seed/10 against 20, at 1x 11 against 10 + seed.
+  effects = json.loads((sweep_dir / "report.json").read_text())["evaluation_effects"]
+  assert [(e["point"], e["metric"]) for e in effects] == [
+      ("pre, rope", "ppl@1x"), ("pre, rope", "ppl@2x"),
+      ("post, rope", "ppl@1x"), ("post, rope", "ppl@2x")]
+  at1, at2 = effects[0], effects[1]
+  assert at1["evaluation"] == "yarn-x2-from64" and at1["seeds"] == [0, 1, 2]
+  assert at1["diff"] == pytest.approx(0.0) and at1["verdict"] == "unresolved"
+  half = 4.302653 * 0.1 / 3 ** 0.5  # t(0.975, 2 df) x sd / sqrt(n)
+  assert at2["diff"] == pytest.approx(-7.9)
+  assert (at2["low"], at2["high"]) == pytest.approx((-7.9 - half, -7.9 + half))
+  assert at2["verdict"] == "better"
+  assert [e["p_adjusted"] for e in effects] == stats.holm([e["p"] for e in effects])
+  assert ("| pre, rope | yarn-x2-from64 | ppl@2x | 3 | -7.90 [-8.15, -7.65] |"
+          in report)
   assert "| pre | alibi | 1 ± 0 | 1 ± 0 |" in report
   rows = list(csv.DictReader(open(sweep_dir / "report.csv")))
   assert len(rows) == 12

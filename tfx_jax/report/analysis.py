@@ -81,7 +81,7 @@ from tfx_jax.report import speedup
 from tfx_jax.report import stats
 from tfx_jax.report.tuning import grid_edges, grid_text, sensitivity
 from tfx_jax.report.points import context_label, contexts, fmt_value, value_label
-from tfx_jax.report.schema import (Baseline, Comparison, Counts,
+from tfx_jax.report.schema import (Baseline, Comparison, Counts, EvaluationEffect,
                                    FailedComparison, InitialLossSource, Look, Noise,
                                    Options, Point, Report, ScaleEffect, SeedResult,
                                    Sequential, Trend, TunedValue, VerdictRuns,
@@ -415,6 +415,43 @@ def comparisons(record: SweepRecord, points: Sequence[Point], options: Options
                                             None if eq is None else eq.p_value))
     rows.append(dataclasses.replace(row, text=verdict_text(record, row),
                                     design=design_line(record, row)))
+  return rows
+
+
+def evaluation_effects(record: SweepRecord, points: Sequence[Point], summaries: Summaries,
+                       options: Options) -> list[EvaluationEffect]:
+  """Each point's length perplexities with RoPE scaled at evaluation only
+  (``evaluate --lengths --rope_scaling``) against the same models' as trained,
+  paired by seed over the runs its verdicts read, at each length; p adjusted
+  by Holm over these rows alone (two evaluations of the same models are a
+  question apart from the comparisons between models)."""
+  untested = []
+  for point in points:
+    verdict_runs = _verdict_runs(record, point)
+    runs = {seed: summaries[verdict_runs[seed].run] for seed in point.compared
+            if seed in verdict_runs}
+    tags = sorted({tag for s in runs.values() for tag in s.get("scaled_lengths", {})})
+    for tag in tags:
+      multiples = sorted({k for s in runs.values() for k in s["scaled_lengths"].get(tag, {})})
+      for k in multiples:
+        metric = f"ppl@{k}x"
+        scaled = {seed: float(v) for seed, s in runs.items()
+                  if (v := s.get("scaled_lengths", {}).get(tag, {}).get(k)) is not None
+                  and math.isfinite(v) and metric in point.compared[seed]}
+        if not scaled:
+          continue
+        trained = {seed: point.compared[seed][metric] for seed in scaled}
+        untested.append((point, tag.removeprefix("rope-"), metric, tuple(sorted(scaled)),
+                         stats.compare(scaled, trained)))
+  adjusted = stats.holm([iv.p_value for *_, iv in untested])
+  rows = []
+  for (point, how, metric, seeds, iv), p_adj in zip(untested, adjusted):
+    margin = margin_for(metric, record.select_by, options)
+    rows.append(EvaluationEffect(
+        key=point.key, point=", ".join(point.values.values()) or "base config",
+        evaluation=how, metric=metric, seeds=seeds, interval=iv, margin=margin,
+        p_adjusted=p_adj,
+        verdict=stats.verdict(iv, p_adj, margin, options.alpha, lower_is_better(metric))))
   return rows
 
 
@@ -850,7 +887,8 @@ def analyze(record: SweepRecord, summaries: Summaries, baselines: Mapping[str, B
       noise=tuple(noise_and_power(record, points, rows, options)),
       scale=tuple(scale_effects(record, points, rows)),
       sequential=sequential(record), speedups=tuple(speedup.speedups(record, points)),
-      compute=compute_lib.compute(record, summaries))
+      compute=compute_lib.compute(record, summaries),
+      evaluation_effects=tuple(evaluation_effects(record, points, summaries, options)))
 
 
 def sequential(record: SweepRecord) -> Sequential | None:

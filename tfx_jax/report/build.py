@@ -635,8 +635,20 @@ def _shown_seeds(record: SweepRecord) -> str:
   return "the seeds at each point's chosen value" if record.tune else "seeds"
 
 
+def evaluation_effects_table(report: Report) -> list[list[str]]:
+  rows = [["point", "positions at evaluation", "metric", "seeds",
+           "Δ vs as trained [95% CI]", "adjusted p", "verdict"]]
+  for e in report.evaluation_effects:
+    iv = e.interval
+    interval = (f"{iv.diff:+.2f} [{iv.low:+.2f}, {iv.high:+.2f}]" if iv.low is not None
+                else f"{iv.diff:+.2f} (no interval)")
+    rows.append([e.point, e.evaluation, e.metric, str(iv.n_a), interval,
+                 "-" if e.p_adjusted is None else f"{e.p_adjusted:.3g}", f"**{e.verdict}**"])
+  return rows
+
+
 def lengths_section(record: SweepRecord, points: Points, shown: Points,
-                    plots: Mapping[str, str]) -> Lines:
+                    plots: Mapping[str, str], report: Report | None = None) -> Lines:
   """Perplexity at k x the training length (``evaluate --lengths``)."""
   lengths = lengths_table(record, shown)
   if not lengths:
@@ -650,6 +662,13 @@ def lengths_section(record: SweepRecord, points: Points, shown: Points,
          markdown_table(lengths), ""]
   if plots.get("lengths"):
     out += [f"![length extrapolation]({plots['lengths']})", ""]
+  if report is not None and report.evaluation_effects:
+    out += ["Scaled at evaluation only against the positions the model was trained "
+            f"with: the same models ({_shown_seeds(record)}), paired by seed, "
+            "perplexity scaled minus as trained. p adjusted by Holm over this "
+            "table's rows, a family of its own: two evaluations of the same models, "
+            "not two models.", "",
+            markdown_table(evaluation_effects_table(report)), ""]
   return out
 
 
@@ -706,7 +725,7 @@ def render(record: SweepRecord, summaries, report: Report, plots: Mapping[str, s
               tuned_section(record, report, plots),
               comparisons_section(record, report, plots), speedup.section(report.speedups),
               noise_section(report),
-              scale_section(report, plots), lengths_section(record, points, shown, plots),
+              scale_section(report, plots), lengths_section(record, points, shown, plots, report),
               layers_section(record, shown, plots),
               compute_section(record, report.compute)]
   return "\n".join(line for section in sections for line in section)

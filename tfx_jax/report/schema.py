@@ -533,6 +533,38 @@ class ScaleEffect:
     return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
 
 
+@dataclasses.dataclass(frozen=True)
+class EvaluationEffect:
+  """One point's models evaluated another way against as trained, the same
+  runs paired by seed: RoPE scaled at evaluation only (``evaluate --lengths
+  --rope_scaling``) against its positions as trained, at one length. Two
+  evaluations of one set of models, not two models: a family of its own,
+  Holm over the report's evaluation effects."""
+  key: tuple[int, ...]
+  point: str        # the point's axis values, as a label
+  evaluation: str   # how it was evaluated: "yarn-x8-from64"
+  metric: str       # "ppl@8x"
+  seeds: tuple[int, ...]
+  interval: stats.Interval  # evaluated this way - as trained
+  margin: float
+  p_adjusted: float | None
+  verdict: stats.Verdict
+
+  def to_json(self) -> dict[str, Any]:
+    return {"key": list(self.key), "point": self.point, "evaluation": self.evaluation,
+            "metric": self.metric, "seeds": list(self.seeds), "margin": self.margin,
+            "p_adjusted": self.p_adjusted, "verdict": self.verdict,
+            **interval_to_json(self.interval)}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> EvaluationEffect:
+    return cls(key=tuple(data["key"]), point=data["point"], evaluation=data["evaluation"],
+               metric=data["metric"], seeds=tuple(data["seeds"]),
+               interval=interval_from_json(data), margin=data["margin"],
+               p_adjusted=data["p_adjusted"],
+               verdict=_choice(data["verdict"], stats.Verdict, "verdict"))
+
+
 # ------------------------------------------------------------------- whole
 @dataclasses.dataclass(frozen=True)
 class Sequential:
@@ -579,6 +611,8 @@ class Report:
   sequential: Sequential | None = None  # adaptive seeds' test (None: fixed seeds)
   speedups: tuple[Speedup, ...] = ()  # effective speedup over AdamW (``speedup``)
   compute: Compute | None = None  # what the runs cost (``compute``; None: not recorded)
+  # Scaled at evaluation against as trained (``EvaluationEffect``; none: no run was).
+  evaluation_effects: tuple[EvaluationEffect, ...] = ()
 
   def __post_init__(self):
     object.__setattr__(self, "tune", tune_grids(self.tune))
@@ -613,7 +647,8 @@ class Report:
         "confirmation_seeds": list(self.confirmation_seeds),
         "sequential": None if self.sequential is None else self.sequential.to_json(),
         "speedups": [s.to_json() for s in self.speedups],
-        "compute": None if self.compute is None else self.compute.to_json()}
+        "compute": None if self.compute is None else self.compute.to_json(),
+        "evaluation_effects": [e.to_json() for e in self.evaluation_effects]}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> Report:
@@ -637,7 +672,9 @@ class Report:
         sequential=(None if data["sequential"] is None
                     else Sequential.from_json(data["sequential"])),
         speedups=tuple(Speedup.from_json(s) for s in data["speedups"]),
-        compute=None if data["compute"] is None else Compute.from_json(data["compute"]))
+        compute=None if data["compute"] is None else Compute.from_json(data["compute"]),
+        evaluation_effects=tuple(EvaluationEffect.from_json(e)
+                                 for e in data["evaluation_effects"]))
 
 
 def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -663,12 +700,14 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
   Before declared comparisons: no ``base_index`` per comparison (every base
   was its axis's base value: the index of the points' value of that label).
   Before the effective speedup: no ``speedups`` (none). Before the compute
-  table: no ``compute`` (None: not recorded). Before per-point
+  table: no ``compute`` (None: not recorded). Before the evaluation effects:
+  no ``evaluation_effects`` (none tested). Before per-point
   tuned grids: each tuned field as one list of values, which ``tune_grids``
   reads as it is.
   """
   data = copy.deepcopy(dict(data))
   data.setdefault("failed", [])
+  data.setdefault("evaluation_effects", [])
   data.setdefault("verdict_runs", "all" if not data["tune"] else
                   "tuning" if data.get("reserved_seed") is None else "reserved")
   data.setdefault("tuning_seeds", [])
