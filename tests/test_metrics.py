@@ -63,3 +63,19 @@ def test_non_chief_writes_nothing(tmp_path):
   writer.close()
   assert not (tmp_path / "logs").exists()
 
+
+
+def test_a_resumed_run_reads_as_one_run_without_a_restart_warning(tmp_path, caplog):
+  """An attempt killed after its checkpoint at step 2 logged up to step 4; the
+  resumed attempt marks its restart and logs 3 again: the killed attempt's
+  steps after 2 are dropped, and the reader's "TensorFlow restart" warning,
+  the expected course of a resume, stays off the console."""
+  with metrics.MetricWriter(tmp_path) as writer:
+    for step in range(1, 5):
+      writer.write_scalars(step, {"train/loss": float(10 - step)})
+  with metrics.MetricWriter(tmp_path) as writer:
+    writer.mark_restart(3)
+    writer.write_scalars(3, {"train/loss": 0.5})
+  with caplog.at_level("WARNING"):
+    assert metrics.read_scalars(tmp_path)["train/loss"] == [(1, 9.0), (2, 8.0), (3, 0.5)]
+  assert not [r for r in caplog.records if "restart" in r.getMessage()]

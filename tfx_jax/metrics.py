@@ -12,6 +12,7 @@ a no-op, so the training loop can call the writer unconditionally.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from typing import Any, Iterable, Mapping
@@ -184,11 +185,24 @@ class MetricWriter:
     self.close()
 
 
-def _load(logdir: str | os.PathLike):
+def load_events(logdir: str | os.PathLike):
+  """TensorBoard's EventAccumulator over the event files in ``logdir``, read.
+
+  A run resumed from a checkpoint logs its restart step again; the reader
+  then drops what the interrupted attempt logged after it (as TensorBoard
+  does) and warns of "a TensorFlow restart". That is the expected course of
+  a resumed run, so its warning is kept off the console.
+  """
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
   accumulator = event_accumulator.EventAccumulator(
       os.fspath(logdir), size_guidance=_LOAD_EVERYTHING)
-  accumulator.Reload()
+  logger = logging.getLogger("tensorboard")
+  level = logger.level
+  logger.setLevel(logging.ERROR)
+  try:
+    accumulator.Reload()
+  finally:
+    logger.setLevel(level)
   return accumulator
 
 
@@ -199,7 +213,7 @@ def read_scalars(logdir: str | os.PathLike) -> dict[str, list[tuple[int, float]]
   was resumed from an earlier step, points logged after that step by the
   interrupted run are dropped, as TensorBoard does.
   """
-  accumulator = _load(logdir)
+  accumulator = load_events(logdir)
   return {
       tag: [(e.step, e.value) for e in accumulator.Scalars(tag)]
       for tag in accumulator.Tags()["scalars"]
@@ -224,7 +238,7 @@ def _text_tag(tag: str) -> str:
 
 def read_texts(logdir: str | os.PathLike) -> dict[str, list[tuple[int, str]]]:
   """Returns {tag: [(step, text), ...]} of the text summaries in `logdir`."""
-  accumulator = _load(logdir)
+  accumulator = load_events(logdir)
   return {
       _text_tag(tag): [(e.step, e.tensor_proto.string_val[0].decode("utf-8"))
                        for e in accumulator.Tensors(tag)]
@@ -239,7 +253,7 @@ def read_hparams(logdir: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
   """
   from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
   from tensorboard.plugins.hparams import plugin_data_pb2  # pylint: disable=g-import-not-at-top
-  content = _plugin_tags(_load(logdir), "hparams")
+  content = _plugin_tags(load_events(logdir), "hparams")
   hparams, metric_names = {}, []
   if "_hparams_/session_start_info" in content:
     data = plugin_data_pb2.HParamsPluginData.FromString(
@@ -255,7 +269,7 @@ def read_hparams(logdir: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
 
 def read_tags(logdir: str | os.PathLike) -> dict[str, list[str]]:
   """Returns the tags in `logdir` by kind: "scalars", "texts", "hparams"."""
-  accumulator = _load(logdir)
+  accumulator = load_events(logdir)
   return {
       "scalars": sorted(accumulator.Tags()["scalars"]),
       "texts": sorted(_text_tag(t) for t in _plugin_tags(accumulator, "text")),

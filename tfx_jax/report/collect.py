@@ -16,12 +16,12 @@ import re
 import statistics
 from typing import Any
 
+from tfx_jax import metrics
 from tfx_jax import status as status_lib
 from tfx_jax import sweep_record
 from tfx_jax.sweep_record import RunEntry, SweepRecord
 
 # Every record of every tag (the reader's default keeps a sample of 10,000).
-_SIZE_GUIDANCE = {"scalars": 0, "tensors": 0}
 # layer_stats/<kind>[/<param>]/<stack>_<NN> (tfx_jax/layer_stats.py).
 LAYER_TAG = re.compile(
     r"layer_stats/(grad_norm|param_norm|update_norm|init_grad_norm)/(?:(\w+)/)?(\w+?)_(\d+)$")
@@ -34,11 +34,9 @@ def read_scalars(logdir: str | os.PathLike) -> dict[str, list[tuple[int, float, 
   Points an interrupted run logged past its last checkpoint are dropped, as
   TensorBoard does (the resumed run marks its restart step).
   """
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
   if not pathlib.Path(logdir).is_dir():
     return {}
-  acc = event_accumulator.EventAccumulator(os.fspath(logdir), size_guidance=_SIZE_GUIDANCE)
-  acc.Reload()
+  acc = metrics.load_events(logdir)
   return {tag: [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)]
           for tag in acc.Tags()["scalars"]}
 
