@@ -2,7 +2,8 @@
 
 Every experiment reported with the current method has a section ``## `<name>`:
 ...`` before "## Earlier runs" and a row in the summary table, and takes its
-numbers from ``docs/results/<name>/report.json``. Each estimate with its
+numbers from ``docs/results/<name>/report.json``, or from its variants'
+(``docs/results/<name>/<variant>/report.json``). Each estimate with its
 interval written there, ``-0.072 [-0.109, -0.036]`` or ``2.78x [2.19, 3.53]``,
 must be one record's estimate and interval in that report.json, to the digits
 printed: a number edited by hand, or left from an earlier run, fails here.
@@ -93,17 +94,26 @@ TEXT = RESULTS.read_text()
 SECTIONS = _sections(TEXT)
 
 
+def _reports(name: str) -> list[pathlib.Path]:
+  """An experiment's report.json files: its own and its variants'."""
+  folder = ROOT / "docs" / "results" / name
+  return sorted([*folder.glob("report.json"), *folder.glob("*/report.json")])
+
+
 def test_every_current_section_has_a_summary_row_and_its_report():
   rows = _summary_rows(TEXT)
   assert SECTIONS, "no experiment section before 'Earlier runs'"
   assert set(rows) == set(SECTIONS), (sorted(rows), sorted(SECTIONS))
   for name, section in SECTIONS.items():
-    folder = ROOT / "docs" / "results" / name
-    assert (folder / "report.json").exists() and (folder / "report.md").exists(), name
-    assert f"(results/{name}/report.json)" in section, name
-    data = json.loads((folder / "report.json").read_text())
-    assert data["selection_biased"] is False, (
-        f"{name}: its verdicts read the seeds that chose its values")
+    reports = _reports(name)
+    assert reports, f"{name}: no docs/results/{name}/report.json"
+    for path in reports:
+      relative = path.relative_to(ROOT / "docs").as_posix()
+      assert path.with_suffix(".md").exists(), relative
+      assert f"({relative})" in section, f"{name}: {relative} not linked"
+      data = json.loads(path.read_text())
+      assert data["selection_biased"] is False, (
+          f"{relative}: its verdicts read the seeds that chose its values")
     label = re.search(r"\*(reproduced|in direction|not reproduced|inconclusive|"
                       r"not tested here)\*", rows[name])
     assert label, f"{name}: its summary row has no label of the rule"
@@ -111,10 +121,9 @@ def test_every_current_section_has_a_summary_row_and_its_report():
 
 @pytest.mark.parametrize("name", sorted(SECTIONS))
 def test_every_interval_quoted_is_in_the_report_json(name):
-  groups = _groups(json.loads(
-      (ROOT / "docs" / "results" / name / "report.json").read_text()))
+  groups = [g for path in _reports(name) for g in _groups(json.loads(path.read_text()))]
   text = SECTIONS[name] + "\n" + _summary_rows(TEXT)[name]
   quoted = INTERVAL.findall(text)
   assert quoted, f"{name}: no estimate with its interval"
   missing = [t for t in quoted if not _found(t, groups)]
-  assert not missing, f"{name}: not in docs/results/{name}/report.json: {missing}"
+  assert not missing, f"{name}: not in its report.json files: {missing}"
