@@ -48,7 +48,10 @@ warmup 100, clipping off), each at its own best rate on its own grid: post
 {1e-3, 3e-3, 1e-2} (chose 3e-3), sandwich and DeepNorm {3e-4, 1e-3, 3e-3,
 1e-2} (sandwich never run before; DeepNorm chose the lowest rate of the
 deep_post_norm grid, and one seed of two stalled above it); tuning seed 0,
-3 confirmation seeds, every placement against pre-LN.
+3 confirmation seeds, every placement against pre-LN. In the run reported
+in ``docs/results.md`` every choice was inside its grid: post 1e-3 (it
+stalled at 3e-3), pre, sandwich and DeepNorm 3e-3 (DeepNorm stalled at
+1e-2).
 
 Variants and cost on 2 CPU cores with ``--parallel 2``:
 ``tiny`` (post vs pre on a 3-layer d_model 64 LM, W2 at initialisation over
@@ -57,9 +60,10 @@ minute); ``default`` (12 tuning + 12 confirmation runs of 1,200 steps; the
 last run's 2+2 model took 0.165 s a step, the 6+6 about three times that:
 about 9 minutes of training, 30 s of W2 measurement and 1-2 minutes of
 evaluations and beam search a run: about 140 minutes); ``placements`` (14
-tuning + 12 confirmation runs of 1,000 steps at the 6-layer LM's 3,100-4,000
-tokens/s: about 5 minutes of training and 1-2 minutes of evaluations a run,
-about 85 minutes).
+tuning + 12 confirmation runs of 1,000 steps: about 5 minutes of training
+and 1-2 minutes of evaluations a run at the 6-layer LM's 3,100-4,000
+tokens/s, about 85 minutes; the reported run, at 2,100-2,350 tokens/s
+beside test runs, took 215 core-minutes, 108 minutes).
 """
 
 from tfx_jax.sweep import Sweep
