@@ -432,7 +432,8 @@ def evaluation_effects(record: SweepRecord, points: Sequence[Point], summaries: 
             if seed in verdict_runs}
     tags = sorted({tag for s in runs.values() for tag in s.get("scaled_lengths", {})})
     for tag in tags:
-      multiples = sorted({k for s in runs.values() for k in s["scaled_lengths"].get(tag, {})})
+      multiples = sorted({k for s in runs.values()
+                          for k in s.get("scaled_lengths", {}).get(tag, {})})
       for k in multiples:
         metric = f"ppl@{k}x"
         scaled = {seed: float(v) for seed, s in runs.items()

@@ -21,7 +21,6 @@ from tfx_jax import status as status_lib
 from tfx_jax import sweep_record
 from tfx_jax.sweep_record import RunEntry, SweepRecord
 
-# Every record of every tag (the reader's default keeps a sample of 10,000).
 # layer_stats/<kind>[/<param>]/<stack>_<NN> (tfx_jax/layer_stats.py).
 LAYER_TAG = re.compile(
     r"layer_stats/(grad_norm|param_norm|update_norm|init_grad_norm)/(?:(\w+)/)?(\w+?)_(\d+)$")
