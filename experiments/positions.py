@@ -49,7 +49,7 @@ earlier run (documents packing) T5 bias and RoPE chose 1e-2, the top of
 0.7-0.9 nats worse). With stream packing sinusoidal, learned and ALiBi
 chose 1e-2, the top of {1e-3, 3e-3, 1e-2} (by 0.02-0.06 nats over 3e-3), so
 the other four schemes run {1e-3, 3e-3, 1e-2, 3e-2} (3e-2 was then
-0.57-0.94 nats worse for every scheme, so each choice sits inside its grid:
+0.57-0.98 nats worse for every scheme, so each choice sits inside its grid:
 1e-2, and 3e-3 for no positions). The grid grew before
 any confirmation run was read: the confirmation stage added at the old
 grid's choices was discarded, and the stage ran again at the widened
