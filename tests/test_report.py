@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import re
+import statistics
 import typing
 import warnings
 
@@ -147,32 +148,56 @@ def test_layer_statistics_logged_later_are_not_called_initialisation(tmp_path):
 def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
   """Runs with train.layer_stats_init_batches: the section and the plot read
   the step-0 means of layer_stats/init_grad_norm/<param>/..., not the
-  statistics logged during training (here at steps 10 and 20)."""
+  statistics logged during training (here at steps 10 and 20); report.json
+  has each point's profile and its last-over-first trend, tested by seed."""
   root = tmp_path / "init"
+  init = {"pre": [1.0, 0.5], "post": [0.5, 2.0]}  # falls, grows
   runs = []
   for norm in ("pre", "post"):
-    for seed in (0, 1):
+    for seed in (0, 1, 2):
       name = f"norm_position-{norm}_s{seed}"
       write_run(root, name, seed, 1.0 + seed / 10, layer_grad=(7.0, 7.0),
                 layer_steps=(10, 20))
       with metrics.MetricWriter(root / name / "tensorboard") as w:
         w.write_scalars(0, {f"layer_stats/init_grad_norm/ffn_out/decoder_{i:02d}": g + seed / 10
-                            for i, g in enumerate(LAYER_GRAD[norm])})
+                            for i, g in enumerate(init[norm])})
       runs.append({"name": name, "seed": seed, "values": [{"model.norm_position": norm}],
                    "overrides": {}, "state": "finished", "wall_seconds": 60.0})
   record = sweep_record("init", [_axis("model.norm_position", ["pre", "post"])], runs,
-                        seeds=[0, 1])
+                        seeds=[0, 1, 2])
   (root / "sweep.json").write_text(json.dumps(record))
   build.write_report(root)
   report = (root / "report.md").read_text()
   assert "## Gradient norm per layer at initialisation\n" in report
   assert "`layer_stats/init_grad_norm/ffn_out/<stack>_<layer>`" in report
   assert "step 0, at the initial parameters" in report
-  # Mean over the 2 seeds ± the 95% t-interval's half-width: for values g and
-  # g + 0.1, t(0.975, 1) * 0.1 / sqrt(2) / sqrt(2) = 12.706 * 0.05 = 0.64.
-  assert "| post | 0.55 ± 0.64 | 2.05 ± 0.64 |" in report
-  assert "| pre | 1.05 ± 0.64 | 1.05 ± 0.64 |" in report
+  # Mean over the 3 seeds ± the 95% t-interval's half-width: for values g,
+  # g + 0.1 and g + 0.2, t(0.975, 2) * 0.1 / sqrt(3) = 0.248.
+  assert "| post | 0.6 ± 0.25 | 2.1 ± 0.25 |" in report
+  assert "| pre | 1.1 ± 0.25 | 0.6 ± 0.25 |" in report
   assert (root / "layers.png").stat().st_size > 5000
+  # The trend: ln(last / first) per seed, its paired t interval, Holm over
+  # the two profiles, reported as the ratio.
+  profiles = json.loads((root / "report.json").read_text())["layer_profiles"]
+  assert [(p["point"], p["stack"], p["statistic"]) for p in profiles] == [
+      ("pre", "decoder", "init_grad_norm/ffn_out"), ("post", "decoder", "init_grad_norm/ffn_out")]
+  raw = []
+  for p, (first, last) in zip(profiles, (init["pre"], init["post"])):
+    logs = [math.log((last + s / 10) / (first + s / 10)) for s in (0, 1, 2)]
+    mean, sd = sum(logs) / 3, statistics.stdev(logs)
+    half = T_975_DF2 * sd / math.sqrt(3)
+    assert p["seeds"] == [0, 1, 2]
+    assert p["means"] == pytest.approx([first + 0.1, last + 0.1])
+    assert p["half_widths"] == pytest.approx([T_975_DF2 * 0.1 / math.sqrt(3)] * 2)
+    assert (p["ratio"], p["ratio_low"], p["ratio_high"]) == pytest.approx(
+        (math.exp(mean), math.exp(mean - half), math.exp(mean + half)), rel=1e-6)
+    raw.append(p["log_ratio"]["p"])
+  assert [p["p_adjusted"] for p in profiles] == stats.holm(raw)
+  assert [p["trend"] for p in profiles] == ["falls", "grows"]
+  assert "| post | decoder | 2 | 3 | 0.6 | 2.1 | 3.53 [" in report
+  read = schema.Report.from_json(json.loads((root / "report.json").read_text()))
+  assert read.layer_profiles[1].trend == "grows" and read.layer_profiles[1].means[1] == (
+      pytest.approx(2.1))
 
 
 def test_welch_interval_matches_hand_computation():

@@ -64,6 +64,12 @@ Transformer training instabilities"; Marin's ablations):
 - **Noise floor and power.** Per axis the base point's seed-to-seed standard
   deviation and the smallest difference its comparisons can detect at 80%
   power with the seeds they have.
+- **Evaluated another way** (``evaluation_effects``): RoPE scaled at
+  evaluation only against the same models as trained, paired by seed.
+- **Layer profiles** (``layer_profiles``): per point and stack, the per-layer
+  statistic the report shows (the gradient norm at initialisation, Xiong et
+  al.'s Figure 3) and whether it grows or falls from the first layer to the
+  last, paired by seed on the log scale.
 
 Everything here is a pure function of ``collect.collect``'s output and the
 dataset baselines (``baselines``), so it is tested on planted run summaries;
@@ -76,13 +82,16 @@ import dataclasses
 import math
 from typing import Any, Iterator, Mapping, Sequence
 
+from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import compute as compute_lib
 from tfx_jax.report import speedup
 from tfx_jax.report import stats
 from tfx_jax.report.tuning import grid_edges, grid_text, sensitivity
-from tfx_jax.report.points import context_label, contexts, fmt_value, value_label
+from tfx_jax.report.points import (at_chosen, context_label, contexts, fmt_value,
+                                   group_points, value_label)
 from tfx_jax.report.schema import (Baseline, Comparison, Counts, EvaluationEffect,
-                                   FailedComparison, InitialLossSource, Look, Noise,
+                                   FailedComparison, InitialLossSource, LayerProfile,
+                                   Look, Noise,
                                    Options, Point, Report, ScaleEffect, SeedResult,
                                    Sequential, Trend, TunedValue, VerdictRuns,
                                    is_standard_error)
@@ -453,6 +462,48 @@ def evaluation_effects(record: SweepRecord, points: Sequence[Point], summaries: 
         evaluation=how, metric=metric, seeds=seeds, interval=iv, margin=margin,
         p_adjusted=p_adj,
         verdict=stats.verdict(iv, p_adj, margin, options.alpha, lower_is_better(metric))))
+  return rows
+
+
+def layer_profiles(record: SweepRecord, points: Sequence[Point], summaries: Summaries,
+                   options: Options) -> list[LayerProfile]:
+  """Each point's per-layer statistic, the one the report's per-layer table
+  shows (``collect.shown_layer_kind``: the gradient norm at initialisation
+  where runs logged it), over the runs that table shows (``points.at_chosen``:
+  a tuned point's runs at its chosen value, its confirmation runs where it
+  has them), per stack: each layer's mean over seeds with its 95%
+  t-interval, and last over first, paired by seed on the log scale; p
+  adjusted by Holm over these rows alone (a profile is a question apart from
+  the comparisons between points). A run counts where it logged every layer
+  of the stack with a positive value."""
+  shown = at_chosen(group_points(record, summaries), {p.key: p.chosen for p in points})
+  kind = collect_lib.shown_layer_kind([s for runs in shown.values() for _, s in runs])
+  if kind is None:
+    return []
+  untested = []
+  for point in points:
+    runs = [(e.seed, s["layer_stats"].get(kind, {})) for e, s in shown.get(point.key, [])]
+    for stack in sorted({st for _, values in runs for st, _ in values}):
+      layers = sorted({i for _, values in runs for st, i in values if st == stack})
+      by_seed = {seed: [values[(stack, i)] for i in layers] for seed, values in runs
+                 if all(values.get((stack, i), 0.0) > 0.0 for i in layers)}
+      if not by_seed or len(layers) < 2:
+        continue
+      seeds = sorted(by_seed)
+      columns = list(zip(*(by_seed[seed] for seed in seeds)))
+      means, halves = zip(*(stats.mean_half_width(list(c)) for c in columns))
+      interval = stats.paired_interval([math.log(by_seed[s][-1]) for s in seeds],
+                                       [math.log(by_seed[s][0]) for s in seeds])
+      untested.append((point, stack, tuple(seeds), tuple(means), tuple(halves), interval))
+  adjusted = stats.holm([iv.p_value for *_, iv in untested])
+  rows = []
+  for (point, stack, seeds, means, halves, iv), p_adj in zip(untested, adjusted):
+    resolved = p_adj is not None and p_adj < options.alpha and iv.diff != 0.0
+    rows.append(LayerProfile(
+        key=point.key, point=", ".join(point.values.values()) or "base config",
+        statistic=kind, stack=stack, seeds=seeds, means=means, half_widths=halves,
+        interval=iv, p_adjusted=p_adj,
+        trend=("grows" if iv.diff > 0.0 else "falls") if resolved else "unresolved"))
   return rows
 
 
@@ -889,7 +940,8 @@ def analyze(record: SweepRecord, summaries: Summaries, baselines: Mapping[str, B
       scale=tuple(scale_effects(record, points, rows)),
       sequential=sequential(record), speedups=tuple(speedup.speedups(record, points)),
       compute=compute_lib.compute(record, summaries),
-      evaluation_effects=tuple(evaluation_effects(record, points, summaries, options)))
+      evaluation_effects=tuple(evaluation_effects(record, points, summaries, options)),
+      layer_profiles=tuple(layer_profiles(record, points, summaries, options)))
 
 
 def sequential(record: SweepRecord) -> Sequential | None:

@@ -142,11 +142,8 @@ def _mean_interval_cell(values: list[float]) -> str:
   (the mean alone for one seed; "-" for none)."""
   if not values:
     return "-"
-  mean, std = stats.mean_std(values)
-  if len(values) < 2:
-    return f"{mean:.3g}"
-  half = stats.t_quantile(0.975, len(values) - 1) * std / math.sqrt(len(values))
-  return f"{mean:.3g} ± {half:.2g}"
+  mean, half = stats.mean_half_width(values)
+  return f"{mean:.3g}" if half is None else f"{mean:.3g} ± {half:.2g}"
 
 
 def markdown_table(rows: list[list[str]]) -> str:
@@ -672,7 +669,24 @@ def lengths_section(record: SweepRecord, points: Points, shown: Points,
   return out
 
 
-def layers_section(record: SweepRecord, shown: Points, plots: Mapping[str, str]) -> Lines:
+def layer_trends_table(report: Report) -> list[list[str]]:
+  """Each point's per-layer profile per stack: last layer over first with its
+  interval, Holm-adjusted p and trend (``Report.layer_profiles``)."""
+  rows = [["point", "stack", "layers", "seeds", "first", "last",
+           "last / first [95% CI]", "adjusted p", "trend"]]
+  for profile in report.layer_profiles:
+    ratio, low, high = profile.ratio
+    interval = f"{ratio:.2f}" + ("" if low is None else f" [{low:.2f}, {high:.2f}]")
+    rows.append([profile.point, profile.stack, str(len(profile.means)),
+                 str(len(profile.seeds)), f"{profile.means[0]:.3g}",
+                 f"{profile.means[-1]:.3g}", interval,
+                 "-" if profile.p_adjusted is None else f"{profile.p_adjusted:.3g}",
+                 f"**{profile.trend}**"])
+  return rows
+
+
+def layers_section(record: SweepRecord, shown: Points, plots: Mapping[str, str],
+                   report: Report | None = None) -> Lines:
   """Gradient norm per layer at initialisation (``train.layer_stats_init_batches``)
   or at the first logged step (``train.log_layer_stats``)."""
   summaries = [s for runs in shown.values() for _, s in runs]
@@ -693,6 +707,13 @@ def layers_section(record: SweepRecord, shown: Points, plots: Mapping[str, str])
          "initialisation averaged over batches: post-norm's grows towards the last "
          "layers, pre-norm's stays flat.", "",
          markdown_table(layers), ""]
+  if report is not None and report.layer_profiles:
+    out += ["From the first layer to the last: the last layer's value over the "
+            "first's, the geometric mean over the same seeds with its 95% interval "
+            "(paired by seed on the log scale); p adjusted by Holm over this table's "
+            "rows, a family of their own. *grows* or *falls*: the adjusted p is below "
+            f"{report.options.alpha:g}.", "",
+            markdown_table(layer_trends_table(report)), ""]
   if plots.get("layers"):
     out += [f"![gradient norm per layer]({plots['layers']})", ""]
   return out
@@ -726,7 +747,7 @@ def render(record: SweepRecord, summaries, report: Report, plots: Mapping[str, s
               comparisons_section(record, report, plots), speedup.section(report.speedups),
               noise_section(report),
               scale_section(report, plots), lengths_section(record, points, shown, plots, report),
-              layers_section(record, shown, plots),
+              layers_section(record, shown, plots, report),
               compute_section(record, report.compute)]
   return "\n".join(line for section in sections for line in section)
 

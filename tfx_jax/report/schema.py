@@ -17,6 +17,10 @@
   ``speedup.Speedup`` the effective speedup over AdamW
   Trend         whether a point's validation loss still fell at its last
                 evaluations by more than the seed noise (``Point.trend``)
+  EvaluationEffect  a point's models evaluated another way (RoPE scaled at
+                evaluation) against as trained, paired by seed
+  LayerProfile  a point's per-layer statistic (the gradient norm at
+                initialisation) per stack, and its last-over-first trend
 
 ``analysis.analyze`` builds a ``Report``; the markdown (``build``), the
 plots (``plots``, ``forest``) and the sweep's adaptive seeds read it;
@@ -32,6 +36,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import pathlib
 import typing
 from typing import Any, Iterable, Literal, Mapping
@@ -565,6 +570,57 @@ class EvaluationEffect:
                verdict=_choice(data["verdict"], stats.Verdict, "verdict"))
 
 
+# Which way a per-layer statistic runs from the first layer to the last
+# (``LayerProfile``): resolved up or down after Holm, or not resolved.
+LayerTrend = Literal["grows", "falls", "unresolved"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerProfile:
+  """One point's per-layer statistic in one stack over the runs its verdicts
+  read (the report's per-layer table: the gradient norm at initialisation
+  where runs logged it, Xiong et al.'s Figure 3): each layer's mean over the
+  seeds with its 95% t-interval's half-width, and the profile's trend, the
+  last layer's value over the first's. The trend is tested on the log scale,
+  paired by seed (ln last - ln first against 0), and reported as the ratio:
+  the geometric mean over seeds with its interval; p adjusted by Holm over
+  the report's profiles, a family of their own."""
+  key: tuple[int, ...]
+  point: str       # the point's axis values, as a label
+  statistic: str   # "init_grad_norm/ffn_out": the layer_stats tag's kind and part
+  stack: str       # "encoder", "decoder"
+  seeds: tuple[int, ...]
+  means: tuple[float, ...]                 # per layer, first to last
+  half_widths: tuple[float | None, ...]    # None: one seed
+  interval: stats.Interval  # ln(last) - ln(first), paired by seed
+  p_adjusted: float | None
+  trend: LayerTrend
+
+  @property
+  def ratio(self) -> tuple[float, float | None, float | None]:
+    """last / first: (geometric mean over seeds, its interval's low, high)."""
+    iv = self.interval
+    return (math.exp(iv.diff), None if iv.low is None else math.exp(iv.low),
+            None if iv.high is None else math.exp(iv.high))
+
+  def to_json(self) -> dict[str, Any]:
+    ratio, low, high = self.ratio
+    return {"key": list(self.key), "point": self.point, "statistic": self.statistic,
+            "stack": self.stack, "seeds": list(self.seeds), "means": list(self.means),
+            "half_widths": list(self.half_widths), "ratio": ratio, "ratio_low": low,
+            "ratio_high": high, "p_adjusted": self.p_adjusted, "trend": self.trend,
+            "log_ratio": interval_to_json(self.interval)}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> LayerProfile:
+    return cls(key=tuple(data["key"]), point=data["point"], statistic=data["statistic"],
+               stack=data["stack"], seeds=tuple(data["seeds"]), means=tuple(data["means"]),
+               half_widths=tuple(data["half_widths"]),
+               interval=interval_from_json(data["log_ratio"]),
+               p_adjusted=data["p_adjusted"],
+               trend=_choice(data["trend"], LayerTrend, "trend"))
+
+
 # ------------------------------------------------------------------- whole
 @dataclasses.dataclass(frozen=True)
 class Sequential:
@@ -613,6 +669,8 @@ class Report:
   compute: Compute | None = None  # what the runs cost (``compute``; None: not recorded)
   # Scaled at evaluation against as trained (``EvaluationEffect``; none: no run was).
   evaluation_effects: tuple[EvaluationEffect, ...] = ()
+  # Per-layer statistics' profiles and trends (``LayerProfile``; none: no run logged them).
+  layer_profiles: tuple[LayerProfile, ...] = ()
 
   def __post_init__(self):
     object.__setattr__(self, "tune", tune_grids(self.tune))
@@ -648,7 +706,8 @@ class Report:
         "sequential": None if self.sequential is None else self.sequential.to_json(),
         "speedups": [s.to_json() for s in self.speedups],
         "compute": None if self.compute is None else self.compute.to_json(),
-        "evaluation_effects": [e.to_json() for e in self.evaluation_effects]}
+        "evaluation_effects": [e.to_json() for e in self.evaluation_effects],
+        "layer_profiles": [p.to_json() for p in self.layer_profiles]}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> Report:
@@ -674,7 +733,8 @@ class Report:
         speedups=tuple(Speedup.from_json(s) for s in data["speedups"]),
         compute=None if data["compute"] is None else Compute.from_json(data["compute"]),
         evaluation_effects=tuple(EvaluationEffect.from_json(e)
-                                 for e in data["evaluation_effects"]))
+                                 for e in data["evaluation_effects"]),
+        layer_profiles=tuple(LayerProfile.from_json(p) for p in data["layer_profiles"]))
 
 
 def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -701,13 +761,15 @@ def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
   was its axis's base value: the index of the points' value of that label).
   Before the effective speedup: no ``speedups`` (none). Before the compute
   table: no ``compute`` (None: not recorded). Before the evaluation effects:
-  no ``evaluation_effects`` (none tested). Before per-point
+  no ``evaluation_effects`` (none tested). Before the layer profiles: no
+  ``layer_profiles`` (none). Before per-point
   tuned grids: each tuned field as one list of values, which ``tune_grids``
   reads as it is.
   """
   data = copy.deepcopy(dict(data))
   data.setdefault("failed", [])
   data.setdefault("evaluation_effects", [])
+  data.setdefault("layer_profiles", [])
   data.setdefault("verdict_runs", "all" if not data["tune"] else
                   "tuning" if data.get("reserved_seed") is None else "reserved")
   data.setdefault("tuning_seeds", [])

@@ -96,6 +96,14 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
   return mean, math.sqrt(var)
 
 
+def mean_half_width(values: Sequence[float], level: float = 0.95) -> tuple[float, float | None]:
+  """The mean and the half-width of its t-interval at ``level`` (None for one value)."""
+  mean, std = mean_std(values)
+  if len(values) < 2:
+    return mean, None
+  return mean, t_quantile(0.5 + level / 2, len(values) - 1) * std / math.sqrt(len(values))
+
+
 def t_quantile(p: float, df: float) -> float:
   """The p-quantile of Student's t with ``df`` (possibly fractional) degrees of freedom."""
   # SciPy's t.ppf is this function behind its argument checks, which cost
