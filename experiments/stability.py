@@ -31,7 +31,10 @@ Two sizes so that the rate where the loss starts to rise can be read against
 size (the paper: it moves to lower rates as models grow); the report's
 sensitivity plot has a panel per size. ``train.log_layer_stats`` records each layer's largest
 attention logit (``layer_stats/max_attention_logit/decoder_<NN>``), the
-attention-logit growth that qk-layernorm prevents.
+attention-logit growth that qk-layernorm prevents. The report tables both
+per point and rate ("Output log Z and attention logits"; each run's
+``training`` in report.json): log Z's first, last, min and max, and the
+largest attention logit over the run.
 
 Published direction: without qk-layernorm the attention logits grow and the
 final loss rises steeply at high learning rates; with it the loss-vs-rate

@@ -200,6 +200,50 @@ def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
       pytest.approx(2.1))
 
 
+def test_output_log_z_and_attention_logits_are_reported_per_run(tmp_path):
+  """A sweep about stability (runs that log attention logits): report.json
+  keeps each run's output log Z (first, last, min, max over the logged
+  steps) and its largest attention logit (over the run, at the last step),
+  non-finite values left out; report.md tables their means per point."""
+  root = tmp_path / "stability"
+  runs = []
+  for qk in ("none", "layernorm"):
+    for seed in (0, 1):
+      name = f"qk_norm-{qk}_s{seed}"
+      diverged = qk == "none" and seed == 1
+      write_run(root, name, seed, None if diverged else 1.0 + seed / 10)
+      growth = 10.0 if qk == "none" else 1.0
+      with metrics.MetricWriter(root / name / "tensorboard") as w:
+        for step, log_z in ((10, 6.9), (20, 7.5 + seed), (30, 7.0 + seed)):
+          if diverged and step == 30:
+            log_z = math.nan
+          w.write_scalars(step, {"train/output_log_z": log_z,
+                                 "layer_stats/max_attention_logit/decoder_00": growth * step,
+                                 "layer_stats/max_attention_logit/decoder_01": step})
+      runs.append({"name": name, "seed": seed, "values": [{"model.qk_norm": qk}],
+                   "overrides": {}, "state": "diverged" if diverged else "finished",
+                   "wall_seconds": 60.0})
+  record = sweep_record("stability", [_axis("model.qk_norm", ["none", "layernorm"])], runs,
+                        seeds=[0, 1])
+  (root / "sweep.json").write_text(json.dumps(record))
+  build.write_report(root)
+  data = json.loads((root / "report.json").read_text())
+  seeds = {p["values"]["model.qk_norm"]: p["tuned"][0]["seeds"] for p in data["points"]}
+  assert seeds["none"]["0"]["training"] == pytest.approx({  # float32 in event files
+      "output_log_z_first": 6.9, "output_log_z_last": 7.0, "output_log_z_min": 6.9,
+      "output_log_z_max": 7.5, "max_attention_logit": 300.0,
+      "max_attention_logit_last": 300.0})
+  # The diverged run: its log Z up to the divergence (step 30's NaN left out).
+  diverged = seeds["none"]["1"]["training"]
+  assert (diverged["output_log_z_last"], diverged["output_log_z_max"]) == (8.5, 8.5)
+  assert seeds["layernorm"]["1"]["training"]["max_attention_logit"] == 30.0
+  report = (root / "report.md").read_text()
+  assert "## Output log Z and attention logits" in report
+  # Means over the 2 runs: last log Z 7.0 and 8.5, largest logits 300 both.
+  assert "| none | - | 2 | 6.9 | 7.75 | 6.9 | 8 | 300 | 300 |" in report
+  assert "| layernorm | - | 2 | 6.9 | 7.5 | 6.9 | 8 | 30 | 30 |" in report
+
+
 def test_welch_interval_matches_hand_computation():
   iv = stats.welch_interval([1.5, 1.6, 1.7], [1.0, 1.2, 1.1])
   half = T_975_DF4 * math.sqrt(0.01 / 3 + 0.01 / 3)
@@ -280,6 +324,7 @@ def test_extrapolation_layer_stats_csv_and_plots(sweep_dir):
   assert "## Length extrapolation" in report
   assert "## Noise floor and power" in report
   assert "## Gradient norm per layer at initialisation" in report
+  assert "## Output log Z" not in report  # neither attention logits nor z-loss
   assert "| post | rope | 0.5 ± 0 | 2 ± 0 |" in report
   # RoPE evaluated with YaRN: a row of its own under the plain one.
   assert "| pre | rope | as trained | 11.00 ± 1.00 | 20.00 ± 0.00 |" in report

@@ -248,7 +248,7 @@ def _seed_result(entry: RunEntry, summary, baseline: Baseline, split: Split,
       # Length extrapolation (evaluate --lengths), perplexity at k x the length.
       lengths={f"ppl@{k}x": float(v) for k, v in summary.get("lengths", {}).items()
                if v is not None and math.isfinite(v)},
-      num_params=summary.get("num_params"))
+      num_params=summary.get("num_params"), training=dict(summary.get("training", {})))
 
 
 def analyze_points(record: SweepRecord, summaries: Summaries,

@@ -570,6 +570,63 @@ def tuned_section(record: SweepRecord, report: Report, plots: Mapping[str, str])
   return out
 
 
+def shows_training_signals(record: SweepRecord, report: Report) -> bool:
+  """Whether the report has a stability section: some run logged attention
+  logits (``train.log_layer_stats``) or trained with z-loss. (Every run logs
+  its output log Z; a sweep that asks neither is not about stability.)"""
+  logits = any("max_attention_logit" in r.training for p in report.points
+               for t in p.tuned for r in t.seeds.values())
+  logits = logits or any("max_attention_logit" in r.training for p in report.points
+                         for r in p.confirmation.values())
+  return logits or any(e.overrides.get("train.z_loss") for e in record.runs)
+
+
+def training_signals_table(record: SweepRecord, report: Report) -> list[list[str]]:
+  """Each point at each tuned value (its confirmation runs on a row of their
+  own): the output log Z from first to last logged step, its range, and the
+  largest attention logit, means over the runs (a diverged run's values up to
+  its divergence)."""
+  keys = ("output_log_z_first", "output_log_z_last", "output_log_z_min",
+          "output_log_z_max", "max_attention_logit", "max_attention_logit_last")
+  rows = [[a.label for a in record.axes] + [
+      "tuned", "runs", "log Z first", "log Z last", "log Z min", "log Z max",
+      "largest attention logit", "at the last step"]]
+
+  def cells(results) -> list[str]:
+    out = []
+    for key in keys:
+      values = [r.training[key] for r in results if key in r.training]
+      out.append(f"{stats.mean_std(values)[0]:.4g}" if values else "-")
+    return [str(len(results))] + out
+
+  for point in report.points:
+    for row in point.tuned:
+      rows.append(list(point.values.values()) + [row.label or "-"]
+                  + cells(list(row.seeds.values())))
+    if point.confirmation:
+      rows.append(list(point.values.values()) + [f"{point.chosen_label} (confirmation)"]
+                  + cells(list(point.confirmation.values())))
+  return rows
+
+
+def training_signals_section(record: SweepRecord, report: Report) -> Lines:
+  """The output log Z and attention logits per tuned value (Wortsman et al.
+  2023's two instabilities), where the sweep is about them."""
+  if not shows_training_signals(record, report):
+    return []
+  return ["## Output log Z and attention logits", "",
+          "What training logged of the two instabilities of Wortsman et al. 2023, "
+          "mean over each row's runs: the output softmax's mean log Z "
+          "(`train/output_log_z`; z-loss pulls it towards 0, and without it the "
+          "output logits can drift) at the first and last logged steps and its range "
+          "over them, and the largest self-attention logit of any layer "
+          "(`layer_stats/max_attention_logit/*`, with `train.log_layer_stats`; its "
+          "growth is what qk-layernorm prevents) over the run and at its last logged "
+          "step. A diverged run counts with its values up to the divergence. In "
+          "`report.json`: each run's `training`.", "",
+          markdown_table(training_signals_table(record, report)), ""]
+
+
 def comparisons_section(record: SweepRecord, report: Report, plots: Mapping[str, str]
                         ) -> Lines:
   """Per axis, the table of its comparisons and its loss curves."""
@@ -743,7 +800,7 @@ def render(record: SweepRecord, summaries, report: Report, plots: Mapping[str, s
   sections = [title_section(record), verdicts_section(record, report, plots),
               reproduce_section(record, summaries, report),
               points_section(record, report, points), tuning_stage_section(record, report),
-              tuned_section(record, report, plots),
+              tuned_section(record, report, plots), training_signals_section(record, report),
               comparisons_section(record, report, plots), speedup.section(report.speedups),
               noise_section(report),
               scale_section(report, plots), lengths_section(record, points, shown, plots, report),

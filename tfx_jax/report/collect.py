@@ -10,6 +10,7 @@ files written by a test).
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import re
@@ -25,6 +26,30 @@ from tfx_jax.sweep_record import RunEntry, SweepRecord
 LAYER_TAG = re.compile(
     r"layer_stats/(grad_norm|param_norm|update_norm|init_grad_norm)/(?:(\w+)/)?(\w+?)_(\d+)$")
 INIT_KIND = "init_grad_norm"
+LOG_Z_TAG = "train/output_log_z"
+ATTENTION_LOGIT_TAG = re.compile(r"layer_stats/max_attention_logit/\w+_\d+$")
+
+
+def training_signals(scalars: dict[str, list[tuple[int, float, float]]]) -> dict[str, float]:
+  """What a run's training logged of the instabilities Wortsman et al. 2023
+  study, over its finite values: the output softmax's mean log Z
+  (``train/output_log_z``: first, last, min and max over the logged steps)
+  and the largest self-attention logit of any layer (``train.log_layer_stats``:
+  over the whole run, and at the last logged step); keys absent where the run
+  logged none."""
+  out = {}
+  log_z = [(step, v) for step, v, _ in scalars.get(LOG_Z_TAG, []) if math.isfinite(v)]
+  if log_z:
+    values = [v for _, v in log_z]
+    out.update({"output_log_z_first": values[0], "output_log_z_last": values[-1],
+                "output_log_z_min": min(values), "output_log_z_max": max(values)})
+  logits = [(step, v) for tag, points in scalars.items() if ATTENTION_LOGIT_TAG.match(tag)
+            for step, v, _ in points if math.isfinite(v)]
+  if logits:
+    last = max(step for step, _ in logits)
+    out["max_attention_logit"] = max(v for _, v in logits)
+    out["max_attention_logit_last"] = max(v for step, v in logits if step == last)
+  return out
 
 
 def read_scalars(logdir: str | os.PathLike) -> dict[str, list[tuple[int, float, float]]]:
@@ -107,7 +132,8 @@ def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
   logged; kind ``grad_norm``, ``param_norm``, ``update_norm``, with
   ``/<param>`` for ``train.layer_stats_param`` other than all, and
   ``init_grad_norm/<param>``, the mean at initialisation logged at step 0),
-  layer_stats_step (the first step of those logged during training), test
+  layer_stats_step (the first step of those logged during training), training
+  (``training_signals``: the output log Z and largest attention logit), test
   (``split_metrics(workdir, "test")``),
   num_params (the model's parameter count, from status.json), seconds (where
   the run's time went: status.json's ``seconds``, {} where not recorded) and
@@ -152,6 +178,7 @@ def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
       "lengths_split": lengths_split(workdir),
       "layer_stats": layer,
       "layer_stats_step": min(layer_steps) if layer_steps else None,
+      "training": training_signals(scalars),
       "test": split_metrics(workdir, "test"),
       "num_params": status.get("num_params"),
       "seconds": dict(status.get("seconds") or {}),

@@ -147,6 +147,9 @@ class SeedResult:
   test: dict[str, float] | None  # on test (``eval/test-<step>.json``); None: not read
   lengths: dict[str, float]      # perplexity at k x the training length: {"ppl@2x": ...}
   num_params: int | None
+  # What training logged of its stability (``collect.training_signals``): the
+  # output log Z's first, last, min and max, the largest attention logit.
+  training: dict[str, float] = dataclasses.field(default_factory=dict)
 
   def on(self, split: Split) -> dict[str, float]:
     """The metrics on ``split``."""
@@ -156,13 +159,15 @@ class SeedResult:
     out = {"run": self.run, "outcome": self.outcome, "validation": dict(self.validation)}
     if self.test is not None:
       out["test"] = dict(self.test)
-    return {**out, "lengths": dict(self.lengths), "num_params": self.num_params}
+    return {**out, "lengths": dict(self.lengths), "num_params": self.num_params,
+            "training": dict(self.training)}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> SeedResult:
+    """Reports before ``training`` have none (not read)."""
     return cls(data["run"], _choice(data["outcome"], stats.Outcome, "outcome"),
                dict(data["validation"]), data.get("test"), dict(data["lengths"]),
-               data["num_params"])
+               data["num_params"], dict(data.get("training", {})))
 
 
 @dataclasses.dataclass(frozen=True)
