@@ -25,10 +25,13 @@ a linear warmup or from the first step, then the same cosine decay), four
 times the last run's 300 steps: the report's loss curves (every 200 steps)
 and its "still improving" flag tell a post-LN run without warmup that trains
 more slowly from one that settles higher. Rates per point (``tune``): post-LN
-with warmup {3e-4, 1e-3, 3e-3} (the paper: 5e-4, 1e-3), post-LN without
+with warmup {1e-4, 3e-4, 1e-3, 3e-3} (the paper: 5e-4, 1e-3), post-LN without
 {1e-4, 3e-4, 1e-3} (it stalled at 3e-3 and above in the last run), pre-LN
-{1e-3, 3e-3, 1e-2} (it chose 3e-3, inside, in the last run), chosen on
-validation seed 0; then 3 confirmation seeds at each point's rate, paired
+with warmup {1e-3, 3e-3, 1e-2} (it chose 3e-3, inside, in the last run),
+pre-LN without {3e-4, 1e-3, 3e-3, 1e-2}; chosen on validation seed 0. (The
+first grids lacked 1e-4 for post-LN with warmup and 3e-4 for pre-LN without:
+both chose the lowest rate tried, 3e-4 and 1e-3, and the rate below each was
+added to bracket it.) Then 3 confirmation seeds at each point's rate, paired
 (the last run's post vs pre difference without warmup, +0.36 nats with a
 paired spread of 0.02, resolves with 3). The comparisons read the test
 split: loss, and beam-4 BLEU over its 758 pairs.
@@ -56,10 +59,12 @@ stalled at 3e-3), pre, sandwich and DeepNorm 3e-3 (DeepNorm stalled at
 Variants and cost on 2 CPU cores with ``--parallel 2``:
 ``tiny`` (post vs pre on a 3-layer d_model 64 LM, W2 at initialisation over
 4 batches, 2 rates, 1 confirmation seed, 40 steps: a smoke test, about a
-minute); ``default`` (12 tuning + 12 confirmation runs of 1,200 steps; the
-last run's 2+2 model took 0.165 s a step, the 6+6 about three times that:
-about 9 minutes of training, 30 s of W2 measurement and 1-2 minutes of
-evaluations and beam search a run: about 140 minutes); ``placements`` (14
+minute); ``default`` (14 tuning + 12 confirmation runs of 1,200 steps; a
+run is about 15 minutes of training on one core (0.75 s a step; the
+estimate from the last run's 2+2 model, 0.165 s a step, was a third of
+that), 20 s of W2 measurement and 2-2.5 minutes of evaluations and beam
+search: 18-19 minutes, so 14 + 12 runs take about 4 hours of
+``--parallel 2``, over the 3 hours planned); ``placements`` (14
 tuning + 12 confirmation runs of 1,000 steps: about 5 minutes of training
 and 1-2 minutes of evaluations a run at the 6-layer LM's 3,100-4,000
 tokens/s, about 85 minutes; the reported run, at 2,100-2,350 tokens/s
@@ -117,9 +122,10 @@ def get_sweep(variant: str = "default") -> Sweep:
         "without warmup, learning rate tuned per point, clipping off.",
         overrides=_figure3(1200, 64),
         axes=[{"model.norm_position": ["post", "pre"]}, WARMUP],
-        tune=_rates({(post, ("optim.warmup_steps", 120)): [3e-4, 1e-3, 3e-3],
+        tune=_rates({(post, ("optim.warmup_steps", 120)): [1e-4, 3e-4, 1e-3, 3e-3],
                      (post, ("optim.warmup_steps", 0)): [1e-4, 3e-4, 1e-3],
-                     (pre,): [1e-3, 3e-3, 1e-2]}),
+                     (pre, ("optim.warmup_steps", 120)): [1e-3, 3e-3, 1e-2],
+                     (pre, ("optim.warmup_steps", 0)): [3e-4, 1e-3, 3e-3, 1e-2]}),
         seeds=[0], confirm=3)
   if variant == "placements":
     on = lambda norm: (("model.norm_position", norm),)
