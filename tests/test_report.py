@@ -149,11 +149,12 @@ def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
   """Runs with train.layer_stats_init_batches: the section and the plot read
   the step-0 means of layer_stats/init_grad_norm/<param>/..., not the
   statistics logged during training (here at steps 10 and 20); report.json
-  has each point's profile and its last-over-first trend, tested by seed."""
+  has each point's profile and its last-over-first trend, tested by seed,
+  a profile equal to an earlier one on every seed tested once."""
   root = tmp_path / "init"
-  init = {"pre": [1.0, 0.5], "post": [0.5, 2.0]}  # falls, grows
+  init = {"pre": [1.0, 0.5], "post": [0.5, 2.0], "sandwich": [0.5, 2.0]}  # falls, grows
   runs = []
-  for norm in ("pre", "post"):
+  for norm in init:
     for seed in (0, 1, 2):
       name = f"norm_position-{norm}_s{seed}"
       write_run(root, name, seed, 1.0 + seed / 10, layer_grad=(7.0, 7.0),
@@ -163,7 +164,7 @@ def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
                             for i, g in enumerate(init[norm])})
       runs.append({"name": name, "seed": seed, "values": [{"model.norm_position": norm}],
                    "overrides": {}, "state": "finished", "wall_seconds": 60.0})
-  record = sweep_record("init", [_axis("model.norm_position", ["pre", "post"])], runs,
+  record = sweep_record("init", [_axis("model.norm_position", list(init))], runs,
                         seeds=[0, 1, 2])
   (root / "sweep.json").write_text(json.dumps(record))
   build.write_report(root)
@@ -180,9 +181,9 @@ def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
   # the two profiles, reported as the ratio.
   profiles = json.loads((root / "report.json").read_text())["layer_profiles"]
   assert [(p["point"], p["stack"], p["statistic"]) for p in profiles] == [
-      ("pre", "decoder", "init_grad_norm/ffn_out"), ("post", "decoder", "init_grad_norm/ffn_out")]
+      (norm, "decoder", "init_grad_norm/ffn_out") for norm in init]
   raw = []
-  for p, (first, last) in zip(profiles, (init["pre"], init["post"])):
+  for p, (first, last) in zip(profiles, init.values()):
     logs = [math.log((last + s / 10) / (first + s / 10)) for s in (0, 1, 2)]
     mean, sd = sum(logs) / 3, statistics.stdev(logs)
     half = T_975_DF2 * sd / math.sqrt(3)
@@ -192,8 +193,11 @@ def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
     assert (p["ratio"], p["ratio_low"], p["ratio_high"]) == pytest.approx(
         (math.exp(mean), math.exp(mean - half), math.exp(mean + half)), rel=1e-6)
     raw.append(p["log_ratio"]["p"])
-  assert [p["p_adjusted"] for p in profiles] == stats.holm(raw)
-  assert [p["trend"] for p in profiles] == ["falls", "grows"]
+  # sandwich's values are post's on every seed: one test, Holm over two.
+  assert [p["p_adjusted"] for p in profiles] == stats.holm(raw[:2]) + [profiles[1]["p_adjusted"]]
+  assert [p["trend"] for p in profiles] == ["falls", "grows", "grows"]
+  assert [p["same_as"] for p in profiles] == [None, None, "post"]
+  assert "**grows** (equal to post's: tested once)" in report
   assert "| post | decoder | 2 | 3 | 0.6 | 2.1 | 3.53 [" in report
   read = schema.Report.from_json(json.loads((root / "report.json").read_text()))
   assert read.layer_profiles[1].trend == "grows" and read.layer_profiles[1].means[1] == (

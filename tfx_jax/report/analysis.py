@@ -475,12 +475,16 @@ def layer_profiles(record: SweepRecord, points: Sequence[Point], summaries: Summ
   t-interval, and last over first, paired by seed on the log scale; p
   adjusted by Holm over these rows alone (a profile is a question apart from
   the comparisons between points). A run counts where it logged every layer
-  of the stack with a positive value."""
+  of the stack with a positive value. A profile equal on every seed to an
+  earlier point's (a measurement the axis between them cannot touch: the
+  gradient at initialisation does not depend on the warmup that follows) is
+  tested once: it takes that profile's p and trend and names it
+  (``same_as``), and Holm counts it once."""
   shown = at_chosen(group_points(record, summaries), {p.key: p.chosen for p in points})
   kind = collect_lib.shown_layer_kind([s for runs in shown.values() for _, s in runs])
   if kind is None:
     return []
-  untested = []
+  untested, first_seen = [], {}
   for point in points:
     runs = [(e.seed, s["layer_stats"].get(kind, {})) for e, s in shown.get(point.key, [])]
     for stack in sorted({st for _, values in runs for st, _ in values}):
@@ -494,16 +498,24 @@ def layer_profiles(record: SweepRecord, points: Sequence[Point], summaries: Summ
       means, halves = zip(*(stats.mean_half_width(list(c)) for c in columns))
       interval = stats.paired_interval([math.log(by_seed[s][-1]) for s in seeds],
                                        [math.log(by_seed[s][0]) for s in seeds])
-      untested.append((point, stack, tuple(seeds), tuple(means), tuple(halves), interval))
-  adjusted = stats.holm([iv.p_value for *_, iv in untested])
+      label = ", ".join(point.values.values()) or "base config"
+      measured = (stack, tuple((seed, tuple(by_seed[seed])) for seed in seeds))
+      same_as = first_seen.setdefault(measured, label)
+      untested.append(LayerProfile(
+          key=point.key, point=label, statistic=kind, stack=stack, seeds=tuple(seeds),
+          means=tuple(means), half_widths=tuple(halves), interval=interval,
+          p_adjusted=None, trend="unresolved", same_as=None if same_as == label else same_as))
+  tested = [row for row in untested if row.same_as is None]
+  adjusted = dict(zip([(row.point, row.stack) for row in tested],
+                      stats.holm([row.interval.p_value for row in tested])))
   rows = []
-  for (point, stack, seeds, means, halves, iv), p_adj in zip(untested, adjusted):
-    resolved = p_adj is not None and p_adj < options.alpha and iv.diff != 0.0
-    rows.append(LayerProfile(
-        key=point.key, point=", ".join(point.values.values()) or "base config",
-        statistic=kind, stack=stack, seeds=seeds, means=means, half_widths=halves,
-        interval=iv, p_adjusted=p_adj,
-        trend=("grows" if iv.diff > 0.0 else "falls") if resolved else "unresolved"))
+  for row in untested:
+    p_adj = adjusted[(row.same_as or row.point, row.stack)]
+    diff = row.interval.diff
+    resolved = p_adj is not None and p_adj < options.alpha and diff != 0.0
+    rows.append(dataclasses.replace(
+        row, p_adjusted=p_adj,
+        trend=("grows" if diff > 0.0 else "falls") if resolved else "unresolved"))
   return rows
 
 

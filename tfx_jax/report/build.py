@@ -738,7 +738,8 @@ def layer_trends_table(report: Report) -> list[list[str]]:
                  str(len(profile.seeds)), f"{profile.means[0]:.3g}",
                  f"{profile.means[-1]:.3g}", interval,
                  "-" if profile.p_adjusted is None else f"{profile.p_adjusted:.3g}",
-                 f"**{profile.trend}**"])
+                 f"**{profile.trend}**" + ("" if profile.same_as is None else
+                                           f" (equal to {profile.same_as}'s: tested once)")])
   return rows
 
 
@@ -768,7 +769,8 @@ def layers_section(record: SweepRecord, shown: Points, plots: Mapping[str, str],
     out += ["From the first layer to the last: the last layer's value over the "
             "first's, the geometric mean over the same seeds with its 95% interval "
             "(paired by seed on the log scale); p adjusted by Holm over this table's "
-            "rows, a family of their own. *grows* or *falls*: the adjusted p is below "
+            "rows, a family of their own, a profile equal on every seed to an earlier "
+            "row's counted once. *grows* or *falls*: the adjusted p is below "
             f"{report.options.alpha:g}.", "",
             markdown_table(layer_trends_table(report)), ""]
   if plots.get("layers"):

@@ -600,6 +600,9 @@ class LayerProfile:
   interval: stats.Interval  # ln(last) - ln(first), paired by seed
   p_adjusted: float | None
   trend: LayerTrend
+  # The earlier point whose profile this one equals on every seed, tested
+  # once for both (None: tested itself).
+  same_as: str | None = None
 
   @property
   def ratio(self) -> tuple[float, float | None, float | None]:
@@ -614,7 +617,7 @@ class LayerProfile:
             "stack": self.stack, "seeds": list(self.seeds), "means": list(self.means),
             "half_widths": list(self.half_widths), "ratio": ratio, "ratio_low": low,
             "ratio_high": high, "p_adjusted": self.p_adjusted, "trend": self.trend,
-            "log_ratio": interval_to_json(self.interval)}
+            "same_as": self.same_as, "log_ratio": interval_to_json(self.interval)}
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> LayerProfile:
@@ -623,7 +626,7 @@ class LayerProfile:
                half_widths=tuple(data["half_widths"]),
                interval=interval_from_json(data["log_ratio"]),
                p_adjusted=data["p_adjusted"],
-               trend=_choice(data["trend"], LayerTrend, "trend"))
+               trend=_choice(data["trend"], LayerTrend, "trend"), same_as=data["same_as"])
 
 
 # ------------------------------------------------------------------- whole
