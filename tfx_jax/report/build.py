@@ -574,11 +574,10 @@ def shows_training_signals(record: SweepRecord, report: Report) -> bool:
   """Whether the report has a stability section: some run logged attention
   logits (``train.log_layer_stats``) or trained with z-loss. (Every run logs
   its output log Z; a sweep that asks neither is not about stability.)"""
-  logits = any("max_attention_logit" in r.training for p in report.points
-               for t in p.tuned for r in t.seeds.values())
-  logits = logits or any("max_attention_logit" in r.training for p in report.points
-                         for r in p.confirmation.values())
-  return logits or any(e.overrides.get("train.z_loss") for e in record.runs)
+  results = [r for p in report.points
+             for r in [*p.confirmation.values(), *(r for t in p.tuned for r in t.seeds.values())]]
+  return (any("max_attention_logit" in r.training for r in results)
+          or any(e.overrides.get("train.z_loss") for e in record.runs))
 
 
 def training_signals_table(record: SweepRecord, report: Report) -> list[list[str]]:

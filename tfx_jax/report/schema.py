@@ -582,9 +582,10 @@ LayerTrend = Literal["grows", "falls", "unresolved"]
 
 @dataclasses.dataclass(frozen=True)
 class LayerProfile:
-  """One point's per-layer statistic in one stack over the runs its verdicts
-  read (the report's per-layer table: the gradient norm at initialisation
-  where runs logged it, Xiong et al.'s Figure 3): each layer's mean over the
+  """One point's per-layer statistic in one stack over the runs the report's
+  per-layer table shows (its confirmation runs where it ran them; the
+  gradient norm at initialisation where runs logged it, Xiong et al.'s
+  Figure 3): each layer's mean over the
   seeds with its 95% t-interval's half-width, and the profile's trend, the
   last layer's value over the first's. The trend is tested on the log scale,
   paired by seed (ln last - ln first against 0), and reported as the ratio:
