@@ -133,10 +133,14 @@ def test_evaluate_step_picks_that_checkpoint(lm_run):
   assert abs(at_10 - at_20) > 1e-3 * at_20
 
 
-def test_evaluate_translation_reports_bleu_chrf_and_signatures(translate_run):
-  workdir, _ = translate_run
+def test_evaluate_translation_reports_perplexity_bleu_chrf_and_signatures(translate_run):
+  workdir, scalars = translate_run
   result, hyps, refs, out = evaluated(workdir)
   assert result["task"] == "translate" and result["step"] == 20
+  # Teacher-forced, as training logged it for the same checkpoint and batches.
+  assert result["perplexity"] == pytest.approx(math.exp(result["loss"]))
+  assert_as_logged(result["loss"], scalars, "eval/loss", 20)
+  assert f"loss: {result['loss']:.4f}" in out
   config = trained_run.load_config(workdir)
   n = MAX_BATCHES * config.eval.batch_size
   pairs = texts.translation_pairs(config, "validation", n)
@@ -186,7 +190,6 @@ def test_evaluate_writes_each_metrics_standard_error_as_training_logged_it(run, 
       assert result[f"{metric}_se"] == pytest.approx(boot._ci / 1.959964)  # pylint: disable=protected-access
       assert "bs:1000" in result[f"{metric}_signature"]
     assert [s for s, _ in scalars["eval/bleu_se"]] == [s for s, _ in scalars["eval/bleu"]]
-    return
   means = [m for m in ("loss", "accuracy") if m in result]
   assert means == (["loss", "accuracy"] if result["task"] in ("mlm", "classify") else ["loss"])
   for metric in means:

@@ -4,7 +4,8 @@ Loads the latest (or ``--step``) checkpoint with the config saved in the
 workdir and reports what fits the family:
 
   lm         perplexity (teacher-forced next-token predictions as hypotheses)
-  translate  BLEU and chrF (sacrebleu, detokenized text, signature printed)
+  translate  perplexity (teacher-forced), BLEU and chrF (sacrebleu, detokenized
+             text, signature printed)
   mlm        masked-token accuracy (and perplexity at the masked positions)
   classify   accuracy
 

@@ -2,8 +2,8 @@
 
 ``score_split`` runs the run's own evaluation forward
 (``run_setup.make_eval_step``, the one the training loop uses) over a split,
-or, for a task that is scored by decoding (translation: BLEU and chrF), the
-task's ``score_by_generation``. ``extrapolation`` is the ALiBi paper's length
+and, for a task that is scored by decoding (translation: BLEU and chrF), the
+task's ``score_by_generation`` besides. ``extrapolation`` is the ALiBi paper's length
 extrapolation experiment; ``with_rope_scaling`` runs it on a RoPE model with its
 positions scaled (position interpolation, NTK-aware, YaRN) without retraining.
 """
@@ -30,14 +30,17 @@ from tfx_jax import tasks
 def score_split(run, split="validation", *, max_batches=0, beam_size=4, alpha=0.6):
   """(metrics, hypotheses, references) of a loaded run on ``split``.
 
+  Every task gets its teacher-forced metrics (loss and, as the task has them,
+  perplexity and accuracy, each mean with its standard error: the training
+  loop's evaluation). A task scored by decoding (translation) adds its
+  decoded metrics (BLEU, chrF), and its hypotheses and references are the
+  decoded texts: Vaswani et al.'s Table 3 reports dev perplexity beside BLEU.
   ``max_batches`` > 0 scores at most that many evaluation batches (for a
   decoded task: that many batches' worth of examples).
   """
   config = run.config
   task = tasks.get(config.task)
-  if task.score_by_generation is not None:
-    return task.score_by_generation(run, split, max_examples=max_batches * config.eval.batch_size,
-                             beam_size=beam_size, alpha=alpha)
+  decoded = task.score_by_generation is not None
   sharded = run.sharded or run_setup.ShardedRun(config, run.model_cfg)
   hyps, refs = [], []
 
@@ -48,10 +51,16 @@ def score_split(run, split="validation", *, max_batches=0, beam_size=4, alpha=0.
 
   data = run_setup.make_data(config, run.tokenizer, split, train=False)
   sums = run_setup.evaluate_batches(sharded.eval_step(), run.params, data, sharded.mesh,
-                                    max_batches=max_batches, on_batch=collect)
+                                    max_batches=max_batches,
+                                    on_batch=None if decoded else collect)
   if sums is None:
     raise ConfigError(f"split {split!r} of {config.data.name} yielded no batch.")
   metrics = {k.split("/", 1)[1]: v for k, v in tasks.metrics_from_sums(task, sums).items()}
+  if decoded:
+    scores, hyps, refs = task.score_by_generation(
+        run, split, max_examples=max_batches * config.eval.batch_size,
+        beam_size=beam_size, alpha=alpha)
+    metrics.update(scores)
   metrics["num_examples"] = len(hyps)
   return metrics, hyps, refs
 
