@@ -64,7 +64,9 @@ run is about 15 minutes of training on one core (0.75 s a step; the
 estimate from the last run's 2+2 model, 0.165 s a step, was a third of
 that), 20 s of W2 measurement and 2-2.5 minutes of evaluations and beam
 search: 18-19 minutes, so 14 + 12 runs take about 4 hours of
-``--parallel 2``, over the 3 hours planned); ``placements`` (14
+``--parallel 2``, over the 3 hours planned; the run reported in
+``docs/results.md`` took 487 core-minutes, 4.1 hours, every choice inside its
+grid); ``placements`` (14
 tuning + 12 confirmation runs of 1,000 steps: about 5 minutes of training
 and 1-2 minutes of evaluations a run at the 6-layer LM's 3,100-4,000
 tokens/s, about 85 minutes; the reported run, at 2,100-2,350 tokens/s
