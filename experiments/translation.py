@@ -37,11 +37,13 @@ lower validation loss, on 4 fresh confirmation seeds (1-4) trained at each
 row's chosen rate (``confirm``), so every comparison is paired over 4 seeds
 that the choice of rate never read. Power: the last run's paired BLEU
 differences had a spread of 0.09 for 16 heads (2.1 apart) and 1.4 for no
-dropout (7.8 apart): 4 seeds resolve both after Holm over the report's 10
-comparisons (about 90% power); one head (-1.2, spread 1.0) would need more
-than 10, which this budget does not buy. The comparisons read the whole test
-split: loss, and BLEU of beam-4 decoding (``python -m tfx_jax.evaluate
---split test``, added to every tuned sweep).
+dropout (7.8 apart): 4 seeds resolve both even at the strictest step of
+Holm over the report's 15 comparisons (5 rows against the base, each on
+loss, BLEU and chrF): 100% and 82% power (91% had it been 10); one head
+(-1.2, spread 1.0) would need more than 10, which this budget does not buy.
+The comparisons read the whole test split: the teacher-forced loss, and
+BLEU and chrF of beam-4 decoding (``python -m tfx_jax.evaluate --split
+test``, added to every tuned sweep).
 
 Variants: ``tiny`` (base vs one head, 1 seed), ``default`` (six rows x four
 rates on seed 0, then 4 confirmation seeds at each row's chosen rate: 24 + 24
