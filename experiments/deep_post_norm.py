@@ -39,7 +39,10 @@ confirmation seeds at each point's rate, d_model 64 LM: 12 + 9 runs of 6
 layers and 600 steps, about 2 minutes each at the last run's 7,300-8,900
 tokens/s with evaluations, and 12 + 9 runs of 24 layers and 1,200 steps,
 about 12 minutes each at 2,300-2,600 tokens/s with five evaluations: about
-150 minutes on 2 CPU cores with ``--parallel 2``).
+150 minutes on 2 CPU cores with ``--parallel 2``; on a 2-vCPU AMD EPYC
+without AVX-512 the runs went at half those rates, 1,200 tokens/s at 24
+layers: 17 minutes a 24-layer run and 3.5-4 a 6-layer one, about 450
+core-minutes, 3.7 hours).
 """
 
 from tfx_jax.sweep import Sweep
