@@ -10,9 +10,11 @@ time flat in depth): 6 layers trained 600 steps, 24 layers 1,200 (the depth
 and its run length are one axis, zipped), so that a 24-layer post-LN run that
 stalls has had twice the steps to leave the unigram plateau, and "fails"
 reads as more than "starts late". Every point is trained at each rate of
-``RATES`` with the same 60-step warmup and a cosine decay over its own
+its grid (``RATES``, or ``GRIDS``) with the same 60-step warmup and a cosine decay over its own
 length. The last run's grid started at 1e-3, and 6-layer post-LN and both
-DeepNorm points chose it, so 3e-4 is added for every point. Each point is
+DeepNorm points chose it, so 3e-4 is added for every point. On this grid
+post-LN at 24 layers chose 3e-4 and pre-LN at 24 layers 1e-2, both at an
+edge, so those two points also run 1e-4 and 3e-2 (``GRIDS``). Each point is
 compared at its best rate on 3 fresh confirmation seeds, paired (the last
 run's DeepNorm vs pre-LN at 24 layers, -0.039 nats with a paired spread of
 0.004, resolves with 3), each norm against pre-LN at the same depth. The
@@ -34,15 +36,15 @@ F(x_l)), alpha = (2N)^(1/4), beta-scaled init) trains the deep stack and
 matches or beats pre-LN.
 
 Variants: ``tiny`` (post vs deepnorm at 12 layers, 40 steps, one seed: a smoke
-test), ``default`` (3 norms x 2 depths x 4 rates on seed 0, then 3
+test), ``default`` (3 norms x 2 depths x 4 or 5 rates on seed 0, then 3
 confirmation seeds at each point's rate, d_model 64 LM: 12 + 9 runs of 6
 layers and 600 steps, about 2 minutes each at the last run's 7,300-8,900
-tokens/s with evaluations, and 12 + 9 runs of 24 layers and 1,200 steps,
+tokens/s with evaluations, and 14 + 9 runs of 24 layers and 1,200 steps,
 about 12 minutes each at 2,300-2,600 tokens/s with five evaluations: about
 150 minutes on 2 CPU cores with ``--parallel 2``; on a 2-vCPU AMD EPYC
 without AVX-512 the runs went at half those rates, 1,200 tokens/s at 24
-layers: 17 minutes a 24-layer run and 3.5-4 a 6-layer one, about 450
-core-minutes, 3.7 hours).
+layers: 16-17 minutes a 24-layer run and 3 a 6-layer one, about 470
+core-minutes, 3.9 hours).
 """
 
 from tfx_jax.sweep import Sweep
@@ -50,6 +52,17 @@ from tfx_jax.sweep import Sweep
 RATES = [3e-4, 1e-3, 3e-3, 1e-2]
 # Depth and its run length move together (see the docstring).
 DEPTH = {"model.num_layers": [6, 24], "train.num_steps": [600, 1200]}
+# Each point's grid: RATES, widened where this grid's first run chose its edge
+# (post-LN at 24 layers chose 3e-4, pre-LN at 24 layers 1e-2).
+GRIDS = {("post", 24): [1e-4, *RATES], ("pre", 24): [*RATES, 3e-2]}
+
+
+def _rates() -> dict:
+  """``tune``: a learning-rate grid for each norm x depth."""
+  return {"optim.learning_rate": [
+      {"values": GRIDS.get((norm, depth), RATES),
+       "when": {"model.norm_position": norm, "model.num_layers": depth}}
+      for norm in ("pre", "post", "deepnorm") for depth in DEPTH["model.num_layers"]]}
 
 
 def _base(steps: int) -> dict:
@@ -76,5 +89,5 @@ def get_sweep(variant: str = "default") -> Sweep:
         "2022); d_model 64 LM, per-layer gradient norms at initialisation.",
         overrides=_base(600),
         axes=[{"model.norm_position": ["pre", "post", "deepnorm"]}, DEPTH],
-        tune={"optim.learning_rate": RATES}, seeds=[0], confirm=3)
+        tune=_rates(), seeds=[0], confirm=3)
   raise ValueError(f"unknown variant {variant!r}; choose tiny or default")
