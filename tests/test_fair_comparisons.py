@@ -236,6 +236,17 @@ def test_sensitivity_counts_stalled_runs_at_their_own_loss(sweep_dir):
   assert sens["pre"].sensitivity == pytest.approx(want)
 
 
+def test_the_sensitivity_plot_marks_each_stalled_run_at_its_own_loss(sweep_dir):
+  from tfx_jax.report import plots
+  _, report = _analyze(sweep_dir)
+  keys = {p.values["model.norm_position"]: p.key for p in report.points}
+  # post stalled on every seed at 1e-2, nowhere else; pre never stalled.
+  post = plots.stalled_runs(report, keys["post"])
+  assert list(post) == ["learning_rate=0.01"]
+  assert post["learning_rate=0.01"] == pytest.approx([STALLED] * 3)
+  assert plots.stalled_runs(report, keys["pre"]) == {}
+
+
 def test_report_files_open_with_verdicts_and_show_the_choice(sweep_dir):
   build.write_report(sweep_dir)
   report = (sweep_dir / "report.md").read_text()

@@ -15,7 +15,8 @@ mean, labels its axes with units and its ticks with plain numbers.
   validation metric against each tuned value (log x, ticks at the tuned
   values), one curve per axis value (l(eta) of the sensitivity, the chosen
   value ringed), one panel per combination of the other axes, every finished
-  seed a faint point, diverged runs an x at l0;
+  seed a faint point, stalled runs a hollow square under a line at the
+  unigram loss, diverged runs an x at l0;
 - ``scale.png``: each axis's difference from its base value against the
   parameter count, with its interval (where an axis changes the model size);
 - ``lengths.png``: perplexity against the evaluation window, one line per point;
@@ -164,8 +165,10 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
   the point's chosen values): one panel per combination of the other axes,
   one curve per value of the axis (l(eta) of the sensitivity, each run capped
   at l0 and a diverged one at l0; the mean of the learned runs where l0 is not
-  known; the chosen value ringed), each finished seed a faint point (a stalled
-  one at its own loss), each diverged run an x at l0.
+  known; the chosen value ringed), each finished seed a faint point, a stalled
+  one also a hollow square at its own loss, under a line at the unigram loss
+  (the loss a stalled run sits at) where the metric is the loss, each
+  diverged run an x at l0.
   ``axis_index`` None: a sweep without axes, its one point."""
   plt = style.pyplot()
   if axis_index is None:
@@ -181,6 +184,7 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
   drawn = False
   for panel, ctx in zip(panels[0], ctxs):
     xs_all, failed_any, l0, l0_from = [], False, None, None
+    stalled_any, unigram = False, []
     for vi in range(len(axis.values)):
       key = tuple(vi if j == axis_index else c for j, c in enumerate(ctx))
       s = by_key.get(key)
@@ -198,10 +202,17 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
       xs = [c.tuned[field] for c in curve if height[c.label] is not None]
       ys = [height[c.label] for c in curve if height[c.label] is not None]
       panel.plot(xs, ys, marker="o", color=colour, linewidth=2.0, label=label, zorder=3)
+      stalled = stalled_runs(report, key)
+      unigram += _unigram_losses(report, key)
       for c in curve:
         seeds = [v for v in c.seeds.values() if v is not None]
         panel.scatter([c.tuned[field]] * len(seeds), seeds, color=colour,
                       alpha=style.SEED_ALPHA + 0.1, s=14, linewidths=0, zorder=2)
+        if stalled.get(c.label):
+          panel.scatter([c.tuned[field]] * len(stalled[c.label]), stalled[c.label],
+                        marker="s", s=40, facecolors="none", edgecolors=colour,
+                        linewidths=1.2, zorder=3)
+          stalled_any = True
         if any(v is None for v in c.seeds.values()):  # a diverged run
           # At l0; where it is not known, at the top edge of the panel.
           known = s.initial_loss is not None
@@ -217,6 +228,11 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
                         edgecolors=colour, linewidths=1.5, zorder=4)
       xs_all += [c.tuned[field] for c in curve]
       drawn = drawn or bool(curve)
+    if unigram and select_by == "eval/loss":
+      panel.axhline(float(np.mean(unigram)), color="#999999", linestyle="--", linewidth=1.0)
+      panel.text(1.0, float(np.mean(unigram)), " unigram loss",
+                 transform=panel.get_yaxis_transform(),
+                 va="center", ha="left", fontsize=7, color="#666666")
     if l0 is not None:
       panel.axhline(l0, color="#999999", linestyle=":", linewidth=1.0)
       panel.text(1.0, l0, " l0 (step 0)" if l0_from == "step 0" else " l0 = ln|V|",
@@ -241,6 +257,10 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
                        label="chosen value"),
                 Line2D([], [], marker="o", linestyle="", markersize=4, color="#555555",
                        alpha=0.35, label="one seed")]
+    if stalled_any:
+      handles.append(Line2D([], [], marker="s", linestyle="", markersize=6,
+                            markerfacecolor="none", markeredgecolor="#555555",
+                            label="stalled run (at its own loss)"))
     if failed_any:
       handles.append(Line2D([], [], marker="x", linestyle="", color="#555555",
                             label="diverged run (at l0)" if l0 is not None
@@ -248,6 +268,31 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
     panel.legend(handles=handles, fontsize=7)
   fig.tight_layout()
   return style.save(plt, fig, path, drawn)
+
+
+def stalled_runs(report: Report, key: tuple[int, ...]) -> dict[str, list[float]]:
+  """{tuned label: the selection metric of each of the point's tuning runs at
+  that value that stalled (finished at the unigram loss: counted, not
+  averaged)}: the sensitivity plot marks them."""
+  point = report.point(key)
+  if point is None:
+    return {}
+  found = {}
+  for tuned in point.tuned:
+    values = [r.validation[report.select_by] for r in tuned.seeds.values()
+              if r.outcome == "stalled" and report.select_by in r.validation]
+    if values:
+      found[tuned.label] = values
+  return found
+
+
+def _unigram_losses(report: Report, key: tuple[int, ...]) -> list[float]:
+  """The unigram entropy of each of the point's tuning runs, where known."""
+  point = report.point(key)
+  if point is None:
+    return []
+  baselines = (report.baselines.get(r.run) for t in point.tuned for r in t.seeds.values())
+  return [b.unigram_entropy for b in baselines if b and b.unigram_entropy is not None]
 
 
 # -------------------------------------------------------------------- scale
