@@ -33,7 +33,7 @@ from tfx_jax import metrics
 from tfx_jax import status as status_lib
 from tfx_jax import sweep_record as records
 from tfx_jax.report import build, forest, schema, stats, style
-from tfx_jax.sweep_record import AxisRecord, RunEntry
+from tfx_jax.sweep_record import AxisRecord, RunEntry, SweepRecord
 
 # eval/loss per (norm_position, position) and seed; None: the run diverged.
 LOSSES = {
@@ -714,6 +714,14 @@ def test_values_of_an_axis_over_several_fields_name_their_field():
   axes = [single, axis]
   assert context_label(axes, (None, 1), 0) == "dropout=0"
   assert context_label(axes, (1, None), 1) == "activation=swiglu"
+  # A plot's legend: the colouring axis's value alone, the other axes' named
+  # once (not "label_smoothing=dropout=0").
+  from tfx_jax.report.style import Palette
+  palette = Palette(SweepRecord("rows", "configs/lm.py:tiny", (0,), tuple(axes), []))
+  assert palette.point_label((1, 1)) == "swiglu, dropout=0"
+  depth = AxisRecord.from_json(_axis("model.num_layers", [6, 24]))
+  palette = Palette(SweepRecord("depth", "configs/lm.py:tiny", (0,), (single, depth), []))
+  assert palette.point_label((0, 1)) == "gelu, num_layers=24"
 
 
 def test_the_headline_lists_the_equivalence_margins_in_one_order(sweep_dir):

@@ -93,13 +93,15 @@ class Palette:
             "linestyle": LINESTYLES[index % len(LINESTYLES)]}
 
   def point_label(self, key: Sequence[int]) -> str:
-    """``post, position=rope``: the point's values, the varying axes only."""
+    """``post, position=rope``: the point's values, the varying axes only
+    (an axis over several fields names its fields in its value already:
+    ``post, num_layers=24,num_steps=1200``)."""
     parts = []
     for j, (a, i) in enumerate(zip(self.axes, key)):
       if len(a.values) < 2:
         continue
       text = points_lib.value_label(a.values[i], a)
-      parts.append(text if j == self.colour_axis()
+      parts.append(text if j == self.colour_axis() or len(a.fields) > 1
                    else f"{a.label.split('.')[-1]}={text}")
     return ", ".join(parts) or "base config"
 
