@@ -85,8 +85,9 @@ def get_sweep(variant: str = "default") -> Sweep:
     return Sweep(
         name="deep_post_norm", config="configs/lm.py:tiny",
         description="Post-norm vs pre-norm vs DeepNorm at depth 6 (600 steps) and 24 "
-        "(1,200 steps), learning rate tuned per point over 3e-4..1e-2 (Wang et al. "
-        "2022); d_model 64 LM, per-layer gradient norms at initialisation.",
+        "(1,200 steps), learning rate tuned per point over 3e-4..1e-2, widened to 1e-4 "
+        "(post-LN) and 3e-2 (pre-LN) at 24 layers (Wang et al. 2022); d_model 64 LM, "
+        "per-layer gradient norms at initialisation.",
         overrides=_base(600),
         axes=[{"model.norm_position": ["pre", "post", "deepnorm"]}, DEPTH],
         tune=_rates(), seeds=[0], confirm=3)
