@@ -43,8 +43,8 @@ tokens/s with evaluations, and 14 + 9 runs of 24 layers and 1,200 steps,
 about 12 minutes each at 2,300-2,600 tokens/s with five evaluations: about
 150 minutes on 2 CPU cores with ``--parallel 2``; on a 2-vCPU AMD EPYC
 without AVX-512 the runs went at half those rates, 1,200 tokens/s at 24
-layers: 16-17 minutes a 24-layer run and 3 a 6-layer one, about 470
-core-minutes, 3.9 hours).
+layers: 16-17 minutes a 24-layer run and 3 a 6-layer one; the whole sweep
+measured 411 core-minutes there, about 3.4 hours).
 """
 
 from tfx_jax.sweep import Sweep

@@ -722,6 +722,13 @@ def test_values_of_an_axis_over_several_fields_name_their_field():
   depth = AxisRecord.from_json(_axis("model.num_layers", [6, 24]))
   palette = Palette(SweepRecord("depth", "configs/lm.py:tiny", (0,), (single, depth), []))
   assert palette.point_label((0, 1)) == "gelu, num_layers=24"
+  # The compute table's header names every field of such an axis.
+  from tfx_jax.report import compute as compute_lib
+  rows = SweepRecord("rows", "configs/lm.py:tiny", (0,), tuple(axes), [])
+  phases = dict.fromkeys(compute_lib.status_lib.PHASES, 0.0)
+  nothing = compute_lib.ComputeRow(None, 0, 0.0, phases)
+  assert compute_lib.compute_table(rows, compute_lib.Compute((), nothing))[0][:2] == [
+      "activation", "dropout+label_smoothing"]
 
 
 def test_the_headline_lists_the_equivalence_margins_in_one_order(sweep_dir):

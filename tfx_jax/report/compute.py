@@ -110,7 +110,9 @@ def fmt_core_time(core_seconds: float) -> str:
 def compute_table(record: SweepRecord, compute_: Compute) -> list[list[str]]:
   """One row per point and the total: runs, core time, train steps' share and
   each phase's core time."""
-  names = [a.label.split(".")[-1] for a in record.axes]
+  # Each axis by its fields' last parts: an axis over several fields names them
+  # all ("num_layers+num_steps"), not its last field alone.
+  names = ["+".join(f.split(".")[-1] for f in a.label.split("+")) for a in record.axes]
   head = [*names, "runs", "core time", "train steps",
           *(p.replace("_", " ") for p in status_lib.PHASES if p != "train_steps")]
   rows = [head]
