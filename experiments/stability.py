@@ -50,10 +50,10 @@ seeds, so 2 confirmation seeds give their intervals and no more is spent.
 Variants: ``tiny`` (qk_norm only, two rates, one seed and one confirmation
 seed, 40 steps: a smoke test), ``default`` (2 sizes x 2 x 2, six rates on
 seed 0, then 2 confirmation seeds at each point's chosen rate: 48 + 16 = 64
-runs of 1,500 steps of 1,024 tokens; d_model 128 at the last run's 5,500-6,100
-tokens/s trains in about 4.5 minutes, d_model 64 in about 3, plus about a
-minute of evaluations and start-up: 32 runs of each size, about 300
-core-minutes, about 150 minutes on 2 CPU cores with ``--parallel 2``).
+runs of 1,500 steps of 1,024 tokens; measured on a 2-vCPU AMD EPYC: 393
+core-minutes, about 8 per d_model 128 run (3,200-3,600 tokens/s) and 4 per
+d_model 64 run, 87% of it in train steps: about 3.3 hours of ``--parallel
+2``).
 """
 
 from tfx_jax.sweep import Sweep
