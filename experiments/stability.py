@@ -57,8 +57,8 @@ seeds. 8 runs of each size: about 4 core-minutes for d_model 64 and 8 for
 d_model 128, about 96 core-minutes, 50 minutes of ``--parallel 2``.
 
 Variants: ``tiny`` (qk_norm only, two rates, one seed and one confirmation
-seed, 40 steps: a smoke test), ``high_rate`` (above), ``default`` (2 sizes x 2 x 2, six rates on
-seed 0, then 2 confirmation seeds at each point's chosen rate: 48 + 16 = 64
+seed, 40 steps: a smoke test), ``high_rate`` (above), ``default`` (2 sizes x
+2 x 2, six rates on seed 0, then 2 confirmation seeds at each point's chosen rate: 48 + 16 = 64
 runs of 1,500 steps of 1,024 tokens; measured on a 2-vCPU AMD EPYC: 393
 core-minutes, about 8 per d_model 128 run (3,200-3,600 tokens/s) and 4 per
 d_model 64 run, 87% of it in train steps: about 3.3 hours of ``--parallel
@@ -70,7 +70,7 @@ from tfx_jax.sweep import Sweep
 RATES = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
 SIZES = {"model.d_model": [64, 128], "model.num_heads": [2, 4]}
 # ``high_rate``: the rate where the default variant's tuning stage had both
-# sizes without qk-layernorm 1.1-1.3 nats behind their qk-layernorm points
+# sizes without qk-layernorm 1.0-1.3 nats behind their qk-layernorm points
 # (one run each); chosen on seed 0, so the seeds tested here never chose it.
 HIGH_RATE = 0.1
 HIGH_RATE_SEEDS = [1, 2, 3, 4]
