@@ -29,7 +29,9 @@ step 2,000; at factor 0.125 it turned at the same step (3.341, then 3.399).
 On 15% of the split the same 5.9 epochs fall at step 750, so the turn lies
 inside the 1,000 steps and the (D) dropout row compares a model that
 over-fits with one that dropout holds back, the regime where the paper's
-effect lives. The loss is evaluated every 200 steps: the report's curves
+effect lives. Measured: without dropout the validation loss rose by 0.026
+over the last 200 steps (mean of the 4 confirmation seeds) while the base's
+fell by 0.142. The loss is evaluated every 200 steps: the report's curves
 show where each row's validation loss turns.
 
 Each row is trained at four peak-rate factors of the paper's schedule
@@ -49,9 +51,9 @@ test``, added to every tuned sweep).
 
 Variants: ``tiny`` (base vs one head, 1 seed), ``default`` (six rows x four
 rates on seed 0, then 4 confirmation seeds at each row's chosen rate: 24 + 24
-= 48 runs of about 4.5 minutes of training (0.27 s a step, measured on one
-core of a 2-core AMD EPYC) and 1.5 of start-up and beam search: about 2.1
-hours on 2 CPU cores with ``--parallel 2``, so the sweep fits one sitting)::
+= 48 runs, measured at 142 core-minutes, 83% in train steps: about 71
+minutes of ``--parallel 2`` on a 2-vCPU AMD EPYC at 0.15 s a step; a machine
+of the same kind seen at 0.27 s a step would take about 2.2 hours)::
 
   python -m tfx_jax.sweep experiments/translation.py --parallel 2
 """

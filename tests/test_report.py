@@ -551,6 +551,21 @@ def test_plots_read_without_decoding(tmp_path, monkeypatch):
   assert colours["one_seed:post"] != colours["one_seed:pre"]
 
 
+def test_curves_read_the_unsmoothed_nll_where_every_run_logs_it():
+  """Label smoothing (in its KL form) and z-loss put train/loss on other
+  scales, so the training row reads train/nll; logs without it fall back."""
+  from tfx_jax.report import plots  # pylint: disable=import-outside-toplevel
+  curve = [(0, 7.0), (10, 3.0), (20, 2.5)]
+  both = {"curves": {"train/loss": curve, "train/nll": curve, "eval/loss": curve}}
+  loss_only = {"curves": {"train/loss": curve, "eval/loss": curve}}
+  pending = {"curves": {}}  # a run not started yet does not decide
+  assert plots.curve_tags([both, both, pending]) == [
+      ("train/nll", "training NLL"), ("eval/loss", "validation loss")]
+  assert plots.curve_tags([both, loss_only]) == [
+      ("train/loss", "training loss"), ("eval/loss", "validation loss")]
+  assert plots.curve_tags([pending]) == []
+
+
 def test_plain_tick_labels():
   assert [style.plain(x) for x in (0.0003, 3e-5, 290.0, 4.25, 0.1 + 0.2, -0.276)] == [
       "0.0003", "0.00003", "290", "4.25", "0.3", "-0.276"]

@@ -123,7 +123,7 @@ def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
   each evaluation metric's standard error ``eval/<metric>_se`` among them),
   initial (every eval/* tag at step 0: the evaluation before the first update,
   ``eval.at_start``; {} for a run that did not evaluate at step 0),
-  curves ({tag: [(step, value)]} for train/loss and eval/loss),
+  curves ({tag: [(step, value)]} for train/loss, train/nll and eval/loss),
   tokens_per_sec (median of train/tokens_per_sec, first interval excluded:
   it includes compilation), wall_seconds, compile_seconds, lengths
   ({multiple: perplexity}), window_tokens ({multiple: the window in tokens}),
@@ -168,7 +168,7 @@ def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
       "initial": {tag: points[0][1] for tag, points in scalars.items()
                   if tag.startswith("eval/") and points and points[0][0] == 0},
       "curves": {t: [(s, v) for s, v, _ in scalars[t]]
-                 for t in ("train/loss", "eval/loss") if t in scalars},
+                 for t in ("train/loss", "train/nll", "eval/loss") if t in scalars},
       "tokens_per_sec": statistics.median(tps) if tps else None,
       "wall_seconds": wall,
       "compile_seconds": status.get("compile_seconds", entry.compile_seconds),

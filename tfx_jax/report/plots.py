@@ -6,7 +6,7 @@ mean, labels its axes with units and its ticks with plain numbers.
 
 - ``forest.png`` (``forest.py``): the headline, every comparison's
   difference from the base with its intervals and verdict;
-- ``curves_<axis>.png``: training and validation loss against the step (the
+- ``curves_<axis>.png``: training NLL and validation loss against the step (the
   evaluation at step 0, before training, left out), one line per value of
   the axis (the mean over seeds, each seed a faint line; a tuned sweep shows
   each point at its chosen tuned value), one column per combination of the
@@ -40,7 +40,12 @@ from tfx_jax.report.schema import Report
 from tfx_jax.sweep_record import AxisRecord, SweepRecord, tuned_values
 
 MAX_PANELS = 8
-CURVE_TAGS = (("train/loss", "training loss"), ("eval/loss", "validation loss"))
+# Training curves read train/nll, the unsmoothed NLL: train/loss is the
+# objective, which label smoothing (its KL form) and z-loss put on other
+# scales, so rows that differ in either would not compare on it. Logs without
+# train/nll fall back to train/loss.
+CURVE_TAGS = ((("train/nll", "train/loss"), "training NLL"),
+              (("eval/loss",), "validation loss"))
 STOPPED = ("diverged", "failed")  # runs whose curves end early
 
 
@@ -90,15 +95,28 @@ def _shown_runs(record: SweepRecord, points: Points, report: Report | None, key)
 
 
 # ------------------------------------------------------------------- curves
+def curve_tags(summaries) -> list[tuple[str, str]]:
+  """[(tag, name)] of the curves plot's rows: of each row's candidates in
+  ``CURVE_TAGS``, the first that every run with curves logged and some run
+  logged after step 0 more than once."""
+  tags = []
+  for candidates, name in CURVE_TAGS:
+    logged = [t for t in candidates
+              if all(t in s["curves"] for s in summaries if s["curves"])
+              and any(sum(step > 0 for step, _ in s["curves"].get(t, [])) > 1
+                      for s in summaries)]
+    if logged:
+      tags.append((logged[0], name if logged[0] == candidates[0] else "training loss"))
+  return tags
+
+
 def curves_plot(path: pathlib.Path, record: SweepRecord, points: Points, axis_index: int,
                 palette: style.Palette, report: Report | None = None) -> bool:
-  """Training (and validation) loss against the step per value of one axis."""
+  """Training NLL (and validation loss) against the step per value of one axis."""
   plt = style.pyplot()
   axis = record.axes[axis_index]
   ctxs = points_lib.contexts(record.axes, axis_index)[:MAX_PANELS]
-  tags = [(t, name) for t, name in CURVE_TAGS
-          if any(sum(step > 0 for step, _ in s["curves"].get(t, [])) > 1
-                 for runs in points.values() for _, s in runs)]
+  tags = curve_tags([s for runs in points.values() for _, s in runs])
   if not tags:
     return False
   fig, panels = plt.subplots(len(tags), len(ctxs), figsize=(5.2 * len(ctxs), 3.6 * len(tags)),
@@ -144,7 +162,7 @@ def curves_plot(path: pathlib.Path, record: SweepRecord, points: Points, axis_in
         # A run that blew up before it diverged would flatten every other curve.
         low = ax.get_ylim()[0]
         ax.set_ylim(low, max(tops) + 0.05 * (max(tops) - low))
-      ax.set_title(f"{name.capitalize()} by {_axis_title(record, axis_index, ctx)}",
+      ax.set_title(f"{name[0].upper() + name[1:]} by {_axis_title(record, axis_index, ctx)}",
                    fontsize=9)
       ax.set_xlabel("training step")
       ax.set_ylabel(style.with_unit(name, tag))
