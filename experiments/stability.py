@@ -56,7 +56,7 @@ verdicts read the validation split, which no choice read (a sweep adds the
 test evaluation where a tuned value was chosen). Its report also tables each
 point's largest attention logit and log Z over the 4 seeds. 16 runs,
 measured at 60 core-minutes (about 31 minutes of ``--parallel 2``; planned
-at 96 from a slower machine of the same kind).
+at 96 from an AMD EPYC without AVX-512; measured on one with it).
 
 Variants: ``tiny`` (qk_norm only, two rates, one seed and one confirmation
 seed, 40 steps: a smoke test), ``high_rate`` (above), ``default`` (2 sizes x

@@ -52,8 +52,9 @@ test``, added to every tuned sweep).
 Variants: ``tiny`` (base vs one head, 1 seed), ``default`` (six rows x four
 rates on seed 0, then 4 confirmation seeds at each row's chosen rate: 24 + 24
 = 48 runs, measured at 142 core-minutes, 83% in train steps: about 71
-minutes of ``--parallel 2`` on a 2-vCPU AMD EPYC at 0.15 s a step; a machine
-of the same kind seen at 0.27 s a step would take about 2.2 hours)::
+minutes of ``--parallel 2`` on a 2-vCPU AMD EPYC with AVX-512 at 0.15 s a
+step; one without AVX-512, seen at 0.27 s a step, would take about 2.2
+hours)::
 
   python -m tfx_jax.sweep experiments/translation.py --parallel 2
 """
