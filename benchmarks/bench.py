@@ -314,7 +314,7 @@ def _matmul_shapes(shape: Shape) -> dict[str, tuple[int, int, int, bool, bool]]:
 
 def _attention_systems(shape: Shape, args) -> dict[str, Any]:
   """One causal self-attention's forward and backward at the reference shape."""
-  from tfx_jax.layers import attention
+  from tfx_jax.model.layers import attention
   B, L, H = shape.batch, shape.seq, shape.heads
   K = shape.d_model // H
   keys = jax.random.split(jax.random.PRNGKey(0), 4)

@@ -43,10 +43,10 @@ def peak_tflops(device_kind: str, dtype: str) -> float | None:
 
 def measure(spec: str, overrides: dict, batch: int, steps: int, warmup: int) -> dict:
   from systems import _random_batch  # pylint: disable=import-outside-toplevel
-  from tfx_jax import sharding as sharding_lib
-  from tfx_jax.config_base import apply_overrides, load_config_file
-  from tfx_jax.run_config import resolve
-  from tfx_jax.run_setup import ShardedRun
+  from tfx_jax.run import sharding as sharding_lib
+  from tfx_jax.run.config_base import apply_overrides, load_config_file
+  from tfx_jax.run.config import resolve
+  from tfx_jax.run.setup import ShardedRun
 
   config = load_config_file(spec)
   apply_overrides(config, {"train.batch_size": batch, **overrides})

@@ -166,7 +166,7 @@ def main(argv=None) -> list[dict]:
   if unknown:
     p.error(f"--only {','.join(unknown)}: choose from {', '.join(SWEEPS)}")
   sys.path.insert(0, str(ROOT))
-  from tfx_jax.config_base import base_config  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run.config_base import base_config  # pylint: disable=import-outside-toplevel
   if "trace_hyperparameters" not in base_config().optim:
     p.error("this tfx_jax has no optim.trace_hyperparameters: before and after "
             "would compile alike")

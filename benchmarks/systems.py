@@ -58,7 +58,7 @@ def s2s_model(shape: Shape, **overrides) -> dict:
 
 
 def _run_config(model: dict, batch: int, seq: int, dtype: str = "float32"):
-  from tfx_jax.config_base import base_config
+  from tfx_jax.run.config_base import base_config
   c = base_config()
   c.compute_dtype = dtype
   c.task = "lm" if model["family"] == "decoder_only" else "translate"
@@ -91,9 +91,9 @@ class TfxTrain:
   """The jitted, donated train step of ``run_setup.ShardedRun`` on a fixed batch."""
 
   def __init__(self, model: dict, batch: int, seq: int, dtype: str = "float32"):
-    from tfx_jax.run_config import resolve
-    from tfx_jax.run_setup import ShardedRun
-    from tfx_jax import sharding as sharding_lib
+    from tfx_jax.run.config import resolve
+    from tfx_jax.run.setup import ShardedRun
+    from tfx_jax.run import sharding as sharding_lib
     resolved = resolve(_run_config(model, batch, seq, dtype))
     run = ShardedRun(resolved, resolved.model)
     self.state = run.init_state()
@@ -199,9 +199,9 @@ class TfxDecode:
   """Cached greedy decoding (``search.generate`` / ``translate_greedy``), eos off."""
 
   def __init__(self, model: dict, batch: int, prefix: int, new: int):
-    from tfx_jax import search
-    from tfx_jax.model_config import model_config_from_dict
-    from tfx_jax.models import init_params
+    from tfx_jax.model import decoding as search
+    from tfx_jax.model.config import model_config_from_dict
+    from tfx_jax.model.families import init_params
     import flax.linen as nn
     cfg = model_config_from_dict(model)
     params = nn.unbox(init_params(cfg, jax.random.PRNGKey(0)))

@@ -20,7 +20,7 @@ tfx_shakespeare's SentencePiece model.
 import importlib.util
 import os
 
-from tfx_jax.config_base import apply_preset, base_config, select_preset
+from tfx_jax.run.config_base import apply_preset, base_config, select_preset
 
 # Preset -> the pretraining preset whose model and data fields it takes over
 # (the vocabulary included), so that preset's checkpoint loads.

@@ -15,8 +15,8 @@ parameters, for a sweep axis of dense vs MoE (experiments/moe.py):
       --config.model.expert_d_ff=254     # = moe_variant("tiny")["model.expert_d_ff"]
 """
 
-from tfx_jax.config_base import apply_preset, base_config, select_preset
-from tfx_jax.model_config import model_config_from_dict
+from tfx_jax.run.config_base import apply_preset, base_config, select_preset
+from tfx_jax.model.config import model_config_from_dict
 
 # Every preset starts from these; a row overrides what its paper does differently.
 # No embedding scaling: GPT-2 and LLaMA add positions to E[id] as it is.

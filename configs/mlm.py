@@ -8,7 +8,7 @@ Presets: tiny, bert_base. Each preset is one row of ``_PRESETS``, applied over
 ``_COMMON``.
 """
 
-from tfx_jax.config_base import apply_preset, base_config, select_preset
+from tfx_jax.run.config_base import apply_preset, base_config, select_preset
 
 # BERT (Devlin et al. 2019): post-norm, GELU, learned positions, biases, tied,
 # no embedding scaling (the embedding LayerNorm normalises the sum instead).

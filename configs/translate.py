@@ -12,7 +12,7 @@ Presets: tiny, base, big. Each preset is one row of ``_PRESETS``, applied over
 ``_COMMON``.
 """
 
-from tfx_jax.config_base import apply_preset, base_config, select_preset
+from tfx_jax.run.config_base import apply_preset, base_config, select_preset
 
 # Vaswani et al. 2017, section 3.4 scales the embeddings by sqrt(d_model);
 # scale_embeddings keeps that whatever model.position is set to. The token

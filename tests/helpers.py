@@ -131,7 +131,7 @@ def run_command(module, args) -> tuple[int, str, str]:
   The real entry point (absl flag parsing, config overrides, error handling)
   runs; ``run_main`` resets the command's own flag registry on every call.
   """
-  from tfx_jax import cli  # pylint: disable=import-outside-toplevel
+  from tfx_jax.core import flags as cli  # pylint: disable=import-outside-toplevel
   argv = [module.__name__, *[str(a) for a in args]]
   old_argv, sys.argv = sys.argv, argv  # ml_collections reads overrides from sys.argv
   out, err = io.StringIO(), io.StringIO()
@@ -166,7 +166,7 @@ def train(spec: str, workdir, *overrides: dict):
 
   Returns the trainer's ``RunResult``, whatever the run's status; errors raise.
   """
-  from tfx_jax import trainer  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run import trainer  # pylint: disable=import-outside-toplevel
   return trainer.train_and_evaluate(tiny_config(spec, _merged(overrides)), str(workdir))
 
 

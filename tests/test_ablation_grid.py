@@ -1,6 +1,6 @@
 """Every ablation axis builds and trains: one optimizer step lowers the loss.
 
-The axes are the fields of ``tfx_jax.model_config.ModelConfig`` typed as a
+The axes are the fields of ``tfx_jax.model.config.ModelConfig`` typed as a
 ``Literal`` or ``bool``, or as a number annotated with the values to try
 (``Annotated[float, Samples((0.0, 5.0))]``: the soft-caps, the attention
 window), read from its type hints, so a new axis or a new value
@@ -40,10 +40,10 @@ import numpy as np
 import optax
 import pytest
 
-from tfx_jax.errors import ConfigError
-from tfx_jax.model_config import (Family, ModelConfig, Remat, Samples,
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.model.config import (Family, ModelConfig, Remat, Samples,
                                   model_config_from_dict)
-from tfx_jax.models import build_model, stack_layer_params
+from tfx_jax.model.families import build_model, stack_layer_params
 from helpers import ALL_PRESETS, load_config
 
 FAMILIES = get_args(Family)

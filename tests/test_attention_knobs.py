@@ -17,14 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax.blocks import TransformerLayer
-from tfx_jax.errors import ConfigError, InactiveSetting
-from tfx_jax.layers.attention import Attention
-from tfx_jax.layers.ffn import FeedForward
-from tfx_jax.layers.norms import DyT, RMSNorm, norm_factory
-from tfx_jax.layers.positions import rotary_spec
-from tfx_jax.model_config import model_config_from_dict
-from tfx_jax.models import build_model, layer_spec
+from tfx_jax.model.blocks import TransformerLayer
+from tfx_jax.core.errors import ConfigError, InactiveSetting
+from tfx_jax.model.layers.attention import Attention
+from tfx_jax.model.layers.ffn import FeedForward
+from tfx_jax.model.layers.norms import DyT, RMSNorm, norm_factory
+from tfx_jax.model.layers.positions import rotary_spec
+from tfx_jax.model.config import model_config_from_dict
+from tfx_jax.model.families import build_model, layer_spec
 from references import np_attention_layer, np_dense, rand, rope_theta
 
 B, L, D, H, N, K = 2, 6, 16, 4, 2, 4

@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax.layers import attention as att
-from tfx_jax.models import attention_mask
-from tfx_jax.layers.positions import alibi_bias
+from tfx_jax.model.layers import attention as att
+from tfx_jax.model.families import attention_mask
+from tfx_jax.model.layers.positions import alibi_bias
 
 B, L, H, K = 2, 40, 4, 8
 

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 import pytest
 
-from tfx_jax import checkpoint
+from tfx_jax.run import checkpoint
 
 
 @flax.struct.dataclass
@@ -171,7 +171,7 @@ def test_interrupted_write_is_ignored(tmp_path):
 _SAVE_FOREVER = textwrap.dedent("""
     import sys
     import jax.numpy as jnp
-    from tfx_jax import checkpoint
+    from tfx_jax.run import checkpoint
     ckpt = checkpoint.Checkpointer(sys.argv[1], max_to_keep=2)
     for step in range(1, 10_000):
       state = {"step": jnp.int32(step), "w": jnp.full((512, 1024), float(step))}
@@ -271,7 +271,7 @@ FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "lm_before_restructure"
 def test_a_checkpoint_from_before_the_restructure_restores_exactly():
   """A tiny run written by the code before the run side was reorganised
   (byte tokenizer, 1 layer, 4 steps): its parameters load bitwise."""
-  from tfx_jax import trained_run
+  from tfx_jax.run import trained_run
   run = trained_run.load_run(FIXTURE)
   assert run.step == 4
   saved = np.load(FIXTURE / "params_at_save.npz")
@@ -286,7 +286,11 @@ def test_a_checkpoint_from_before_the_restructure_resumes(tmp_path):
   """The same command with more steps continues the old run from step 4."""
   import json
 
-  from tfx_jax import config_base, trained_run, trainer
+  from tfx_jax.run import config_base
+
+  from tfx_jax.run import trained_run
+
+  from tfx_jax.run import trainer
   workdir = tmp_path / "run"
   shutil.copytree(FIXTURE, workdir)
   config = config_base.base_config()

@@ -182,7 +182,7 @@ def test_xla_counts_a_scanned_body_once_and_the_hlo_counts_every_trip():
 # ------------------------------------------------------------ cpu-N (no libtpu)
 _CPU_SCRIPT = """
 import json, sys
-from tfx_jax.config_base import apply_overrides, load_config_file
+from tfx_jax.run.config_base import apply_overrides, load_config_file
 from tfx_jax.scale import plan, topology
 t = topology.parse("cpu-4")
 out = {}
@@ -239,7 +239,7 @@ def test_a_sweep_dry_run_compiles_each_distinct_program_once(tmp_path, capsys):
 
 # ------------------------------------------------------------------ TPU
 def _tiny(**overrides):
-  from tfx_jax.config_base import apply_overrides  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run.config_base import apply_overrides  # pylint: disable=import-outside-toplevel
   config = load_config("lm.py:tiny")
   apply_overrides(config, {"compute_dtype": "bfloat16", "model.scan_layers": True,
                            "train.seq_len": 128, "mesh.data": 1, "mesh.fsdp": -1,

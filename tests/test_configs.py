@@ -10,9 +10,9 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from tfx_jax import run_config
-from tfx_jax.errors import ConfigError
-from tfx_jax.models import build_model, dummy_inputs
+from tfx_jax.run import config as run_config
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.model.families import build_model, dummy_inputs
 from helpers import (ALL_PRESETS, CONFIG_FILES, ROOT, load_config, run_cli, subprocess_env,
                      tiny_config, train_command)
 

@@ -31,14 +31,14 @@ import time
 import pytest
 from scipy import stats as scipy_stats
 
-from tfx_jax import metrics
-from tfx_jax import status as status_lib
-from tfx_jax import sweep_record
+from tfx_jax.run import metrics
+from tfx_jax.records import status as status_lib
+from tfx_jax.records import sweep as sweep_record
 from tfx_jax.report import analysis, build, collect, schema
 from tfx_jax.sweep import adaptive, cli, confirm
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
-from tfx_jax.sweep_record import SweepRecord
+from tfx_jax.records.sweep import SweepRecord
 from helpers import ROOT, TINY, subprocess_env, sweep_in_process
 
 # ml_collections loads config files with the deprecated importlib load_module().

@@ -23,7 +23,7 @@ from tfx_jax.data import shakespeare
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
 from tfx_jax import tasks
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 # Measured on the real sources (shakespeare 0.6, gcc-12-locales 12.2.0-14),
 # version 1.1.0 (1.0.0 had no test split: its train was train + test).
@@ -489,7 +489,7 @@ def test_stream_packing_mlm_masks_the_windows():
 
 
 def test_stream_packing_is_refused_for_whole_examples():
-  from tfx_jax import run_config  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run import config as run_config  # pylint: disable=import-outside-toplevel
   from helpers import tiny_config  # pylint: disable=import-outside-toplevel
   config = tiny_config("translate.py:tiny", {"data.packing": "stream"})
   with pytest.raises(ConfigError, match="data.packing='stream'.*lm, mlm.*'translate'"):

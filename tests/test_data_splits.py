@@ -22,7 +22,7 @@ from tfx_jax.data import gcc_translate
 from tfx_jax.data import shakespeare
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax import tasks
 
 

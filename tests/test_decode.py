@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from tfx_jax import bleu, search
-from tfx_jax.errors import ConfigError
-from tfx_jax.model_config import model_config_from_dict
-from tfx_jax.models import build_model, init_params
+from tfx_jax.tasks import bleu
+
+from tfx_jax.model import decoding as search
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.model.config import model_config_from_dict
+from tfx_jax.model.families import build_model, init_params
 
 
 @functools.cache

@@ -29,12 +29,12 @@ import time
 import numpy as np
 import pytest
 
-from tfx_jax import metrics
-from tfx_jax import run_setup
-from tfx_jax import status as status_lib
+from tfx_jax.run import metrics
+from tfx_jax.run import setup as run_setup
+from tfx_jax.records import status as status_lib
 from tfx_jax.data import pipeline
 from tfx_jax.data import shards as shards_lib
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from helpers import (ROOT, cli_flags, compilation_cache, free_port, run_cli, subprocess_env,
                      tiny_config, wait_until)
 

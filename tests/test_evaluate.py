@@ -21,13 +21,23 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from tfx_jax import evaluate, generate, metrics, trained_run, search, texts
-from tfx_jax import run_config, run_setup, trainer
-from tfx_jax import status as status_lib
+from tfx_jax import evaluate, generate
+
+from tfx_jax.run import metrics
+
+from tfx_jax.run import trained_run
+
+from tfx_jax.model import decoding as search
+
+from tfx_jax.tasks import text_io as texts
+from tfx_jax.run import config as run_config
+from tfx_jax.run import setup as run_setup
+from tfx_jax.run import trainer
+from tfx_jax.records import status as status_lib
 from tfx_jax import train as train_command
 from tfx_jax.data import eval_cache
-from tfx_jax.errors import ConfigError
-from tfx_jax.model_config import Position
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.model.config import Position
 from helpers import ROOT, run_command, tiny_config, train
 
 # ml_collections loads config files with the deprecated importlib load_module().

@@ -18,11 +18,11 @@ import typing
 import pytest
 from scipy import stats as scipy_stats
 
-from tfx_jax import metrics
-from tfx_jax import status as status_lib
+from tfx_jax.run import metrics
+from tfx_jax.records import status as status_lib
 from tfx_jax.report import analysis, build, schema
 from tfx_jax.sweep import adaptive
-from tfx_jax.sweep_record import SweepRecord
+from tfx_jax.records.sweep import SweepRecord
 
 UNIGRAM = 5.7  # the planted dataset's unigram entropy (nats)
 STALLED = 5.69  # not below UNIGRAM by the 0.05 margin

@@ -22,9 +22,12 @@ torch = pytest.importorskip(
 transformers = pytest.importorskip(
     "transformers", reason="the HF parity tests need the 'hf' extra: pip install -e .[hf]")
 
-from tfx_jax import convert, search  # noqa: E402
-from tfx_jax.errors import ConfigError  # noqa: E402
-from tfx_jax.models import build_model  # noqa: E402
+from tfx_jax import convert  # noqa: E402
+from tfx_jax.run import hf_interop  # noqa: E402
+
+from tfx_jax.model import decoding as search
+from tfx_jax.core.errors import ConfigError  # noqa: E402
+from tfx_jax.model.families import build_model  # noqa: E402
 
 VOCAB, D, LAYERS, HEADS = 100, 32, 2, 4
 # float32 throughout: every architecture agrees to this (measured maxima are in
@@ -164,8 +167,8 @@ def hf_dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def imported(hf_dirs):
-  """{arch: convert.from_hf of its directory}, converted once."""
-  return {name: convert.from_hf(path) for name, (_, path) in hf_dirs.items()}
+  """{arch: hf_interop.from_hf of its directory}, converted once."""
+  return {name: hf_interop.from_hf(path) for name, (_, path) in hf_dirs.items()}
 
 
 def _inputs(arch, seed=0):
@@ -241,8 +244,8 @@ def test_cached_greedy_decoding_matches_generate(arch, hf_dirs, imported):
 def test_export_then_import_is_bit_identical(arch, hf_dirs, imported, tmp_path):
   hf = hf_dirs[arch][0]
   cfg, params = imported[arch]
-  convert.to_hf(cfg, params, tmp_path)
-  cfg2, params2 = convert.from_hf(tmp_path)
+  hf_interop.to_hf(cfg, params, tmp_path)
+  cfg2, params2 = hf_interop.from_hf(tmp_path)
   assert cfg2 == cfg
   flat = jax.tree_util.tree_leaves_with_path(params)
   flat2 = dict(jax.tree_util.tree_leaves_with_path(params2))
@@ -267,12 +270,12 @@ def test_t5_exports_every_output_scaling_and_tying(tied, scaled, imported, tmp_p
   if not tied:
     kernel = np.random.default_rng(0).normal(size=(D, VOCAB)).astype(np.float32)
     params = {**params, "output": {"kernel": kernel}}
-  convert.to_hf(cfg, params, tmp_path)
+  hf_interop.to_hf(cfg, params, tmp_path)
   reloaded = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path).eval()
   assert reloaded.config.scale_decoder_outputs == scaled
   got, want = _logits("t5_v1_0", reloaded, cfg, params)
   assert float(np.abs(got - want).max()) <= TOL
-  cfg2, params2 = convert.from_hf(tmp_path)
+  cfg2, params2 = hf_interop.from_hf(tmp_path)
   assert cfg2 == cfg
   flat2 = dict(jax.tree_util.tree_leaves_with_path(params2))
   for key, value in jax.tree_util.tree_leaves_with_path(params):
@@ -286,7 +289,7 @@ def test_t5_feed_forward_without_a_model_activation_is_refused(hf_dirs, tmp_path
   (tmp_path / "config.json").write_text(json.dumps(config))
   (tmp_path / "model.safetensors").write_bytes((src / "model.safetensors").read_bytes())
   with pytest.raises(ConfigError, match="feed_forward_proj='gated-relu'"):
-    convert.from_hf(tmp_path)
+    hf_interop.from_hf(tmp_path)
 
 
 @pytest.mark.parametrize("arch,change,named", [
@@ -320,7 +323,7 @@ def test_t5_feed_forward_without_a_model_activation_is_refused(hf_dirs, tmp_path
 def test_unrepresentable_export_names_the_setting(arch, change, named, imported, tmp_path):
   cfg, params = imported[arch]
   with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
-    convert.to_hf(dataclasses.replace(cfg, **change), params, tmp_path)
+    hf_interop.to_hf(dataclasses.replace(cfg, **change), params, tmp_path)
   assert not (tmp_path / "config.json").exists()
 
 
@@ -387,14 +390,14 @@ def test_qwen3_sliding_windows_match_transformers(window, fields, hf_dirs, impor
   layer_types fit attention_window and global_every, convert both ways."""
   _copy_with_config(hf_dirs["qwen3"][1], tmp_path, **window)
   hf = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path).eval()
-  cfg, params = convert.from_hf(tmp_path)
+  cfg, params = hf_interop.from_hf(tmp_path)
   assert (cfg.attention_window, cfg.global_every) == fields
   got, want = _logits("qwen3", hf, cfg, params)
   assert float(np.abs(got - want).max()) <= TOL
   unwindowed, _ = _logits("qwen3", hf, imported["qwen3"][0], params)
   assert float(np.abs(unwindowed - want).max()) > 100 * TOL
-  convert.to_hf(cfg, params, tmp_path / "export")
-  assert convert.from_hf(tmp_path / "export")[0] == cfg
+  hf_interop.to_hf(cfg, params, tmp_path / "export")
+  assert hf_interop.from_hf(tmp_path / "export")[0] == cfg
   reloaded = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path / "export").eval()
   got, want = _logits("qwen3", reloaded, cfg, params)
   assert float(np.abs(got - want).max()) <= TOL
@@ -428,7 +431,7 @@ def test_qwen3_sliding_windows_match_transformers(window, fields, hf_dirs, impor
 def test_unrepresented_hf_settings_are_refused(arch, changes, named, hf_dirs, tmp_path):
   _copy_with_config(hf_dirs[arch][1], tmp_path, **changes)
   with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
-    convert.from_hf(tmp_path)
+    hf_interop.from_hf(tmp_path)
 
 
 def test_gemma_norm_gain_is_one_plus_the_stored_weight():
@@ -465,12 +468,12 @@ def test_heads_of_their_own_width(arch, tmp_path):
   hf = hf.eval()
   _perturb(hf, 0)
   hf.save_pretrained(tmp_path / "hf")
-  cfg, params = convert.from_hf(tmp_path / "hf")
+  cfg, params = hf_interop.from_hf(tmp_path / "hf")
   assert (cfg.head_dim, cfg.attention_head_dim) == (12, 12)
   got, want = _logits(arch, hf, cfg, params)
   assert float(np.abs(got - want).max()) <= TOL
-  convert.to_hf(cfg, params, tmp_path / "export")
-  cfg2, params2 = convert.from_hf(tmp_path / "export")
+  hf_interop.to_hf(cfg, params, tmp_path / "export")
+  cfg2, params2 = hf_interop.from_hf(tmp_path / "export")
   assert cfg2 == cfg
   flat2 = dict(jax.tree_util.tree_leaves_with_path(params2))
   for key, value in jax.tree_util.tree_leaves_with_path(params):
@@ -514,7 +517,7 @@ _LLAMA_CONFIG = dict(model_type="llama", num_attention_heads=4, hidden_size=32,
 ])
 def test_llama_rope_configs_are_read(rope, want):
   c = dict(_LLAMA_CONFIG, **rope)
-  fields = convert.architecture_for(c).model_fields(c)
+  fields = hf_interop.architecture_for(c).model_fields(c)
   assert {k: fields[k] for k in want} == want
 
 
@@ -540,7 +543,7 @@ def test_llama_rope_configs_are_read(rope, want):
 def test_unrepresented_llama_rope_is_refused(rope, named):
   c = dict(_LLAMA_CONFIG, rope_parameters=dict(rope, rope_theta=10000.0))
   with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
-    convert.architecture_for(c).model_fields(c)
+    hf_interop.architecture_for(c).model_fields(c)
 
 
 def _word_tokenizer(path):
@@ -563,7 +566,11 @@ def gpt2_run(hf_dirs, tmp_path_factory):
 
 
 def test_imported_workdir_is_an_ordinary_run(gpt2_run, hf_dirs, tmp_path):
-  from tfx_jax import pretrained, run_config, run_setup, trained_run, texts
+  from tfx_jax.run import pretrained
+  from tfx_jax.run import config as run_config
+  from tfx_jax.run import setup as run_setup
+  from tfx_jax.run import trained_run
+  from tfx_jax.tasks import text_io as texts
   from tfx_jax.data.tokenizer import HFTokenizer
   hf = hf_dirs["gpt2"][0]
   run = trained_run.load_run(gpt2_run)
@@ -593,7 +600,7 @@ def test_imported_workdir_is_an_ordinary_run(gpt2_run, hf_dirs, tmp_path):
   # to-hf on the run, then from-hf of that: the same parameters.
   assert convert.main(["to-hf", "--workdir", str(gpt2_run), "--out",
                        str(tmp_path / "hf")]) == 0
-  _, params = convert.from_hf(tmp_path / "hf")
+  _, params = hf_interop.from_hf(tmp_path / "hf")
   for (k, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(params),
                             jax.tree_util.tree_leaves_with_path(run.params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(k))

@@ -13,12 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax.layers.attention import dot_product_attention
-from tfx_jax.layers.ffn import activation_fn
-from tfx_jax.layers.positions import sinusoidal
-from tfx_jax.model_config import model_config_from_dict
-from tfx_jax.errors import ConfigError
-from tfx_jax.models import build_model, dummy_inputs, init_params
+from tfx_jax.model.layers.attention import dot_product_attention
+from tfx_jax.model.layers.ffn import activation_fn
+from tfx_jax.model.layers.positions import sinusoidal
+from tfx_jax.model.config import model_config_from_dict
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.model.families import build_model, dummy_inputs, init_params
 
 nn_unbox = nn.unbox
 

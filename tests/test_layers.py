@@ -15,14 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax.blocks import TransformerLayer
-from tfx_jax.layers.attention import Attention, dot_product_attention
-from tfx_jax.layers.ffn import FeedForward, activation_fn
-from tfx_jax.layers.norms import LayerNorm, RMSNorm
-from tfx_jax.layers.positions import (T5RelativeBias, alibi_bias, alibi_slopes, rope,
+from tfx_jax.model.blocks import TransformerLayer
+from tfx_jax.model.layers.attention import Attention, dot_product_attention
+from tfx_jax.model.layers.ffn import FeedForward, activation_fn
+from tfx_jax.model.layers.norms import LayerNorm, RMSNorm
+from tfx_jax.model.layers.positions import (T5RelativeBias, alibi_bias, alibi_slopes, rope,
                                       rotary_spec, sinusoidal, t5_bucket)
-from tfx_jax.model_config import deepnorm_constants, model_config_from_dict
-from tfx_jax.models import build_model, layer_spec
+from tfx_jax.model.config import deepnorm_constants, model_config_from_dict
+from tfx_jax.model.families import build_model, layer_spec
 from references import (jnp_rope, np_attention, np_layernorm, np_rmsnorm, np_rope, rand,
                         rope_theta)
 

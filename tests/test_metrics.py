@@ -4,7 +4,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from tfx_jax import metrics
+from tfx_jax.run import metrics
 
 
 def test_scalars_and_texts_round_trip(tmp_path):

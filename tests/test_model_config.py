@@ -13,9 +13,9 @@ from typing import get_args
 import ml_collections
 import pytest
 
-from tfx_jax import config_base
-from tfx_jax.errors import ConfigError
-from tfx_jax.model_config import (Activation, DType, Family, ModelConfig,
+from tfx_jax.run import config_base
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.model.config import (Activation, DType, Family, ModelConfig,
                                   NormPosition, NormType, Position, Remat,
                                   model_config_from_dict)
 

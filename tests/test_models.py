@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax.model_config import NormPosition, NormType, model_config_from_dict
-from tfx_jax.models import build_model, stack_layer_params
+from tfx_jax.model.config import NormPosition, NormType, model_config_from_dict
+from tfx_jax.model.families import build_model, stack_layer_params
 
 POSITIONS = ("sinusoidal", "learned", "t5_bias", "rope", "alibi", "none")
 DECODER_FAMILIES = ("decoder_only", "encoder_decoder")
@@ -397,7 +397,7 @@ def test_scan_and_loop_compute_the_same_function():
 # ---------------------------------------------------------- norm placement
 def _abstract_params(cfg):
   """The parameter tree's structure and shapes (``jax.eval_shape``: nothing computed)."""
-  from tfx_jax.models import dummy_inputs
+  from tfx_jax.model.families import dummy_inputs
   model = build_model(cfg)
   return jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0),
                                            **dummy_inputs(cfg)))["params"]
@@ -478,7 +478,7 @@ def test_post_norm_encoder_normalises_embeddings():
 # ------------------------------------------------------------ model details
 def _stack_inputs(model, params, *args):
   """The hidden states each Stack (encoder/decoder) receives, in call order."""
-  from tfx_jax.blocks import Stack
+  from tfx_jax.model.blocks import Stack
   seen = []
 
   def record(next_fun, args, kwargs, context):
@@ -493,7 +493,7 @@ def _stack_inputs(model, params, *args):
 
 def _absolute_positions(cfg, params, stack_index):
   """What the position scheme adds to the token embeddings of one stack."""
-  from tfx_jax.layers.positions import sinusoidal
+  from tfx_jax.model.layers.positions import sinusoidal
   if cfg.position == "sinusoidal":
     return np.asarray(sinusoidal(jnp.arange(L)[None], cfg.d_model))
   if cfg.position == "learned":

@@ -1,10 +1,10 @@
-"""Mixture of experts (``model.ffn_type='moe'``, tfx_jax/layers/moe.py).
+"""Mixture of experts (``model.ffn_type='moe'``, tfx_jax/model/layers/moe.py).
 
 The router and the balancing terms against NumPy; the two dispatches (dropless
 grouped matmul, capacity) against each other and against a per-token NumPy
 reference; KV-cache decoding, scan and loop; the expert bias's update and its
 resumption; the config checks; the matched-parameter helper of configs/lm.py;
-expert parallelism (layers/expert_parallel.py) on fake CPU devices against one
+expert parallelism (model/layers/expert_parallel.py) on fake CPU devices against one
 device, and its collectives.
 """
 
@@ -24,11 +24,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax import metrics, run_config, summary, trained_run
-from tfx_jax.errors import ConfigError, InactiveSetting
-from tfx_jax.layers import moe
-from tfx_jax.model_config import model_config_from_dict, moe_layers
-from tfx_jax.models import build_model, stack_layer_params
+from tfx_jax.run import footprint
+
+from tfx_jax.run import metrics
+
+from tfx_jax.run import config as run_config
+
+from tfx_jax.run import trained_run
+from tfx_jax.core.errors import ConfigError, InactiveSetting
+from tfx_jax.model.layers import moe
+from tfx_jax.model.config import model_config_from_dict, moe_layers
+from tfx_jax.model.families import build_model, stack_layer_params
 from tfx_jax.scale import hlo
 from helpers import ROOT, load_config, train, _config_module
 
@@ -295,15 +301,15 @@ def test_router_losses_are_set_only_where_read(overrides, named):
 def test_moe_variant_matches_active_or_total_parameters():
   lm = _config_module("lm.py", "lm")
   dense = model_config_from_dict(load_config("lm.py:tiny").model)
-  shapes = summary.param_shapes(dense)
+  shapes = footprint.param_shapes(dense)
   ffn = lambda s: sum(int(np.prod(v.shape)) for p, v in s.items() if "/ffn/" in p)
   for match, shared in (("active", 0), ("active", 1), ("total", 0)):
     over = lm.moe_variant("tiny", shared_experts=shared, match=match)
     cfg = model_config_from_dict(dict(dense.__dict__, **{
         k.removeprefix("model."): v for k, v in over.items()}))
-    moe_shapes = summary.param_shapes(cfg)
-    active = summary.active_params(cfg, moe_shapes) - (
-        summary.active_params(dense, shapes) - ffn(shapes))
+    moe_shapes = footprint.param_shapes(cfg)
+    active = footprint.active_params(cfg, moe_shapes) - (
+        footprint.active_params(dense, shapes) - ffn(shapes))
     total = ffn(moe_shapes)
     got = active if match == "active" else total
     # Rounded down to a whole width: within one unit of width per matrix.
@@ -359,9 +365,13 @@ _EXPERT_PARALLEL = textwrap.dedent("""
     import dataclasses, json, re
     import flax.linen as nn
     import jax, jax.numpy as jnp, numpy as np
-    from tfx_jax import config_base, run_config, run_setup, sharding, tasks
-    from tfx_jax.layers import moe
-    from tfx_jax.models import build_model
+    from tfx_jax import tasks
+    from tfx_jax.run import config_base
+    from tfx_jax.run import config as run_config
+    from tfx_jax.run import setup as run_setup
+    from tfx_jax.run import sharding
+    from tfx_jax.model.layers import moe
+    from tfx_jax.model.families import build_model
 
     rng = np.random.default_rng(0)
     ids = rng.integers(3, 32, size=(8, 9)).astype(np.int32)
@@ -596,7 +606,8 @@ def test_a_mesh_expert_axis_must_divide_the_experts():
 def test_the_expert_bias_moves_once_per_update_under_accumulation():
   """optim.accumulate_steps=2: the first micro-batch leaves the bias where it
   was, the second (the optimizer's update) moves every entry by +-u or 0."""
-  from tfx_jax import run_setup, sharding
+  from tfx_jax.run import setup as run_setup
+  from tfx_jax.run import sharding
   from helpers import tiny_config
   config = tiny_config("lm.py:tiny", {**MOE_RUN, "optim.accumulate_steps": 2})
   run = run_setup.ShardedRun(r := run_config.resolve(config), r.model)

@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from tfx_jax import optim
+from tfx_jax.run import optim
 from tfx_jax.tasks import losses
 
 
@@ -285,7 +285,7 @@ def test_cross_entropy_is_stable_for_large_bf16_logits():
 
 
 def test_base_config_optim_section_builds():
-  from tfx_jax import config_base
+  from tfx_jax.run import config_base
   config = config_base.base_config()
   opt = _optimizer(config.optim, d_model=64, num_train_steps=200)
   params = {"w": jnp.ones((2, 2))}
@@ -518,8 +518,9 @@ def test_every_parameter_of_every_family_gets_its_group(spec, scan):
   the parameters' logical axis names."""
   import flax.linen as nn
   from flax import traverse_util
-  from tfx_jax import muon, run_config
-  from tfx_jax.models import build_model, dummy_inputs
+  from tfx_jax.run import muon
+  from tfx_jax.run import config as run_config
+  from tfx_jax.model.families import build_model, dummy_inputs
   from helpers import load_config
   spec, _, moe = spec.partition("+")
   config = load_config(spec)
@@ -555,7 +556,8 @@ def test_every_parameter_of_every_family_gets_its_group(spec, scan):
 
 # ------------------------------------------- traced values: one program, same bits
 def _sharded(overrides):
-  from tfx_jax import run_config, run_setup
+  from tfx_jax.run import config as run_config
+  from tfx_jax.run import setup as run_setup
   from helpers import tiny_config
   resolved = run_config.resolve(tiny_config("lm.py:tiny", overrides))
   return run_setup.ShardedRun(resolved, resolved.model)
@@ -572,7 +574,7 @@ def _batches(n, seed=0):
 
 
 def _lowered_text(overrides) -> str:
-  from tfx_jax import sharding
+  from tfx_jax.run import sharding
   run = _sharded(overrides)
   batch = sharding.global_batch(next(_batches(1)), run.mesh)
   return run.train_step().lower(run.abstract_state, batch, run.step_hparams()).as_text()
@@ -598,7 +600,7 @@ def test_runs_differing_only_in_tuned_values_lower_to_one_program():
     {"optim.optimizer": "muon", "optim.schedule": "wsd", "optim.decay_fraction": 0.5,
      "optim.accumulate_steps": 2, "model.scan_layers": True, "optim.weight_decay": 0.1}])
 def test_traced_and_constant_forms_give_the_same_bits(overrides):
-  from tfx_jax import sharding
+  from tfx_jax.run import sharding
   got = []
   for trace in (True, False):
     run = _sharded({**overrides, "optim.trace_hyperparameters": trace})
@@ -618,16 +620,17 @@ def test_traced_and_constant_forms_give_the_same_bits(overrides):
 
 
 def test_summary_prints_the_optimizer_state_size():
-  from tfx_jax import run_config, summary
+  from tfx_jax.run import footprint
+  from tfx_jax.run import config as run_config
   from helpers import tiny_config
   sizes = {}
   for name in ("adamw", "lion", "muon"):
     run = run_config.resolve(tiny_config("lm.py:tiny", {"optim.optimizer": name}))
-    line = summary.optimizer_state(run, run.model)
+    line = footprint.optimizer_state(run, run.model)
     sizes[name] = int(line.split(": ")[1].split(" values")[0].replace(",", ""))
   from flax import traverse_util
-  shapes = traverse_util.unflatten_dict(summary.param_shapes(run.model), sep="/")
-  n = summary.count_params(run.model)
+  shapes = traverse_util.unflatten_dict(footprint.param_shapes(run.model), sep="/")
+  n = footprint.count_params(run.model)
   n_muon = optim.parameter_groups(run.optim, shapes)["muon"]["params"]
   assert 0 < n_muon < n
   assert optim.parameter_groups(dataclasses.replace(run.optim, optimizer="adamw"),

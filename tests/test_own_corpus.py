@@ -21,14 +21,18 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow_datasets as tfds
 
-from tfx_jax import metrics, run_setup, trained_run
+from tfx_jax.run import metrics
+
+from tfx_jax.run import setup as run_setup
+
+from tfx_jax.run import trained_run
 from tfx_jax.data import baselines
 from tfx_jax.data import file_readers
 from tfx_jax.data import files_corpus
 from tfx_jax.data import repairs
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax import tasks
 from helpers import ROOT, cli_flags, subprocess_env, tiny_config, train, train_cli
 
@@ -329,7 +333,7 @@ def test_converted_once_reused_and_rebuilt_when_a_file_changes(tmp_path, data_di
 
   monkeypatch.setattr(files_corpus, "build", rebuilt)
   assert sources.dataset_name(cfg) == name  # Reused in this process,
-  script = ("from tfx_jax.config_base import base_config; "
+  script = ("from tfx_jax.run.config_base import base_config; "
             "from tfx_jax.data import sources; d = base_config().data; "
             f"d.update({({k[5:]: str(v) for k, v in overrides.items()})!r}); "
             "print(sources.dataset_name(d))")

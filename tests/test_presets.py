@@ -13,8 +13,8 @@ from typing import get_args
 
 import pytest
 
-from tfx_jax.model_config import GATED_ACTIVATIONS, Activation, model_config_from_dict
-from tfx_jax.summary import count_params
+from tfx_jax.model.config import GATED_ACTIVATIONS, Activation, model_config_from_dict
+from tfx_jax.run.footprint import count_params
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def test_every_preset_has_one_vocabulary(name):
 
 
 def test_a_typo_in_a_preset_table_is_an_error():
-  from tfx_jax.config_base import apply_preset, base_config
+  from tfx_jax.run.config_base import apply_preset, base_config
   config = base_config()
   apply_preset(config, {"vocab_size": 77, "model": {"d_model": 32},
                         "compute_dtype": "bfloat16"})

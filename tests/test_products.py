@@ -1,4 +1,4 @@
-"""bf16 projections in the CPU's fast form (``layers/products.py``) against
+"""bf16 projections in the CPU's fast form (``model/layers/products.py``) against
 float32 references: values to bf16 rounding, gradients included."""
 
 import flax.linen as nn
@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax.layers import products
-from tfx_jax.model_config import model_config_from_dict
-from tfx_jax.models import build_model
+from tfx_jax.model.layers import products
+from tfx_jax.model.config import model_config_from_dict
+from tfx_jax.model.families import build_model
 
 BF16 = jnp.bfloat16
 

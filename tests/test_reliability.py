@@ -21,10 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax import checkpoint as ckpt_lib
-from tfx_jax import metrics
-from tfx_jax import status as status_lib
-from tfx_jax import run_config, run_setup
+from tfx_jax.run import checkpoint as ckpt_lib
+from tfx_jax.run import metrics
+from tfx_jax.records import status as status_lib
+from tfx_jax.run import config as run_config
+from tfx_jax.run import setup as run_setup
 from helpers import (ROOT, cli_flags, run_cli, subprocess_env, tiny_config, train, train_cli,
                      train_command)
 

@@ -29,11 +29,11 @@ import matplotlib.colors
 import matplotlib.pyplot
 import pytest
 
-from tfx_jax import metrics
-from tfx_jax import status as status_lib
-from tfx_jax import sweep_record as records
+from tfx_jax.run import metrics
+from tfx_jax.records import status as status_lib
+from tfx_jax.records import sweep as records
 from tfx_jax.report import build, forest, schema, stats, style
-from tfx_jax.sweep_record import AxisRecord, RunEntry, SweepRecord
+from tfx_jax.records.sweep import AxisRecord, RunEntry, SweepRecord
 
 # eval/loss per (norm_position, position) and seed; None: the run diverged.
 LOSSES = {

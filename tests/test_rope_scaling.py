@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfx_jax.errors import ConfigError
-from tfx_jax.layers.positions import rope, rotary_spec, yarn_attention_factor
-from tfx_jax.model_config import model_config_from_dict
-from tfx_jax.models import position_scheme
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.model.layers.positions import rope, rotary_spec, yarn_attention_factor
+from tfx_jax.model.config import model_config_from_dict
+from tfx_jax.model.families import position_scheme
 from references import jnp_rope, np_rope, rand, rope_theta
 
 

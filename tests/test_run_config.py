@@ -9,10 +9,14 @@ import sys
 import jax
 import pytest
 
-from tfx_jax import run_config, run_setup, sharding
+from tfx_jax.run import config as run_config
+
+from tfx_jax.run import setup as run_setup
+
+from tfx_jax.run import sharding
 from tfx_jax import tasks
-from tfx_jax.config_base import load_config_file
-from tfx_jax.errors import ConfigError
+from tfx_jax.run.config_base import load_config_file
+from tfx_jax.core.errors import ConfigError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -118,7 +122,7 @@ def test_a_row_format_is_bound_to_the_settings_its_builder_names():
 
 
 def test_a_resume_compares_the_dataset_version_apart_from_the_name():
-  from tfx_jax import checkpoint as ckpt_lib
+  from tfx_jax.run import checkpoint as ckpt_lib
   saved = {"data.name": "tfx_shakespeare", "data.version": "1.0.0", "compute_dtype": None}
   newer = {"data.name": "tfx_shakespeare", "data.version": "1.1.0",
            "compute_dtype": "float32"}

@@ -9,7 +9,13 @@ import jax
 import numpy as np
 import pytest
 
-from tfx_jax import metrics, run_setup, texts, trainer
+from tfx_jax.run import metrics
+
+from tfx_jax.run import setup as run_setup
+
+from tfx_jax.tasks import text_io as texts
+
+from tfx_jax.run import trainer
 from tfx_jax import tasks
 from tfx_jax.tasks import translate
 from tfx_jax.data import rows as rows_lib
@@ -181,8 +187,8 @@ LAYER_ARRAYS = {
 
 def _tiny_model(family, scanned, activation="gelu"):
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
-  from tfx_jax.model_config import model_config_from_dict  # pylint: disable=import-outside-toplevel
-  from tfx_jax.models import build_model  # pylint: disable=import-outside-toplevel
+  from tfx_jax.model.config import model_config_from_dict  # pylint: disable=import-outside-toplevel
+  from tfx_jax.model.families import build_model  # pylint: disable=import-outside-toplevel
   cfg = model_config_from_dict(dict(family=family, num_layers=3, d_model=8, num_heads=2,
                                     vocab_size=32, max_len=8, scan_layers=scanned,
                                     activation=activation))
@@ -201,7 +207,7 @@ def test_layer_stats_param_reads_its_arrays(family, scanned):
   left out."""
   import flax  # pylint: disable=import-outside-toplevel
   from typing import get_args  # pylint: disable=import-outside-toplevel
-  from tfx_jax import layer_stats  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run import layer_stats  # pylint: disable=import-outside-toplevel
   assert set(LAYER_ARRAYS) == set(get_args(layer_stats.Param))
   _, params, _ = _tiny_model(family, scanned, activation="swiglu")
   params = jax.tree.map(np.asarray, params)
@@ -229,7 +235,7 @@ def test_init_grad_norms_of_ffn_out_averaged_over_batches():
   matrix W2 (Xiong et al. 2020, Figure 3) is the NumPy norm of that array's
   gradient, and the logged value is its mean over the N batches, batch i with
   the dropout key of step i."""
-  from tfx_jax import layer_stats  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run import layer_stats  # pylint: disable=import-outside-toplevel
   model, params, _ = _tiny_model("decoder_only", scanned=False)
   task = tasks.get("lm")
   config = tiny_config("lm.py:tiny")

@@ -35,12 +35,12 @@ import pytest
 from scipy import stats as scipy_stats
 
 from helpers import sweep_in_process
-from tfx_jax import metrics
-from tfx_jax import status as status_lib
+from tfx_jax.run import metrics
+from tfx_jax.records import status as status_lib
 from tfx_jax.report import analysis, build, collect, schema, stats
 from tfx_jax.report.schema import Baseline, Options
 from tfx_jax.sweep import adaptive
-from tfx_jax.sweep_record import SweepRecord
+from tfx_jax.records.sweep import SweepRecord
 
 ALPHA = Options().alpha
 MARGIN = 0.01  # the equivalence margin of a loss (analysis.DEFAULT_MARGINS)

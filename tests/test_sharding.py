@@ -31,7 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SETUP = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
-    from tfx_jax import config_base, run_config, run_setup, sharding
+    from tfx_jax.run import config_base
+    from tfx_jax.run import config as run_config
+    from tfx_jax.run import setup as run_setup
+    from tfx_jax.run import sharding
 
     def make_run(mesh):
       c = config_base.base_config()
@@ -153,7 +156,7 @@ _RESTORE = _SETUP + textwrap.dedent("""
     if len(sys.argv) > 5:
       jax.distributed.initialize(f"127.0.0.1:{sys.argv[5]}", 2, int(sys.argv[6]))
     from jax.experimental import multihost_utils
-    from tfx_jax import checkpoint
+    from tfx_jax.run import checkpoint
     setup = make_run(mesh)
 
     def host_values(state):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tfx_jax import status
+from tfx_jax.records import status
 
 _IMPORTED = time.time()
 

@@ -106,10 +106,10 @@ def test_the_graph_sees_function_local_and_parent_package_imports(tmp_path):
   graph = import_graph()
   # run_setup imports the data pipeline at module level; the trainer the
   # run setup; the evaluate command loads runs inside main().
-  assert "tfx_jax.data.pipeline" in graph["tfx_jax.run_setup"]
-  assert "tfx_jax.data" in graph["tfx_jax.run_setup"]  # the parent package
-  assert "tfx_jax.run_setup" in graph["tfx_jax.trainer"]
-  assert "tfx_jax.trained_run" in graph["tfx_jax.evaluate"]  # a local import
+  assert "tfx_jax.data.pipeline" in graph["tfx_jax.run.setup"]
+  assert "tfx_jax.data" in graph["tfx_jax.run.setup"]  # the parent package
+  assert "tfx_jax.run.setup" in graph["tfx_jax.run.trainer"]
+  assert "tfx_jax.run.trained_run" in graph["tfx_jax.evaluate"]  # a local import
 
 
 def test_tfx_jax_import_graph_is_acyclic():
@@ -147,14 +147,14 @@ def test_tfx_jax_package_graph_is_acyclic():
 
 
 @pytest.mark.parametrize("lower, upper", [
-    ("tfx_jax.run_config", "tfx_jax.run_setup"),
-    ("tfx_jax.run_config", "tfx_jax.trainer"),
+    ("tfx_jax.run.config", "tfx_jax.run.setup"),
+    ("tfx_jax.run.config", "tfx_jax.run.trainer"),
     ("tfx_jax.data.pipeline", "tfx_jax.tasks"),
-    ("tfx_jax.run_setup", "tfx_jax.trainer"),
-    ("tfx_jax.run_setup", "tfx_jax.scoring"),
-    ("tfx_jax.run_setup", "tfx_jax.trained_run"),
-    ("tfx_jax.tasks", "tfx_jax.run_setup"),
-    ("tfx_jax.errors", "tfx_jax.model_config"),
+    ("tfx_jax.run.setup", "tfx_jax.run.trainer"),
+    ("tfx_jax.run.setup", "tfx_jax.run.scoring"),
+    ("tfx_jax.run.setup", "tfx_jax.run.trained_run"),
+    ("tfx_jax.tasks", "tfx_jax.run.setup"),
+    ("tfx_jax.core.errors", "tfx_jax.model.config"),
 ])
 def test_run_semantics_sit_below_the_commands(lower, upper):
   """The lower module never reaches the upper one, directly or through others."""
@@ -167,3 +167,64 @@ def test_run_semantics_sit_below_the_commands(lower, upper):
         seen.add(nxt)
         todo.append(nxt)
   assert upper not in seen
+
+
+# ------------------------------------------------------------------ floors
+# Each package of tfx_jax stands on a floor; a package imports only packages on
+# lower floors, so an arrow back up (or sideways) fails the suite. The commands
+# (the modules at the top level, ``python -m tfx_jax.<command>``) stand above
+# every package. ``tfx_jax/__init__.py`` imports ``core.host`` only.
+FLOORS = {
+    "core": 0,     # errors, atomic files, typed config sections, flags, preemption, host
+    "records": 1,  # what runs and sweeps write to disk (status.json, sweep.json)
+    "data": 1,     # datasets, tokenizers, the input pipeline
+    "model": 2,    # model config, families, blocks, decoding, logical axes, layers/
+    "tasks": 3,    # the task registry: losses, metrics, text in and out of a run
+    "hf": 3,       # Hugging Face architecture maps
+    "run": 4,      # one run: config, setup, training loop, optimizers, checkpoints, ...
+    "scale": 5,    # FLOPs, rooflines, TPU topologies and compile plans
+    "report": 6,   # a sweep's report
+    "sweep": 7,    # sweeps: the record, the executors, the stages
+}
+COMMANDS = {"train", "evaluate", "generate", "summary", "convert", "compile"}
+COMMAND_FLOOR = max(FLOORS.values()) + 1
+
+
+def floor_of(module: str) -> tuple[str, int]:
+  """(the package or command a module belongs to, its floor)."""
+  parts = module.split(".")
+  if len(parts) == 1:
+    return "tfx_jax", -1  # the root package: checked on its own below
+  name = parts[1]
+  if name in FLOORS:
+    return name, FLOORS[name]
+  assert name in COMMANDS, f"{module}: neither a package with a floor nor a command"
+  return name, COMMAND_FLOOR
+
+
+def test_the_top_level_holds_only_commands():
+  top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+  assert top == COMMANDS, f"library modules at the top level: {sorted(top - COMMANDS)}"
+  packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+  assert packages == set(FLOORS), f"packages without a floor: {sorted(packages - set(FLOORS))}"
+
+
+def test_every_import_goes_down_a_floor():
+  wrong = []
+  for module, targets in import_graph().items():
+    here, level = floor_of(module)
+    for target in targets:
+      there, target_level = floor_of(target)
+      if module == "tfx_jax":
+        if target != "tfx_jax.core" and not target.startswith("tfx_jax.core."):
+          wrong.append(f"{module} -> {target} (the root imports core only)")
+      elif there != here and not target_level < level:
+        wrong.append(f"{module} ({here}, floor {level}) -> {target} ({there}, floor {target_level})")
+  assert not wrong, "imports that do not go down a floor:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_floor_check_sees_an_arrow_back_up(monkeypatch):
+  planted = {"tfx_jax.model.families": {"tfx_jax.run.setup"}}
+  monkeypatch.setattr(__import__(__name__), "import_graph", lambda: planted)
+  with pytest.raises(AssertionError, match="tfx_jax.model.families"):
+    test_every_import_goes_down_a_floor()

@@ -20,12 +20,12 @@ import time
 
 import pytest
 
-from tfx_jax import metrics
-from tfx_jax import status as status_lib
+from tfx_jax.run import metrics
+from tfx_jax.records import status as status_lib
 from tfx_jax.sweep import cli
 from tfx_jax.sweep import local
 from tfx_jax.sweep import spec as spec_lib
-from tfx_jax.sweep_record import SweepRecord
+from tfx_jax.records.sweep import SweepRecord
 from helpers import ROOT, TINY, subprocess_env, sweep_in_process
 
 # ml_collections loads config files with the deprecated importlib load_module().
@@ -300,7 +300,7 @@ def test_sweep_json_is_the_record_serialised_and_reads_back(tmp_path):
   """A record with every part (tuned runs, conditional evaluations, added
   seeds, SLURM jobs, margins) reads back from its JSON as it was, override
   values in their own types."""
-  from tfx_jax import sweep_record  # pylint: disable=import-outside-toplevel
+  from tfx_jax.records import sweep as sweep_record  # pylint: disable=import-outside-toplevel
   sweep = cli.declared_sweep(cli._parser().parse_args(
       ["--config", "configs/lm.py:tiny", "--axis", "model.activation=relu,swiglu",
        "--tune", "optim.learning_rate=1e-3,3e-3", "--seeds", "0,1"]),
@@ -383,7 +383,7 @@ def test_a_bad_per_point_grid_is_refused_naming_the_choices(tune, message):
 def test_tune_flags_with_conditions(tmp_path, capsys):
   """``--tune PATH=V1,V2@AXIS_FIELD=VALUE``: a grid per flag; the record keeps
   the grids (typed values) and reads them back; bad forms exit 2."""
-  from tfx_jax import sweep_record  # pylint: disable=import-outside-toplevel
+  from tfx_jax.records import sweep as sweep_record  # pylint: disable=import-outside-toplevel
   assert spec_lib.parse_tune_flags(
       ["optim.learning_rate=1e-3,3e-3@optim.optimizer=adamw",
        "optim.learning_rate=1e-2@optim.optimizer=adafactor@model.d_model=64",

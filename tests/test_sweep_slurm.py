@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from tfx_jax import metrics
-from tfx_jax import status as status_lib
+from tfx_jax.run import metrics
+from tfx_jax.records import status as status_lib
 from helpers import ROOT, TINY, subprocess_env, wait_until
 
 # Its tests start several busy processes at once: the "processes" group

@@ -25,7 +25,7 @@ from tfx_jax.data import baselines
 from tfx_jax.data import rows as rows_lib
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax import tasks
 from tfx_jax.tasks import task as task_lib
 
@@ -178,7 +178,7 @@ def test_l0_is_the_loss_of_the_uniform_prediction(name):
 
 
 def test_only_the_generation_module_imports_decoding():
-  decoding = {"tfx_jax.texts", "tfx_jax.search", "tfx_jax.generate", "tfx_jax.bleu"}
+  decoding = {"tfx_jax.tasks.text_io", "tfx_jax.model.decoding", "tfx_jax.generate", "tfx_jax.tasks.bleu"}
   importers = set()
   for path in PACKAGE.glob("*.py"):
     for node in ast.walk(ast.parse(path.read_text())):

@@ -15,11 +15,12 @@ import shutil
 import numpy as np
 import pytest
 
-from tfx_jax import metrics
-from tfx_jax import status as status_lib
-from tfx_jax import run_setup, trainer
+from tfx_jax.run import metrics
+from tfx_jax.records import status as status_lib
+from tfx_jax.run import setup as run_setup
+from tfx_jax.run import trainer
 from tfx_jax.data.sources import embedded_datasets
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from helpers import train, train_cli
 
 # ml_collections loads config files with the deprecated importlib load_module().

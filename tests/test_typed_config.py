@@ -9,9 +9,15 @@ import typing
 
 import pytest
 
-from tfx_jax import config_base, optim, run_config, typed_config
-from tfx_jax.errors import ConfigError, InactiveSetting
-from tfx_jax.model_config import ModelConfig
+from tfx_jax.run import config_base
+
+from tfx_jax.run import optim
+
+from tfx_jax.run import config as run_config
+
+from tfx_jax.core import typed_config
+from tfx_jax.core.errors import ConfigError, InactiveSetting
+from tfx_jax.model.config import ModelConfig
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import validate
 from helpers import ROOT, load_config, sweep_in_process

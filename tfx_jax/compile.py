@@ -37,13 +37,13 @@ import json
 from absl import flags
 from ml_collections import config_flags
 
-from tfx_jax.cli import new_flags, run_main
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.flags import new_flags, run_main
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.scale import topology as topology_lib
 
 
 def _explain(argv: list[str]) -> str | None:
-  from tfx_jax.config_base import unknown_override  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run.config_base import unknown_override  # pylint: disable=import-outside-toplevel
   return unknown_override(argv)
 
 
@@ -60,11 +60,6 @@ _KNOBS = flags.DEFINE_enum(
     "When the run does not fit: compile each helping setting to give its total "
     "(compile), only name them (list), or compile them for models under 2B "
     "parameters (auto).", flag_values=FLAGS)
-
-# Models above this many parameters take minutes per compile on a CPU host:
-# ``--knobs=auto`` names their helping settings without compiling each.
-KNOB_COMPILE_PARAMS = 2e9
-
 
 def main(argv):
   del argv

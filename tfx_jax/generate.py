@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from absl import flags
 
-from tfx_jax import texts as texts_lib
-from tfx_jax.cli import new_flags, run_main
-from tfx_jax.errors import ConfigError
+from tfx_jax.tasks import text_io as texts_lib
+from tfx_jax.core.flags import new_flags, run_main
+from tfx_jax.core.errors import ConfigError
 
 FLAGS = new_flags()
 _F = {"flag_values": FLAGS}
@@ -42,7 +42,7 @@ def main(argv):
   del argv
   # Deferred: jax, orbax and the model load only when the command runs, so
   # --help and flag errors answer at once.
-  from tfx_jax.trained_run import load_run
+  from tfx_jax.run.trained_run import load_run
   if bool(_PROMPT.value) == bool(_SOURCE.value):
     raise ConfigError("give --prompt (decoder_only) or --source (encoder_decoder).")
   run = load_run(_WORKDIR.value, _STEP.value)

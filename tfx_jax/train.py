@@ -17,7 +17,7 @@ Multi-process runs (one process per host, or per GPU) add ``--distributed``
 and start the same command in every process: JAX's multi-controller runtime
 is initialised from ``--coordinator_address``, ``--num_processes`` and
 ``--process_id``, or, with none of them, from the environment JAX detects
-(SLURM, Cloud TPU VMs, Open MPI). See ``tfx_jax.distributed``.
+(SLURM, Cloud TPU VMs, Open MPI). See ``tfx_jax.run.distributed``.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
-from tfx_jax import distributed
-from tfx_jax.cli import new_flags, run_main
-from tfx_jax.errors import ConfigError
+from tfx_jax.run import distributed
+from tfx_jax.core.flags import new_flags, run_main
+from tfx_jax.core.errors import ConfigError
 
 
 def _explain(argv: list[str]) -> str | None:
   """Names a ``--config.*`` override that is not a field (loaded only on an error)."""
-  from tfx_jax.config_base import unknown_override  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run.config_base import unknown_override  # pylint: disable=import-outside-toplevel
   return unknown_override(argv)
 
 
@@ -56,7 +56,7 @@ flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
 
 
 def main(argv):
-  from tfx_jax import status  # pylint: disable=import-outside-toplevel
+  from tfx_jax.records import status  # pylint: disable=import-outside-toplevel
   started = status.process_start()  # where the run's startup seconds begin
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -72,7 +72,7 @@ def main(argv):
                                           "xla"))
   if cache_dir and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     jax.config.update("jax_compilation_cache_dir", cache_dir)
-  from tfx_jax import trainer
+  from tfx_jax.run import trainer
   evaluations = [shlex.split(args) for args in _EVALUATE.value]
   result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value, evaluations, started)
   if result.status == "diverged":

@@ -36,7 +36,7 @@ from typing import Any
 from absl import logging
 import numpy as np
 
-from tfx_jax import files
+from tfx_jax.core import atomic as files
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
 

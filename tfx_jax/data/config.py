@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from tfx_jax import typed_config
+from tfx_jax.core import typed_config
 
 # sentencepiece: trained on the training split (data.vocab_size); byte: UTF-8
 # bytes; hf: a Hugging Face tokenizer file (data.tokenizer_file), as

@@ -32,7 +32,7 @@ import numpy as np
 
 from tfx_jax.data import repairs
 from tfx_jax.data.config import TextLayout
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 # extension -> format
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl",

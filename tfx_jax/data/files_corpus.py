@@ -55,12 +55,12 @@ from typing import Any
 from absl import logging
 import tensorflow_datasets as tfds
 
-from tfx_jax import files as files_lib
+from tfx_jax.core import atomic as files_lib
 from tfx_jax.data import builder_base
 from tfx_jax.data.config import DataConfig
 from tfx_jax.data import file_readers
 from tfx_jax.data import repairs
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 FILES = "files"  # data.name
 TFDS_NAME = "tfx_files"

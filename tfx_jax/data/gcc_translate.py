@@ -46,7 +46,7 @@ from absl import logging
 import tensorflow_datasets as tfds
 
 from tfx_jax.data import builder_base
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 PACKAGE = "gcc-12-locales"
 CATALOG = "gcc-12.mo"

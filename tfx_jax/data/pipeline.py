@@ -52,7 +52,7 @@ from tfx_jax.data import rows as rows_lib
 from tfx_jax.data import sources
 from tfx_jax.data import stream as stream_lib
 from tfx_jax.data import tokenizer as tokenizer_lib
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 _PACKED_KEYS = ("inputs", "targets", "weights")
 

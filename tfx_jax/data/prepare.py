@@ -11,7 +11,7 @@ Other TFDS datasets are prepared with TFDS itself:
 
 from absl import flags
 
-from tfx_jax.cli import new_flags, run_main
+from tfx_jax.core.flags import new_flags, run_main
 from tfx_jax.data import sources
 from tfx_jax.data import tokenizer as tokenizer_lib
 

@@ -28,7 +28,7 @@ from absl import logging
 import numpy as np
 
 from tfx_jax.data import repairs
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 # Re-exported: the pipelines count what the rows skip or repair.
 Counts = repairs.Counts

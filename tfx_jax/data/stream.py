@@ -29,7 +29,7 @@ import numpy as np
 
 from tfx_jax.data import repairs
 from tfx_jax.data import rows as rows_lib
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 # Streams of the TFDS splits read so far, by what they depend on.
 _CACHE: dict[tuple, np.ndarray] = {}

@@ -31,7 +31,7 @@ import sentencepiece as spm
 
 from tfx_jax.data import sources
 from tfx_jax.data.config import TokenizerKind
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID, MASK_ID = 0, 1, 2, 3, 4
 NUM_SPECIAL = 5

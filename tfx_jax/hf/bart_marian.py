@@ -3,10 +3,10 @@ weight layout (learned or sinusoidal positions, output bias)."""
 
 from __future__ import annotations
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.hf.fields import HF_ACTIVATIONS, model_activation
 from tfx_jax.hf.rules import add_attention, add_dense, add_norm, flat_row, rows_from, same
-from tfx_jax.model_config import ModelConfig
+from tfx_jax.model.config import ModelConfig
 
 
 # ------------------------------------------------------- BART and Marian

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.hf.rules import add_attention, add_dense, add_norm, same
-from tfx_jax.model_config import ModelConfig
+from tfx_jax.model.config import ModelConfig
 
 
 # ---------------------------------------------------------------- BERT

@@ -10,9 +10,9 @@ and ``FULL`` are HF's names of the two layer kinds.
 
 from __future__ import annotations
 
-from tfx_jax.errors import ConfigError
-from tfx_jax.layers.positions import YARN_BETA_FAST, YARN_BETA_SLOW, yarn_attention_factor
-from tfx_jax.model_config import ModelConfig, is_windowed
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.model.layers.positions import YARN_BETA_FAST, YARN_BETA_SLOW, yarn_attention_factor
+from tfx_jax.model.config import ModelConfig, is_windowed
 
 # HF activation names -> model.activation (plain FFN); gated ones are below.
 # Exporting, an activation without an HF name becomes the architecture's own,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.hf.fields import HF_ACTIVATIONS, hf_rope_parameters, model_activation, rope_fields
 from tfx_jax.hf.rules import Rule, add_dense, add_norm, heads_out, linear, same
-from tfx_jax.model_config import ModelConfig
+from tfx_jax.model.config import ModelConfig
 
 
 # --------------------------------------------------------------- GPT-2

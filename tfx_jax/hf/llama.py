@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.hf.fields import (FULL, HF_GATED_ACTIVATIONS, SLIDING, hf_layer_types,
                                hf_rope_parameters, model_gated_activation, model_head_dim,
                                rope_fields, window_fields)
 from tfx_jax.hf.rules import Rule, add_attention, add_dense, add_norm, linear, same
-from tfx_jax.model_config import ModelConfig
+from tfx_jax.model.config import ModelConfig
 
 
 # --------------------------------------------------------------- LLaMA

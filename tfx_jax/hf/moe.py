@@ -1,7 +1,7 @@
 """Mixtures of experts: Mixtral, Qwen3-MoE, OLMoE.
 
 Each is its dense relative with a mixture of experts in the FFN's place
-(``model.ffn_type='moe'``, layers/moe.py), routed as HF routes it: a softmax
+(``model.ffn_type='moe'``, model/layers/moe.py), routed as HF routes it: a softmax
 over the experts, the top k (``num_experts_per_tok``), their scores
 renormalised over the k (Mixtral always; Qwen3-MoE and OLMoE with
 ``norm_topk_prob``: ``model.router_norm_topk``). HF saves one gate, up and
@@ -24,13 +24,13 @@ router, shared experts, an expert bias, a capacity) does not export.
 
 from __future__ import annotations
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.hf.fields import (HF_GATED_ACTIVATIONS, hf_rope_parameters,
                                model_gated_activation, rope_fields)
 from tfx_jax.hf.llama import llama_fields, qwen3_config, qwen3_fields
 from tfx_jax.hf.rules import (Rule, add_attention, add_dense, add_norm, linear, same,
                               stacked_linear)
-from tfx_jax.model_config import ModelConfig, is_moe_layer
+from tfx_jax.model.config import ModelConfig, is_moe_layer
 
 
 def _routing(c, arch: str, *, experts_key: str, norm_topk: bool) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.hf.bart_marian import (bart_config, bart_fields, bart_rules, marian_config,
                                     marian_fields, marian_rules)
 from tfx_jax.hf.bert import bert_config, bert_fields, bert_rules
@@ -25,7 +25,7 @@ from tfx_jax.hf.moe import (mixtral_config, mixtral_fields, mixtral_rules, olmoe
                             qwen3_moe_rules)
 from tfx_jax.hf.rules import Rule
 from tfx_jax.hf.t5 import t5_config, t5_fields, t5_rules
-from tfx_jax.model_config import ModelConfig
+from tfx_jax.model.config import ModelConfig
 
 
 # --------------------------------------------------------------- registry

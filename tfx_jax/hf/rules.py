@@ -76,7 +76,7 @@ def flat_row(hf, tfx):
 
 def stacked_linear(hf_names, tfx):
   """One torch Linear [out, in] per expert <-> an [E, in, out] kernel (the
-  experts of a mixture stacked on a leading axis, layers/moe.py)."""
+  experts of a mixture stacked on a leading axis, model/layers/moe.py)."""
   return Rule(tuple(hf_names), (tfx,), lambda *ws: (np.stack([w.T for w in ws]),),
               lambda x: tuple(np.ascontiguousarray(x[e].T) for e in range(x.shape[0])))
 

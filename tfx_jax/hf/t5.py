@@ -3,10 +3,10 @@ stated separately."""
 
 from __future__ import annotations
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.hf.fields import model_head_dim
 from tfx_jax.hf.rules import add_attention, add_dense, add_norm, linear, same
-from tfx_jax.model_config import GATED_ACTIVATIONS, ModelConfig
+from tfx_jax.model.config import GATED_ACTIVATIONS, ModelConfig
 
 
 # ------------------------------------------------------------------ T5

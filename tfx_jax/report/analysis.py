@@ -95,7 +95,7 @@ from tfx_jax.report.schema import (Baseline, Comparison, Counts, EvaluationEffec
                                    Options, Point, Report, ScaleEffect, SeedResult,
                                    Sequential, Trend, TunedValue, VerdictRuns,
                                    is_standard_error)
-from tfx_jax.sweep_record import AxisRecord, RunEntry, Split, SweepRecord
+from tfx_jax.records.sweep import AxisRecord, RunEntry, Split, SweepRecord
 
 LOWER_IS_BETTER = ("loss", "perplexity", "nll", "ppl")
 # Default equivalence margins by metric kind: 0.01 nats of loss, 0.5 BLEU

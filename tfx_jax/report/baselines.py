@@ -19,13 +19,13 @@ import json
 import pathlib
 
 from tfx_jax.report.analysis import Baseline
-from tfx_jax.sweep_record import SweepRecord
+from tfx_jax.records.sweep import SweepRecord
 
 UNKNOWN = Baseline(None, None)
 
 
 def _run_config(workdir: pathlib.Path):
-  from tfx_jax.config_base import base_config  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run.config_base import base_config  # pylint: disable=import-outside-toplevel
   path = workdir / "config.json"
   if not path.exists():
     return None

@@ -45,7 +45,7 @@ import math
 import pathlib
 from typing import Any, Mapping, Sequence
 
-from tfx_jax import files
+from tfx_jax.core import atomic as files
 from tfx_jax.report import analysis
 from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import compute as compute_lib
@@ -54,7 +54,7 @@ from tfx_jax.report import stats
 from tfx_jax.report import tuning
 from tfx_jax.report.points import Points, at_chosen, fmt_value, group_points, value_label
 from tfx_jax.report.schema import Comparison, Counts, Report, Trend
-from tfx_jax.sweep_record import SweepRecord
+from tfx_jax.records.sweep import SweepRecord
 
 METRIC_ORDER = ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/bleu", "train/nll")
 lower_is_better = analysis.lower_is_better

@@ -17,12 +17,12 @@ import re
 import statistics
 from typing import Any
 
-from tfx_jax import metrics
-from tfx_jax import status as status_lib
-from tfx_jax import sweep_record
-from tfx_jax.sweep_record import RunEntry, SweepRecord
+from tfx_jax.run import metrics
+from tfx_jax.records import status as status_lib
+from tfx_jax.records import sweep as sweep_record
+from tfx_jax.records.sweep import RunEntry, SweepRecord
 
-# layer_stats/<kind>[/<param>]/<stack>_<NN> (tfx_jax/layer_stats.py).
+# layer_stats/<kind>[/<param>]/<stack>_<NN> (tfx_jax/run/layer_stats.py).
 LAYER_TAG = re.compile(
     r"layer_stats/(grad_norm|param_norm|update_norm|init_grad_norm)/(?:(\w+)/)?(\w+?)_(\d+)$")
 INIT_KIND = "init_grad_norm"

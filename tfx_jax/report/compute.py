@@ -22,9 +22,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from tfx_jax import status as status_lib
+from tfx_jax.records import status as status_lib
 from tfx_jax.report.points import group_points, value_label
-from tfx_jax.sweep_record import RunEntry, SweepRecord
+from tfx_jax.records.sweep import RunEntry, SweepRecord
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ from tfx_jax.report import analysis
 from tfx_jax.report import stats
 from tfx_jax.report import style
 from tfx_jax.report.schema import Comparison, Report
-from tfx_jax.sweep_record import SweepRecord
+from tfx_jax.records.sweep import SweepRecord
 
 # verdict -> (marker, colour, filled): distinct in shape and in colour.
 VERDICT_STYLE = {

@@ -37,7 +37,7 @@ from tfx_jax.report import points as points_lib
 from tfx_jax.report import style
 from tfx_jax.report.points import Points, at_chosen, fmt_value
 from tfx_jax.report.schema import Report
-from tfx_jax.sweep_record import AxisRecord, SweepRecord, tuned_values
+from tfx_jax.records.sweep import AxisRecord, SweepRecord, tuned_values
 
 MAX_PANELS = 8
 # Training curves read train/nll, the unsmoothed NLL: train/loss is the

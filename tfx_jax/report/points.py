@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Mapping, Sequence
 
-from tfx_jax.sweep_record import AxisRecord, RunEntry, SweepRecord
+from tfx_jax.records.sweep import AxisRecord, RunEntry, SweepRecord
 
 # {point key: [(run, its summary), ...]}
 Points = dict[tuple[int, ...], list[tuple[RunEntry, dict[str, Any]]]]

@@ -44,7 +44,7 @@ from typing import Any, Iterable, Literal, Mapping
 from tfx_jax.report import stats
 from tfx_jax.report.compute import Compute
 from tfx_jax.report.speedup import Speedup
-from tfx_jax.sweep_record import Split, Tune, tune_grids, tune_json
+from tfx_jax.records.sweep import Split, Tune, tune_grids, tune_json
 
 FILENAME = "report.json"
 # A comparison with a side that never learned, at any tuned value.
@@ -68,7 +68,7 @@ NoiseFrom = Literal["point", "base point"]
 # Each evaluation logs a metric's standard error beside its mean, as
 # ``<metric>_se`` (eval/loss_se): the sampling error of the evaluated sample,
 # across its rows for losses and accuracy (``tasks.losses.standard_error``),
-# sacreBLEU's bootstrap for BLEU and chrF (``bleu.py``).
+# sacreBLEU's bootstrap for BLEU and chrF (``tasks/bleu.py``).
 SE_SUFFIX = "_se"
 
 

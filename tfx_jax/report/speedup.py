@@ -46,7 +46,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from tfx_jax.report import stats
 from tfx_jax.report.points import value_label
-from tfx_jax.sweep_record import SweepRecord
+from tfx_jax.records.sweep import SweepRecord
 
 # The report's points are read by their fields (key, values, compared) only: this
 # module holds report.json's speedup records, so it cannot import the schema.

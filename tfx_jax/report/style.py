@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tfx_jax.report import points as points_lib
-from tfx_jax.sweep_record import SweepRecord
+from tfx_jax.records.sweep import SweepRecord
 
 BASE_COLOUR = "#222222"
 # Tableau 10, then the light halves of Tableau 20: distinct on white.

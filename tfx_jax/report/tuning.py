@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from tfx_jax.report import stats
 from tfx_jax.report.points import fmt_value
 from tfx_jax.report.schema import CurvePoint, Point, Sensitivity
-from tfx_jax.sweep_record import SweepRecord, Tune
+from tfx_jax.records.sweep import SweepRecord, Tune
 
 # The field whose sensitivity Wortsman et al. define (eta).
 LEARNING_RATE = "optim.learning_rate"

@@ -6,7 +6,7 @@ evaluation steps ahead of time and returns a ``Report``;
 ``format_report`` is what ``python -m tfx_jax.compile`` prints. The memory
 figures are ``Compiled.memory_analysis()`` per device: the arguments (of
 which the parameters and optimizer state are counted apart with
-``summary.bytes_per_device``, the accounting of ``summary --mesh``), the
+``footprint.bytes_per_device``, the accounting of ``summary --mesh``), the
 temporaries XLA allocates (activations, gradients, the optimizer's working
 set), the outputs not written in place of a donated argument, and the code.
 """
@@ -24,9 +24,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfx_jax import run_config, run_setup, summary
-from tfx_jax import sharding as sharding_lib
-from tfx_jax.errors import ConfigError
+from tfx_jax.run import footprint
+
+from tfx_jax.run import config as run_config
+
+from tfx_jax.run import setup as run_setup
+from tfx_jax.run import sharding as sharding_lib
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.scale import flops as flops_lib
 from tfx_jax.scale import hlo
 from tfx_jax.scale import roofline as roofline_lib
@@ -180,10 +184,10 @@ def compile_run(run, devices) -> Compiled:
 
 def step_memory(run, built: Compiled) -> tuple[StepMemory, StepMemory]:
   """(train, eval) memory per device of a compiled run."""
-  boxed = summary.boxed_state(run, run.model)
+  boxed = footprint.boxed_state(run, run.model)
   mesh_shape = dict(built.sharded.mesh.shape)
-  params = summary.bytes_per_device(boxed.params, mesh_shape)
-  optimizer = summary.bytes_per_device(boxed.opt_state, mesh_shape)
+  params = footprint.bytes_per_device(boxed.params, mesh_shape)
+  optimizer = footprint.bytes_per_device(boxed.opt_state, mesh_shape)
   return _memory(built.train, params, optimizer), _memory(built.eval, params, 0)
 
 
@@ -195,7 +199,7 @@ def check(config, topology: topology_lib.Topology, *, knobs: str = "auto",
   devices = topology_lib.devices(topology)
   chip = topology.chip
   hbm = int(chip.limit_gib * GIB) if chip else None
-  boxed = summary.boxed_state(run, run.model)
+  boxed = footprint.boxed_state(run, run.model)
   n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(boxed.params))
   report = Report(
       config=name, topology=topology.name, machine=topology.describe(),
@@ -279,8 +283,13 @@ def _knob_candidates(run, n_devices: int) -> list[Knob]:
   return out
 
 
+# Models above this many parameters take minutes per compile on a CPU host:
+# ``--knobs=auto`` names their helping settings without compiling each.
+KNOB_COMPILE_PARAMS = 2e9
+
+
 def _knobs(config, run, topology, devices, hbm, mode: str, n_params: int) -> list[Knob]:
-  from tfx_jax.config_base import apply_overrides  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run.config_base import apply_overrides  # pylint: disable=import-outside-toplevel
   candidates = _knob_candidates(run, len(devices))
   compile_each = mode == "compile" or (mode == "auto" and n_params < KNOB_COMPILE_PARAMS)
   if not compile_each:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 
-from tfx_jax import run_config
-from tfx_jax.config_base import apply_overrides, load_config_file
-from tfx_jax.errors import ConfigError
+from tfx_jax.run import config as run_config
+from tfx_jax.run.config_base import apply_overrides, load_config_file
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.scale import plan
 from tfx_jax.scale import topology as topology_lib
 

@@ -24,7 +24,7 @@ import re
 import sys
 import tempfile
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.scale import chips
 
 INSTALL_HINT = ('pip install -e ".[tpu-aot]" (the tpu-aot extra: jax[tpu] at the '

@@ -4,13 +4,13 @@ line), run on this machine or a SLURM cluster, resume, report.
   spec.py      Sweep / axes / run enumeration and names
   validate.py  every run's config checked before anything runs
   state.py     runs/<sweep>/ layout, run states, locks (sweep.json itself:
-               tfx_jax/sweep_record.py, below the sweep and the report)
+               tfx_jax/records/sweep.py, below the sweep and the report)
   local.py     local executor (N runs at a time, cores split, death-linked children)
   slurm.py     SLURM job array executor, squeue status
   execute.py   what is left to run, summary, report
   confirm.py   the confirmation stage: fresh seeds at each point's chosen value
   adaptive.py  --until-resolved: more seeds where a comparison is unresolved
-  cli.py       ``python -m tfx_jax.sweep``
+  core/flags.py       ``python -m tfx_jax.sweep``
 """
 
 from tfx_jax.sweep.spec import Evaluation, Sweep

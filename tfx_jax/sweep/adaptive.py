@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from tfx_jax.sweep_record import AddedRun, RunEntry, Stage, SweepRecord
+from tfx_jax.records.sweep import AddedRun, RunEntry, Stage, SweepRecord
 
 if TYPE_CHECKING:
   from tfx_jax.report.schema import Report

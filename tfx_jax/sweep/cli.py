@@ -25,15 +25,15 @@ import shlex
 import sys
 from typing import Any, Mapping, Sequence
 
-from tfx_jax import sweep_record
-from tfx_jax.cli import exit_code
-from tfx_jax.errors import ConfigError
-from tfx_jax.config_base import load_config_file
+from tfx_jax.records import sweep as sweep_record
+from tfx_jax.core.flags import exit_code
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.run.config_base import load_config_file
 from tfx_jax.sweep import adaptive
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
 from tfx_jax.sweep import validate
-from tfx_jax.sweep_record import AxisRecord, ReportOptions, RunEntry, SweepRecord
+from tfx_jax.records.sweep import AxisRecord, ReportOptions, RunEntry, SweepRecord
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from tfx_jax.sweep import adaptive
 from tfx_jax.sweep import state as state_lib
-from tfx_jax.sweep_record import AddedRun, RunEntry, Stage, SweepRecord
+from tfx_jax.records.sweep import AddedRun, RunEntry, Stage, SweepRecord
 
 if TYPE_CHECKING:
   from tfx_jax.report.schema import Report

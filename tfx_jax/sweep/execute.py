@@ -21,10 +21,10 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfx_jax import status as status_lib
-from tfx_jax import sweep_record
+from tfx_jax.records import status as status_lib
+from tfx_jax.records import sweep as sweep_record
 from tfx_jax.sweep import state as state_lib
-from tfx_jax.sweep_record import RunEntry, SweepRecord
+from tfx_jax.records.sweep import RunEntry, SweepRecord
 
 if TYPE_CHECKING:
   from tfx_jax.report.schema import Report
@@ -189,7 +189,7 @@ def _write_report(sweep_dir: pathlib.Path) -> Report | None:
 
 
 def _submit(args, sweep_dir, record, todo, save, env) -> int:
-  from tfx_jax.errors import ConfigError  # pylint: disable=import-outside-toplevel
+  from tfx_jax.core.errors import ConfigError  # pylint: disable=import-outside-toplevel
   from tfx_jax.sweep import slurm  # pylint: disable=import-outside-toplevel
   queued = slurm.queued_runs(record)
   todo = [e for e in todo if e.name not in queued]

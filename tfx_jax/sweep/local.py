@@ -32,10 +32,10 @@ import sys
 import time
 from typing import Callable
 
-from tfx_jax import status as status_lib
-from tfx_jax import sweep_record
+from tfx_jax.records import status as status_lib
+from tfx_jax.records import sweep as sweep_record
 from tfx_jax.sweep import state as state_lib
-from tfx_jax.sweep_record import RunEntry, SweepRecord
+from tfx_jax.records.sweep import RunEntry, SweepRecord
 
 POLL_SECONDS = 0.2
 

@@ -20,10 +20,10 @@ import shutil
 import subprocess
 from typing import Sequence
 
-from tfx_jax import sweep_record
-from tfx_jax.errors import ConfigError
+from tfx_jax.records import sweep as sweep_record
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.sweep import state as state_lib
-from tfx_jax.sweep_record import RunEntry, SlurmJob, SweepRecord
+from tfx_jax.records.sweep import RunEntry, SlurmJob, SweepRecord
 
 SCRIPT = "sweep.sbatch"
 

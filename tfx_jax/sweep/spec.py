@@ -78,8 +78,8 @@ import pathlib
 import re
 from typing import Any, Mapping, Sequence
 
-from tfx_jax.errors import ConfigError
-from tfx_jax.sweep_record import Evaluation, Tune, TunedGrid, grid_at, tune_grids
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.records.sweep import Evaluation, Tune, TunedGrid, grid_at, tune_grids
 
 Overrides = Mapping[str, Any]
 

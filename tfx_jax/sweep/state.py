@@ -1,6 +1,6 @@
 """Where a sweep lives on disk and what state each run is in.
 
-  runs/<sweep>/sweep.json       the record (``tfx_jax.sweep_record``): the
+  runs/<sweep>/sweep.json       the record (``tfx_jax.records.sweep``): the
                                 definition, the command, and per run its
                                 overrides, state, step, reason, times
   runs/<sweep>/<run>/           an ordinary training workdir
@@ -28,9 +28,9 @@ import sys
 import typing
 from typing import Any, Sequence
 
-from tfx_jax import status as status_lib
+from tfx_jax.records import status as status_lib
 from tfx_jax.sweep.spec import Run, format_value
-from tfx_jax.sweep_record import RunProgress, State, SweepRecord
+from tfx_jax.records.sweep import RunProgress, State, SweepRecord
 
 LOCK_FILE = ".sweep.lock"
 LOG_FILE = "sweep.log"

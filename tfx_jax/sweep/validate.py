@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from tfx_jax.config_base import apply_overrides, coerce, find_field, load_config_file
-from tfx_jax.errors import ConfigError, InactiveSetting
+from tfx_jax.run.config_base import apply_overrides, coerce, find_field, load_config_file
+from tfx_jax.core.errors import ConfigError, InactiveSetting
 from tfx_jax.sweep.spec import Axis, Run
 
 __all__ = ["apply_overrides", "base_values", "check_runs", "coerce"]
@@ -31,7 +31,7 @@ def _resolve(config, own: Mapping[str, str]) -> list[tuple[str, Any, Any, str]]:
   not one of ``own`` (the fields the run's own axis values and tuned values set)
   to its default: [(field, value, default, why)] for each one so set."""
   # Deferred: jax loads only once a sweep is validated (fast --help).
-  from tfx_jax import run_config  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run import config as run_config  # pylint: disable=import-outside-toplevel
   inactive = []
   while True:
     try:

@@ -17,7 +17,7 @@ text, and what it generates at every evaluation.
                  token-level tasks share (inputs, argmax, texts)
   losses.py      label-smoothed cross entropy, z-loss, the token loss, ln |V|
   generation.py  evaluation by decoding (BLEU, samples): the one module that
-                 imports decoding (tfx_jax.texts)
+                 imports decoding (tfx_jax.tasks.text_io)
   registry.py    TASKS, get, check_task: the API the rest of tfx_jax imports
 
 Adding a task: a module here declaring ``TASK = Task(...)`` (its row builder,

@@ -1,6 +1,6 @@
 """Evaluation by generating text: BLEU of translations, sampled continuations.
 
-The one module of ``tfx_jax.tasks`` that decodes (through ``tfx_jax.texts``,
+The one module of ``tfx_jax.tasks`` that decodes (through ``tfx_jax.tasks.text_io``,
 which runs ``search``); a task module names the functions below in its
 declaration and never imports decoding itself.
 
@@ -11,12 +11,12 @@ declaration and never imports decoding itself.
 * over a whole split (``Task.score_by_generation``, the evaluate command):
   BLEU and chrF of beam-search translations (sacreBLEU, Post 2018).
 
-Each score comes with sacreBLEU's bootstrap standard error (``bleu.py``).
+Each score comes with sacreBLEU's bootstrap standard error (``tasks/bleu.py``).
 """
 
 from __future__ import annotations
 
-from tfx_jax import texts
+from tfx_jax.tasks import text_io as texts
 from tfx_jax.tasks.task import SampleReport
 
 
@@ -31,7 +31,7 @@ def translation_examples(config) -> list[tuple[str, str]]:
 def translation_report(run, examples, config) -> SampleReport:
   """eval/bleu of greedy translations with its bootstrap standard error
   (eval/bleu_se), and a few of them as text."""
-  from tfx_jax import bleu  # sacrebleu: only where BLEU is computed
+  from tfx_jax.tasks import bleu  # sacrebleu: only where BLEU is computed
   hyps = texts.translate_texts(run, [s for s, _ in examples], beam_size=1)
   score = bleu.corpus_bleu(hyps, [r for _, r in examples])
   shown = "\n\n".join(f"source: {s}  \nhypothesis: {h}  \nreference: {r}"
@@ -45,7 +45,7 @@ def translation_report(run, examples, config) -> SampleReport:
 def translation_scores(run, split, *, max_examples, beam_size, alpha):
   """BLEU and chrF (sacrebleu) of beam-search translations of a split, each
   with its bootstrap standard error (``bleu_se``, ``chrf_se``)."""
-  from tfx_jax import bleu  # sacrebleu: only where BLEU is computed
+  from tfx_jax.tasks import bleu  # sacrebleu: only where BLEU is computed
   pairs = texts.translation_pairs(run.config, split, max_examples)
   hyps = texts.translate_texts(run, [s for s, _ in pairs], beam_size=beam_size,
                                alpha=alpha)

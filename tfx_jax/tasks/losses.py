@@ -15,7 +15,7 @@ the task modules bind the settings each loss reads (``token_objective``).
   the evaluation step adds anyway (no second pass, no extra host transfer).
 * ``uniform_token_loss``: their loss at initialisation, ln |V|.
 * ``with_router_losses``: a task's training objective plus the load-balancing
-  loss and the router z-loss of a mixture of experts (``layers/moe.py``).
+  loss and the router z-loss of a mixture of experts (``model/layers/moe.py``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from tfx_jax.errors import ConfigError
-from tfx_jax.layers import moe
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.model.layers import moe
 
 
 def label_smoothed_cross_entropy(

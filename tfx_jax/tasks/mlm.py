@@ -23,7 +23,7 @@ from tfx_jax.data import rows as rows_lib
 from tfx_jax.data import stream
 from tfx_jax.data.config import DataConfig
 from tfx_jax.data import tokenizer as tokenizer_lib
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.tasks import losses
 from tfx_jax.tasks.task import Task, token_inputs, token_predictions, token_texts
 

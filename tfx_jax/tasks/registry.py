@@ -11,7 +11,7 @@ look a task up with ``get(name)`` and never switch on its name:
 
 from __future__ import annotations
 
-from tfx_jax.errors import ConfigError
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.tasks import classify, lm, mlm, translate
 from tfx_jax.tasks.classify import classify_loss
 from tfx_jax.tasks.losses import token_loss

@@ -25,7 +25,7 @@ import numpy as np
 
 from tfx_jax.data import baselines
 from tfx_jax.data import rows as rows_lib
-from tfx_jax.model_config import Family
+from tfx_jax.model.config import Family
 from tfx_jax.tasks import losses
 
 # The evaluation metrics a task can report besides eval/loss (the mean NLL):

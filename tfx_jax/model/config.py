@@ -1,0 +1,499 @@
+"""The validated model configuration: one frozen dataclass, checked once.
+
+Flow: ``configs/*.py`` (a locked ``ConfigDict``) -> :func:`model_config_from_dict`
+-> :class:`ModelConfig` -> Linen modules. Every ablation axis is a ``Literal``
+field validated here, before anything is traced or compiled; layers receive the
+resolved values (constants, callables), never the config strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Annotated, Any, Literal, Mapping, get_args
+
+from tfx_jax.core import typed_config
+from tfx_jax.core.errors import ConfigError, InactiveSetting
+
+Family = Literal["encoder_decoder", "decoder_only", "encoder_only"]
+NormPosition = Literal["post", "pre", "sandwich", "deepnorm"]
+# dyt: Dynamic Tanh, gamma * tanh(alpha x) + beta (Zhu et al. 2025), where a norm stands.
+NormType = Literal["layernorm", "rmsnorm", "dyt"]
+# Per-head norm of queries and keys before RoPE (Dehghani et al. 2023; Qwen3, OLMo 2).
+QKNorm = Literal["none", "layernorm", "rmsnorm"]
+# What the query-key norm normalises: each head's vector on its own (one gain
+# per head dimension, shared by the heads: Qwen3), or all heads' queries (keys)
+# as one vector (one gain per element: OLMo 2, OLMoE).
+QKNormHeads = Literal["per_head", "joint"]
+# sequential: x + F2(N2(x + F1(N1(x)))); parallel: x + F1(N1(x)) + F2(N2(x)) (GPT-J, PaLM).
+Block = Literal["sequential", "parallel"]
+# A sigmoid gate on each head's attention output, from the layer input (Qiu et al. 2025).
+AttentionGate = Literal["none", "headwise", "elementwise"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "swish", "glu", "reglu", "geglu",
+                     "geglu_tanh", "swiglu", "bilinear"]
+Position = Literal["sinusoidal", "learned", "t5_bias", "rope", "alibi", "none"]
+# Names of the policies in blocks._REMAT_POLICIES (README, "Sizes"); every
+# choice here must have a policy there.
+Remat = Literal["none", "full", "dots", "dots_with_no_batch_dims"]
+DType = Literal["float32", "bfloat16"]
+# "auto": encoder_only with post-norm only (BERT), the behaviour before the field.
+EmbeddingNorm = Literal["auto", "on", "off"]
+SinusoidalLayout = Literal["interleaved", "halves"]
+# The token embedding table's initialisation: Glorot-uniform over (vocab,
+# d_model), or N(0, 1/d_model) as Vaswani et al. (tensor2tensor, fairseq), which
+# with ``scale_embeddings`` gives unit-variance embeddings.
+EmbeddingInit = Literal["xavier", "normal"]
+# The learned position table's start (model.position='learned'): small, N(0,
+# 0.02^2) as GPT-2 and BERT; token, the token table's own distribution
+# (embedding_init) and scale (scale_embeddings), so that positions start the
+# size of the tokens they are added to, as every other scheme can.
+LearnedPositionInit = Literal["small", "token"]
+# RoPE context extension: positions interpolated (Chen et al. 2023), the base
+# raised ("NTK-aware"), or YaRN (Peng et al. 2023); see model/layers/positions.py.
+RopeScaling = Literal["none", "linear", "ntk", "yarn"]
+# The FFN's place: one dense FFN, or a mixture of experts (model/layers/moe.py).
+FfnType = Literal["dense", "moe"]
+# Router scores: softmax over the experts (Switch, Mixtral) or a sigmoid per
+# expert (DeepSeek-V3).
+Router = Literal["softmax", "sigmoid"]
+# Load balancing: the auxiliary loss (Switch / GShard; its weight is
+# train.moe_aux_loss), the auxiliary-loss-free bias (DeepSeek-V3), or none.
+MoeBalance = Literal["aux_loss", "bias", "none"]
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Samples:
+  """Values of a numeric axis that the ablation-grid tests try (through the type:
+  ``Annotated[float, Samples(0.0, 5.0)]``); the first is the default (off)."""
+  values: tuple
+
+
+SoftCap = Annotated[float, Samples((0.0, 5.0))]  # c * tanh(x / c); 0 = off
+Window = Annotated[int, Samples((0, 2))]  # sliding-window width; 0 = full attention
+GlobalEvery = Annotated[int, Samples((0, 2))]  # every k-th layer full; 0 = none
+# Expert capacity C = ceil(factor * tokens * k / experts); 0 = dropless.
+CapacityFactor = Annotated[float, Samples((0.0, 2.0))]
+
+# Norm placements whose norms sit inside each sublayer's branch: the ones a
+# parallel block can use (post and deepnorm normalise the sum itself).
+PARALLEL_NORM_POSITIONS = ("pre", "sandwich")
+
+GATED_ACTIVATIONS = ("glu", "reglu", "geglu", "geglu_tanh", "swiglu", "bilinear")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Everything the model code needs, validated. See ``configs/`` for defaults."""
+
+  family: Family = "decoder_only"
+  norm_position: NormPosition = "pre"
+  norm_type: NormType = "layernorm"
+  activation: Activation = "gelu"
+  position: Position = "learned"
+  num_layers: int = 2
+  num_encoder_layers: int = 0  # encoder_decoder only; 0 = num_layers
+  num_decoder_layers: int = 0  # encoder_decoder only; 0 = num_layers
+  d_model: int = 64
+  num_heads: int = 4
+  num_kv_heads: int = 0  # 0 = num_heads (multi-head); 1 = MQA; else GQA
+  # Width of each attention head; 0 = d_model // num_heads. > 0: heads of that
+  # width whatever d_model is (q, k, v [D, H, head_dim], out [H, head_dim, D]),
+  # as Qwen3 (1024 = 16 x 64, heads of 128) and Gemma 2 (2304, 8 heads of 256).
+  head_dim: int = 0
+  d_ff: int = 0  # ungated FFN width; 0 = 4 * d_model. Gated: see ffn_dim
+  gated_d_ff: int = 0  # gated FFN width as given (unmatched); 0 = derived from d_ff
+  ff_multiple_of: int = 8  # the derived gated width is rounded up to this (LLaMA: 256)
+  dropout: float = 0.0
+  attention_dropout: float = 0.0
+  vocab_size: int = 256
+  max_len: int = 512
+  tie_embeddings: bool = True
+  scale_embeddings: bool = False  # token embeddings x sqrt(d_model) (Vaswani et al.)
+  embedding_init: EmbeddingInit = "xavier"  # the token table: xavier, normal N(0, 1/d_model)
+  learned_position_init: LearnedPositionInit = "small"
+  use_bias: bool = True
+  # Divide attention logits by sqrt(d_k), d_k the head width (Vaswani et al.); T5
+  # does not (folded into its initialisation).
+  scale_attention_logits: bool = True
+  output_bias: bool = False  # a learned bias on the vocabulary logits (BART, Marian)
+  # The final hidden state x d_model^-0.5 before the vocabulary projection (T5 1.0:
+  # Mesh TensorFlow's rescaling for an output projection shared with the embedding).
+  scale_output: bool = False
+  num_token_types: int = 0  # > 0: BERT's token-type (segment A/B) embeddings
+  embedding_norm: EmbeddingNorm = "auto"  # a norm after embeddings + positions
+  sinusoidal_layout: SinusoidalLayout = "interleaved"  # paper; "halves": [sin | cos]
+  norm_eps: float = 1e-6
+  rope_base: float = 10000.0
+  # Fraction of each head's dimensions that RoPE rotates: the first int(d_k *
+  # fraction) of the head width d_k (see rope_dims); the rest pass through unrotated.
+  rope_fraction: float = 1.0
+  rope_scaling: RopeScaling = "none"
+  rope_scaling_factor: float = 1.0  # s: the context is extended s times
+  rope_original_max_len: int = 0  # yarn: the context length the model was trained at
+  t5_num_buckets: int = 32
+  t5_max_distance: int = 128
+  num_classes: int = 0  # > 0 adds a classification head
+  scan_layers: bool = False
+  remat: Remat = "none"
+  dtype: DType = "float32"  # compute dtype; params stay float32
+  # ---- stability and attention knobs (README, "The ablation axes") ----------
+  qk_norm: QKNorm = "none"
+  qk_norm_heads: QKNormHeads = "per_head"
+  attention_logit_softcap: SoftCap = 0.0  # Gemma 2: 50
+  final_logit_softcap: SoftCap = 0.0  # Gemma 2: 30
+  block: Block = "sequential"
+  attention_window: Window = 0  # keys within this distance of the query (itself included)
+  global_every: GlobalEvery = 0  # with a window: layers k, 2k, ... (1-based) attend fully
+  attention_gate: AttentionGate = "none"
+  # ---- mixture of experts (model/layers/moe.py; README, "The ablation axes") -----
+  ffn_type: FfnType = "dense"
+  num_experts: int = 8
+  experts_per_token: int = 2  # k of the top-k routing
+  shared_experts: int = 0  # experts every token passes through (DeepSeekMoE)
+  # Hidden width of each expert; 0 = the dense FFN's (ffn_dim), as Switch and
+  # Mixtral, whose experts are copies of the dense FFN. > 0: as given.
+  expert_d_ff: int = 0
+  router: Router = "softmax"
+  # The k chosen scores renormalised to sum to 1 (Mixtral, Qwen3-30B-A3B); off:
+  # the raw scores weigh the experts (OLMoE, Switch).
+  router_norm_topk: bool = True
+  moe_every: int = 1  # layers k, 2k, ... (1-based) are MoE, the others dense
+  first_dense_layers: int = 0  # the first layers stay dense (DeepSeek-V3: 3)
+  moe_balance: MoeBalance = "aux_loss"
+  # u of DeepSeek-V3's bias update b_i <- b_i + u sign(mean load - load_i).
+  router_bias_rate: float = 0.001
+  capacity_factor: CapacityFactor = 0.0
+
+  # ---- derived quantities -------------------------------------------------
+  @property
+  def attention_head_dim(self) -> int:
+    """Width of each attention head: ``head_dim``, or d_model / num_heads when 0."""
+    return self.head_dim or self.d_model // self.num_heads
+
+  @property
+  def rope_dims(self) -> int:
+    """Dimensions of each head that RoPE rotates, int(head width * rope_fraction):
+    GPT-NeoX's ``rotary_ndims = int(head_size * rotary_pct)``."""
+    return int(self.attention_head_dim * self.rope_fraction)
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_kv_heads or self.num_heads
+
+  @property
+  def gated(self) -> bool:
+    return self.activation in GATED_ACTIVATIONS
+
+  @property
+  def ffn_dim(self) -> int:
+    """Hidden size of the FFN.
+
+    ``d_ff`` is the width of the plain (ungated) FFN, 4 * d_model when 0, for
+    every activation, so that the activation axis compares models of equal
+    size. Gated variants (Shazeer 2020) have three matrices instead of two;
+    the paper compares them at matched parameters and compute by taking 2/3
+    of the plain width (3072 -> 2048). Here 2/3 of ``d_ff`` is rounded up to
+    ``ff_multiple_of`` as LLaMA does (multiple of 256: 4 * 4096 -> 11008).
+    ``gated_d_ff`` > 0 asks for an unmatched gated width instead; ungated
+    activations ignore it.
+    """
+    plain = self.d_ff or 4 * self.d_model
+    if not self.gated:
+      return plain
+    if self.gated_d_ff:
+      return self.gated_d_ff
+    m = self.ff_multiple_of
+    return m * -(-(2 * plain // 3) // m)
+
+  @property
+  def expert_dim(self) -> int:
+    """Hidden width of each expert (and of each shared expert): ``expert_d_ff``,
+    or the dense FFN's width ``ffn_dim`` when 0 (every expert a copy of the
+    dense FFN's shape, so top-1 routing has the dense model's active size)."""
+    return self.expert_d_ff or self.ffn_dim
+
+  @property
+  def encoder_layers(self) -> int:
+    return self.num_encoder_layers or self.num_layers
+
+  @property
+  def decoder_layers(self) -> int:
+    return self.num_decoder_layers or self.num_layers
+
+  @property
+  def embed_scale(self) -> float:
+    # Vaswani et al. 2017, section 3.4: "we multiply those weights by
+    # sqrt(d_model)", whatever is added to them (fairseq does the same for every
+    # position scheme). GPT-2, BERT and LLaMA do not scale. Its own field, so that
+    # the position axis changes positions only.
+    return math.sqrt(self.d_model) if self.scale_embeddings else 1.0
+
+  @property
+  def has_embedding_norm(self) -> bool:
+    """``embedding_norm`` resolved: "auto" is BERT's embedding LayerNorm, i.e. on
+    for encoder_only with post-norm (whose stream is otherwise un-normalised at
+    the first layer's input) and off elsewhere."""
+    if self.embedding_norm == "auto":
+      return self.family == "encoder_only" and self.norm_position == "post"
+    return self.embedding_norm == "on"
+
+
+def is_windowed(layer: int, attention_window: int, global_every: int) -> bool:
+  """Whether layer ``layer`` (0-based) attends within ``model.attention_window``:
+  every layer when ``global_every`` is 0, else all but layers k, 2k, ... (1-based),
+  which attend fully (Gemma 2: k = 2, layer 0 windowed). False without a window."""
+  return bool(attention_window) and not (global_every and (layer + 1) % global_every == 0)
+
+
+def is_moe_layer(layer: int, ffn_type: str, moe_every: int, first_dense_layers: int) -> bool:
+  """Whether layer ``layer`` (0-based) has a mixture of experts in the FFN's
+  place: with ``model.ffn_type='moe'``, the layers from ``first_dense_layers``
+  on that are multiples of ``moe_every`` (1-based: k, 2k, ...), as Qwen3-MoE's
+  ``decoder_sparse_step`` with its first ``mlp_only_layers`` (DeepSeek-V3's
+  ``first_k_dense_replace``)."""
+  return (ffn_type == "moe" and layer >= first_dense_layers
+          and (layer + 1) % moe_every == 0)
+
+
+def moe_layers(cfg: ModelConfig, num_layers: int) -> tuple[int, ...]:
+  """The MoE layers (0-based) of a stack of ``num_layers`` layers of ``cfg``."""
+  return tuple(i for i in range(num_layers) if is_moe_layer(
+      i, cfg.ffn_type, cfg.moe_every, cfg.first_dense_layers))
+
+
+def deepnorm_constants(family: str, num_encoder_layers: int,
+                       num_decoder_layers: int) -> dict[str, tuple[float, float]]:
+  """DeepNorm (alpha, beta) per stack, from DeepNet (Wang et al. 2022), Table 1.
+
+  encoder-only / decoder-only with N layers: alpha = (2N)^(1/4), beta = (8N)^(-1/4).
+  encoder-decoder with N encoder and M decoder layers:
+    encoder alpha = 0.81 (N^4 M)^(1/16), beta = 0.87 (N^4 M)^(-1/16);
+    decoder alpha = (3M)^(1/4),          beta = (12M)^(-1/4).
+  Returns ``{"encoder": (alpha, beta), "decoder": (alpha, beta)}`` for the
+  stacks the family has.
+  """
+  n, m = num_encoder_layers, num_decoder_layers
+  if family == "encoder_decoder":
+    return {
+        "encoder": (0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)),
+        "decoder": ((3 * m) ** (1 / 4), (12 * m) ** (-1 / 4)),
+    }
+  if family == "encoder_only":
+    return {"encoder": ((2 * n) ** (1 / 4), (8 * n) ** (-1 / 4))}
+  return {"decoder": ((2 * m) ** (1 / 4), (8 * m) ** (-1 / 4))}
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
+
+
+def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
+  """Checks cross-field constraints; returns ``cfg`` unchanged if valid."""
+
+  def positive(name, allow_zero=False):
+    v = getattr(cfg, name)
+    if v < 0 or (v == 0 and not allow_zero):
+      raise ConfigError(
+          f"model.{name} must be {'>= 0' if allow_zero else '> 0'}, got {v}.")
+
+  for name in ("num_layers", "d_model", "num_heads", "vocab_size", "max_len",
+               "ff_multiple_of", "t5_num_buckets", "t5_max_distance"):
+    positive(name)
+  for name in ("num_encoder_layers", "num_decoder_layers", "num_kv_heads", "head_dim",
+               "d_ff", "gated_d_ff", "num_classes", "num_token_types"):
+    positive(name, allow_zero=True)
+  for name in ("dropout", "attention_dropout"):
+    v = getattr(cfg, name)
+    if not 0.0 <= v < 1.0:
+      raise ConfigError(f"model.{name} must be in [0, 1), got {v}.")
+  if cfg.norm_eps <= 0:
+    raise ConfigError(f"model.norm_eps must be > 0, got {cfg.norm_eps}.")
+  if cfg.rope_base <= 1:
+    raise ConfigError(f"model.rope_base must be > 1, got {cfg.rope_base}.")
+  if not cfg.head_dim and cfg.d_model % cfg.num_heads:
+    raise ConfigError(
+        f"model.d_model={cfg.d_model} is not divisible by model.num_heads="
+        f"{cfg.num_heads}; choose num_heads among the divisors of d_model, or set "
+        "model.head_dim (the width of each head).")
+  if cfg.num_heads % cfg.kv_heads:
+    raise ConfigError(
+        f"model.num_kv_heads={cfg.num_kv_heads} does not divide model.num_heads="
+        f"{cfg.num_heads}; use a divisor of num_heads (1 = multi-query, "
+        f"{cfg.num_heads} or 0 = multi-head).")
+  if cfg.position == "rope" and cfg.attention_head_dim % 2:
+    width = (f"model.head_dim = {cfg.head_dim}" if cfg.head_dim else
+             f"d_model/num_heads = {cfg.d_model}/{cfg.num_heads} = "
+             f"{cfg.attention_head_dim}")
+    raise ConfigError(f"model.position='rope' needs an even head dimension, but {width}.")
+  if cfg.position != "rope":
+    for name in ("rope_fraction", "rope_scaling", "rope_scaling_factor",
+                 "rope_original_max_len"):
+      if getattr(cfg, name) != _FIELDS[name].default:
+        raise InactiveSetting(
+            f"model.{name}", _FIELDS[name].default,
+            f"model.{name}={getattr(cfg, name)!r} needs model.position='rope' (position "
+            f"is {cfg.position!r}); leave it at {_FIELDS[name].default!r} or use rope.")
+  if cfg.position != "learned" and cfg.learned_position_init != "small":
+    raise InactiveSetting(
+        "model.learned_position_init", "small",
+        f"model.learned_position_init={cfg.learned_position_init!r} sets the learned "
+        f"position table's start; model.position is {cfg.position!r}, which has none: "
+        "leave it at 'small' or use model.position='learned'.")
+  if not 0.0 < cfg.rope_fraction <= 1.0:
+    raise ConfigError(f"model.rope_fraction must be in (0, 1], got {cfg.rope_fraction}.")
+  if cfg.position == "rope" and (cfg.rope_dims == 0 or cfg.rope_dims % 2):
+    raise ConfigError(
+        f"model.rope_fraction={cfg.rope_fraction} rotates int({cfg.attention_head_dim} x "
+        f"{cfg.rope_fraction}) = {cfg.rope_dims} dimensions of each head; RoPE rotates "
+        "pairs, so choose a fraction that gives an even number > 0.")
+  if cfg.rope_scaling_factor < 1.0:
+    raise ConfigError(
+        f"model.rope_scaling_factor must be >= 1, got {cfg.rope_scaling_factor}.")
+  if cfg.rope_scaling == "none" and cfg.rope_scaling_factor != 1.0:
+    raise InactiveSetting(
+        "model.rope_scaling_factor", 1.0,
+        f"model.rope_scaling_factor={cfg.rope_scaling_factor} has no effect with "
+        "model.rope_scaling='none'; choose one of: "
+        f"{', '.join(get_args(RopeScaling)[1:])}.")
+  positive("rope_original_max_len", allow_zero=True)
+  if cfg.rope_scaling == "yarn" and not cfg.rope_original_max_len:
+    raise ConfigError(
+        "model.rope_scaling='yarn' needs model.rope_original_max_len > 0, the context "
+        "length the model was trained at (YaRN scales each frequency by how many "
+        "turns it makes over that length).")
+  if cfg.rope_scaling != "yarn" and cfg.rope_original_max_len:
+    raise InactiveSetting(
+        "model.rope_original_max_len", 0,
+        f"model.rope_original_max_len={cfg.rope_original_max_len} is read by "
+        f"model.rope_scaling='yarn' only (rope_scaling is {cfg.rope_scaling!r}); "
+        "leave it at 0.")
+  if cfg.rope_scaling == "ntk" and cfg.rope_dims <= 2:
+    raise ConfigError(
+        "model.rope_scaling='ntk' raises the base to the power r/(r-2) of the rotated "
+        f"width r, which needs r > 2; this model rotates {cfg.rope_dims} dimensions "
+        "per head.")
+  if cfg.position == "t5_bias" and cfg.t5_num_buckets < 4:
+    raise ConfigError(
+        f"model.t5_num_buckets must be >= 4, got {cfg.t5_num_buckets}.")
+  if cfg.family != "encoder_decoder" and (cfg.num_encoder_layers or
+                                           cfg.num_decoder_layers):
+    raise InactiveSetting(
+        "model.num_encoder_layers" if cfg.num_encoder_layers else "model.num_decoder_layers",
+        0,
+        "model.num_encoder_layers / model.num_decoder_layers apply to "
+        f"family='encoder_decoder' only (family is {cfg.family!r}); "
+        "set model.num_layers instead.")
+  if cfg.family == "encoder_decoder" and cfg.num_classes:
+    raise ConfigError(
+        "model.num_classes (a classification head) is available for "
+        "family='decoder_only' and 'encoder_only', not 'encoder_decoder'.")
+  if cfg.num_token_types and cfg.family == "encoder_decoder":
+    raise ConfigError(
+        "model.num_token_types (token-type embeddings) is available for "
+        "family='decoder_only' and 'encoder_only', not 'encoder_decoder'.")
+  if cfg.qk_norm == "none" and cfg.qk_norm_heads != "per_head":
+    raise InactiveSetting(
+        "model.qk_norm_heads", "per_head",
+        f"model.qk_norm_heads={cfg.qk_norm_heads!r} says what model.qk_norm normalises, "
+        "which is 'none': set model.qk_norm (layernorm, rmsnorm) or leave it at 'per_head'.")
+  for name in ("attention_logit_softcap", "final_logit_softcap"):
+    if getattr(cfg, name) < 0:
+      raise ConfigError(f"model.{name} must be >= 0 (0 = off), got {getattr(cfg, name)}.")
+  positive("attention_window", allow_zero=True)
+  positive("global_every", allow_zero=True)
+  if cfg.global_every and not cfg.attention_window:
+    raise InactiveSetting(
+        "model.global_every", 0,
+        f"model.global_every={cfg.global_every} chooses which layers attend fully "
+        "among windowed ones; set model.attention_window > 0 as well (0 = every "
+        "layer attends fully).")
+  if cfg.block == "parallel" and cfg.norm_position not in PARALLEL_NORM_POSITIONS:
+    raise ConfigError(
+        f"model.block='parallel' sums the sublayers of one input, each through its "
+        f"own norm: model.norm_position must be one of {', '.join(PARALLEL_NORM_POSITIONS)}"
+        f" (got {cfg.norm_position!r}, which normalises the residual stream itself).")
+  _validate_moe(cfg)
+  capacity = position_capacity(cfg)
+  if seq_len is not None and capacity is not None and seq_len > capacity:
+    raise ConfigError(
+        f"sequence length {seq_len} is longer than model.max_len={cfg.max_len}, "
+        "which learned absolute positions cannot represent; raise model.max_len "
+        "or use a relative scheme (model.position = rope, alibi, t5_bias).")
+  return cfg
+
+
+# The fields that only a mixture of experts reads, and the one that only the
+# bias balancing reads.
+MOE_FIELDS = ("num_experts", "experts_per_token", "shared_experts", "expert_d_ff",
+              "router", "router_norm_topk", "moe_every", "first_dense_layers",
+              "moe_balance", "router_bias_rate", "capacity_factor")
+
+
+def _validate_moe(cfg: ModelConfig) -> None:
+  """The mixture-of-experts fields: in range, and set only where they are read."""
+  if cfg.ffn_type != "moe":
+    for name in MOE_FIELDS:
+      if getattr(cfg, name) != _FIELDS[name].default:
+        raise InactiveSetting(
+            f"model.{name}", _FIELDS[name].default,
+            f"model.{name}={getattr(cfg, name)!r} is read by model.ffn_type='moe' only "
+            f"(ffn_type is {cfg.ffn_type!r}); leave it at {_FIELDS[name].default!r} "
+            "or set model.ffn_type=moe.")
+    return
+  for name in ("num_experts", "experts_per_token", "moe_every"):
+    if getattr(cfg, name) < 1:
+      raise ConfigError(f"model.{name} must be >= 1, got {getattr(cfg, name)}.")
+  for name in ("shared_experts", "expert_d_ff", "first_dense_layers"):
+    if getattr(cfg, name) < 0:
+      raise ConfigError(f"model.{name} must be >= 0, got {getattr(cfg, name)}.")
+  if cfg.experts_per_token > cfg.num_experts:
+    raise ConfigError(
+        f"model.experts_per_token={cfg.experts_per_token} is more than "
+        f"model.num_experts={cfg.num_experts}; choose k in 1..{cfg.num_experts}.")
+  if not (math.isfinite(cfg.capacity_factor) and cfg.capacity_factor >= 0):
+    raise ConfigError(f"model.capacity_factor must be >= 0 (0 = dropless), got "
+                      f"{cfg.capacity_factor}.")
+  if not (math.isfinite(cfg.router_bias_rate) and cfg.router_bias_rate > 0):
+    raise ConfigError(f"model.router_bias_rate must be > 0 (DeepSeek-V3: 0.001), got "
+                      f"{cfg.router_bias_rate}.")
+  if cfg.moe_balance != "bias" and cfg.router_bias_rate != _FIELDS["router_bias_rate"].default:
+    raise InactiveSetting(
+        "model.router_bias_rate", _FIELDS["router_bias_rate"].default,
+        f"model.router_bias_rate={cfg.router_bias_rate} is the rate of the expert "
+        f"bias, read with model.moe_balance='bias' only (moe_balance is "
+        f"{cfg.moe_balance!r}).")
+  stacks = {"decoder_only": (cfg.decoder_layers,), "encoder_only": (cfg.encoder_layers,),
+            "encoder_decoder": (cfg.encoder_layers, cfg.decoder_layers)}[cfg.family]
+  for n in stacks:
+    if not moe_layers(cfg, n):
+      raise ConfigError(
+          f"model.ffn_type='moe' with model.first_dense_layers={cfg.first_dense_layers} "
+          f"and model.moe_every={cfg.moe_every} leaves no MoE layer among {n}; lower "
+          "them, or use model.ffn_type=dense.")
+    if cfg.scan_layers and len(moe_layers(cfg, n)) != n:
+      raise ConfigError(
+          "model.scan_layers=True scans one layer over the stack, so every layer must "
+          f"be alike; model.moe_every={cfg.moe_every} and model.first_dense_layers="
+          f"{cfg.first_dense_layers} mix dense and MoE layers: set model.scan_layers="
+          "False, or moe_every=1 and first_dense_layers=0.")
+
+
+def model_config_from_dict(d: Mapping[str, Any] | Any, *,
+                           seq_len: int | None = None) -> ModelConfig:
+  """Builds and validates a :class:`ModelConfig` from ``config.model``.
+
+  Raises :class:`ConfigError` naming the field, the value and the valid
+  choices for unknown keys, wrong types, out-of-range values and incompatible
+  combinations (:class:`InactiveSetting` for a setting that would have no
+  effect). Nothing is traced or compiled here.
+  """
+  return validate(typed_config.read(ModelConfig, "model", d), seq_len=seq_len)
+
+
+def position_capacity(cfg: ModelConfig) -> int | None:
+  """The longest sequence the position scheme can represent, or None (no limit).
+
+  Learned absolute positions end at ``model.max_len``; every other scheme
+  (sinusoidal, relative biases, rotary, none) extends to any length.
+  """
+  return cfg.max_len if cfg.position == "learned" else None

@@ -1,0 +1,444 @@
+"""Multi-head attention: softmax(Q K^T / sqrt(d_k) + bias) V, with GQA/MQA and a KV cache.
+
+Shapes: B batch, L query length, S key length, H query heads, N key/value
+heads (H = N * G), K head dim, D model dim.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from tfx_jax.model.layers import products
+from tfx_jax.model.layers import tpu_attention
+from tfx_jax.model.layers.positions import RotarySpec, rope
+
+Initializer = Callable[..., jax.Array]
+
+# A finite "minus infinity": fully masked rows (padding queries) stay finite.
+NEG_INF = -1e9
+
+
+def xavier(gain: float = 1.0, distribution: str = "uniform"):
+  """Xavier/Glorot init with a gain (variance scale gain^2).
+
+  ``DenseGeneral`` initialises its kernel in the flattened 2-D shape
+  (d_model, heads * head_dim), so fans are those of the fused matrix, as in
+  the textbook chapters' PyTorch code and DeepNet.
+  """
+  return nn.initializers.variance_scaling(gain**2, "fan_avg", distribution)
+
+
+def softcap(logits, cap: float):
+  """cap * tanh(logits / cap): logits smoothly bounded to (-cap, cap) (Gemma 2).
+  ``cap`` 0 leaves them as they are."""
+  if not cap:
+    return logits
+  return cap * jnp.tanh(logits / cap)
+
+
+def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None,
+                          *, dropout_rng=None, dropout: float = 0.0,
+                          deterministic: bool = True, dtype=jnp.float32,
+                          scale_logits: bool = True, logit_softcap: float = 0.0):
+  """softmax(cap(Q K^T / sqrt(d_k)) + bias) V with grouped key/value heads.
+
+  ``scale_logits=False`` drops the 1/sqrt(d_k) (T5 folds it into its init).
+  ``logit_softcap`` c > 0 bounds the content logits by c tanh(x / c) before the
+  position bias is added, as Gemma 2 does (its only bias is the mask).
+
+  ``mask`` is boolean, True where attention is allowed; ``mask`` and ``bias``
+  broadcast over heads when their head dim is 1. Logits and softmax are float32.
+  """
+  B, L, H, K = q_BLHK.shape
+  N = k_BSNK.shape[2]
+  G = H // N
+  q_BLNGK = q_BLHK.reshape(B, L, N, G, K)
+  logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLNGK, k_BSNK,
+                            preferred_element_type=jnp.float32)
+  if scale_logits:
+    logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
+  logits_BNGLS = softcap(logits_BNGLS, logit_softcap)
+
+  def grouped(x_BhLS):
+    h = x_BhLS.shape[1]
+    if h == 1:
+      return x_BhLS[:, :, None]
+    return x_BhLS.reshape(x_BhLS.shape[0], N, G, *x_BhLS.shape[2:])
+
+  if bias_BhLS is not None:
+    logits_BNGLS = logits_BNGLS + grouped(bias_BhLS).astype(jnp.float32)
+  if mask_BhLS is not None:
+    logits_BNGLS = jnp.where(grouped(mask_BhLS), logits_BNGLS, NEG_INF)
+  probs = jax.nn.softmax(logits_BNGLS, axis=-1)
+  if not deterministic and dropout > 0.0:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout, probs.shape)
+    probs = jnp.where(keep, probs / (1.0 - dropout), 0.0)
+  out_BLNGK = jnp.einsum("bngls,bsnk->blngk", probs.astype(dtype), v_BSNK)
+  return out_BLNGK.reshape(B, L, H, K)
+
+
+def _grouped(x_BhLS, N, G):
+  """[B, h, L, S] with h in (1, N * G) -> broadcastable [B, N, G or 1, L, S]."""
+  if x_BhLS.shape[1] == 1:
+    return x_BhLS[:, :, None]
+  return x_BhLS.reshape(x_BhLS.shape[0], N, G, *x_BhLS.shape[2:])
+
+
+def fast_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None, *,
+                   dtype=jnp.float32, scale_logits: bool = True,
+                   logit_softcap: float = 0.0):
+  """``dot_product_attention`` without dropout, with fewer passes over [L, S].
+
+  The same formula, arranged for speed on CPU: 1/sqrt(d_k) scales the queries
+  ([L, K]) instead of the logits ([L, S]); the row maximum is a constant
+  (its gradient is zero); and the softmax denominator divides the output
+  ([L, K]) instead of the probabilities, as FlashAttention does. Equal to the
+  reference to float32 rounding (tested).
+  """
+  B, L, H, K = q_BLHK.shape
+  N = k_BSNK.shape[2]
+  G = H // N
+  if scale_logits:
+    q_BLHK = q_BLHK * jnp.asarray(K ** -0.5, q_BLHK.dtype)
+  q_BLNGK = q_BLHK.reshape(B, L, N, G, K)
+  logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLNGK, k_BSNK,
+                            preferred_element_type=jnp.float32)
+  logits_BNGLS = softcap(logits_BNGLS, logit_softcap)
+  if bias_BhLS is not None:
+    logits_BNGLS = logits_BNGLS + _grouped(bias_BhLS, N, G).astype(jnp.float32)
+  if mask_BhLS is not None:
+    logits_BNGLS = jnp.where(_grouped(mask_BhLS, N, G), logits_BNGLS, NEG_INF)
+  max_BNGL1 = jax.lax.stop_gradient(jnp.max(logits_BNGLS, axis=-1, keepdims=True))
+  unnorm_BNGLS = jnp.exp(logits_BNGLS - max_BNGL1)
+  denom_BLNG = jnp.sum(unnorm_BNGLS, axis=-1).transpose(0, 3, 1, 2)
+  out_BLNGK = jnp.einsum("bngls,bsnk->blngk", unnorm_BNGLS.astype(dtype), v_BSNK,
+                         preferred_element_type=jnp.float32)
+  out_BLNGK = out_BLNGK / denom_BLNG[..., None]
+  return out_BLNGK.astype(dtype).reshape(B, L, H, K)
+
+
+def fused_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None, *,
+                    dtype=jnp.float32, scale_logits: bool = True, causal: bool = False,
+                    implementation: str | None = None):
+  """``jax.nn.dot_product_attention``: the same formula through JAX's fused kernels.
+
+  ``implementation`` "cudnn" is cuDNN's flash attention (GPU, bf16/fp16), which
+  takes the position bias and the boolean mask as one additive bias; "xla" is
+  XLA's own composition, on any backend (the CPU tests compare it with
+  ``dot_product_attention``). ``causal`` (queries and keys the same positions,
+  and the mask already causal) lets cuDNN skip the key blocks above the
+  diagonal; it never changes the result.
+  """
+  K = q_BLHK.shape[-1]
+  out_BLHK = jax.nn.dot_product_attention(
+      q_BLHK.astype(dtype), k_BSNK.astype(dtype), v_BSNK.astype(dtype),
+      bias=None if bias_BhLS is None else bias_BhLS.astype(dtype), mask=mask_BhLS,
+      scale=K ** -0.5 if scale_logits else 1.0, is_causal=causal,
+      implementation=implementation)
+  return out_BLHK.astype(dtype)
+
+
+def gpu_attention_implementation(dtype, head_dim: int) -> str:
+  """"cudnn" where cuDNN's flash attention takes these inputs, else "xla".
+
+  cuDNN's fused kernel runs in half precision with head widths that are
+  multiples of 8 up to 128; float32 attention stays with XLA.
+  """
+  half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+  return "cudnn" if half and head_dim % 8 == 0 and head_dim <= 128 else "xla"
+
+
+def causal_blocked_attention(q_BLHK, k_BLNK, v_BLNK, mask_BhLL=None, bias_BhLL=None, *,
+                             block: int, dtype=jnp.float32, scale_logits: bool = True):
+  """Self-attention whose mask is causal (or stricter), by query blocks.
+
+  Query block [i, i + block) attends to keys [0, i + block) only: the key
+  blocks above the diagonal are masked for every query of the block, so their
+  logits, exps and products are skipped rather than computed and zeroed
+  (2/3 of the work at 3 blocks, 5/8 at 4, toward 1/2). The skipped keys
+  contribute exactly 0 to every query that has a key it may see; a query that
+  sees no key at all (padding) gets the uniform average of the keys it is
+  shown, which differs from the reference's average over all keys, and is
+  never read by a real position.
+
+  Heads-first inside, with its own backward (``_blocked_core``): the
+  FlashAttention gradient from each block's saved probabilities, with the
+  key and value gradients added into place rather than padded and summed.
+  """
+  B, L, H, K = q_BLHK.shape
+  N = k_BLNK.shape[2]
+  G = H // N
+  if scale_logits:
+    q_BLHK = q_BLHK * jnp.asarray(K ** -0.5, q_BLHK.dtype)
+  q_BNGLK = q_BLHK.reshape(B, L, N, G, K).transpose(0, 2, 3, 1, 4)
+  k_BNLK = k_BLNK.transpose(0, 2, 1, 3)
+  v_BNLK = v_BLNK.transpose(0, 2, 1, 3)
+  grouped = lambda x: None if x is None else _grouped(x, N, G)
+  out_BNGLK = _blocked_core(q_BNGLK, k_BNLK, v_BNLK, grouped(mask_BhLL),
+                            grouped(bias_BhLL), block, jnp.dtype(dtype))
+  return out_BNGLK.astype(dtype).transpose(0, 3, 1, 2, 4).reshape(B, L, H, K)
+
+
+def _blocks(length: int, block: int):
+  return [(start, min(start + block, length)) for start in range(0, length, block)]
+
+
+def _blocked_forward(q, k, v, mask, bias, block, dtype):
+  """(output [B, N, G, L, K] f32, each block's probabilities [B, N, G, b, end])."""
+  outs, probs = [], []
+  for start, end in _blocks(q.shape[3], block):
+    s = jnp.einsum("bngld,bnsd->bngls", q[:, :, :, start:end], k[:, :, :end],
+                   preferred_element_type=jnp.float32)
+    if bias is not None:
+      s = s + bias[..., start:end, :end].astype(jnp.float32)
+    if mask is not None:
+      s = jnp.where(mask[..., start:end, :end], s, NEG_INF)
+    e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+    denom = jnp.sum(e, axis=-1, keepdims=True)
+    outs.append(jnp.einsum("bngls,bnsd->bngld", e.astype(dtype), v[:, :, :end],
+                           preferred_element_type=jnp.float32) / denom)
+    probs.append(e / denom)
+  return jnp.concatenate(outs, axis=3), probs
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _blocked_core(q, k, v, mask, bias, block, dtype):
+  return _blocked_forward(q, k, v, mask, bias, block, dtype)[0]
+
+
+def _blocked_core_fwd(q, k, v, mask, bias, block, dtype):
+  out, probs = _blocked_forward(q, k, v, mask, bias, block, dtype)
+  return out, (q, k, v, mask, bias, out, probs)
+
+
+def _blocked_core_bwd(block, dtype, residuals, d_out):
+  """dS = P * (dP - rowsum(dO * O)) per block (the row maximum is a constant:
+  its gradient through the softmax is zero)."""
+  q, k, v, mask, bias, out, probs = residuals
+  f32 = jnp.float32
+  dq, dk, dv = [], jnp.zeros(k.shape, f32), jnp.zeros(v.shape, f32)
+  dbias = None if bias is None else jnp.zeros(bias.shape, f32)
+  for (start, end), p in zip(_blocks(q.shape[3], block), probs):
+    do = d_out[:, :, :, start:end].astype(f32)
+    dv = dv.at[:, :, :end].add(jnp.einsum("bngls,bngld->bnsd", p.astype(dtype),
+                                          do.astype(dtype), preferred_element_type=f32))
+    dp = jnp.einsum("bngld,bnsd->bngls", do.astype(dtype), v[:, :, :end],
+                    preferred_element_type=f32)
+    ds = p * (dp - jnp.sum(do * out[:, :, :, start:end], axis=-1, keepdims=True))
+    dq.append(jnp.einsum("bngls,bnsd->bngld", ds.astype(dtype), k[:, :, :end],
+                         preferred_element_type=f32))
+    dk = dk.at[:, :, :end].add(jnp.einsum("bngls,bngld->bnsd", ds.astype(dtype),
+                                          q[:, :, :, start:end], preferred_element_type=f32))
+    if bias is not None:  # summed over the axes the bias is broadcast along
+      axes = tuple(i for i in range(3) if bias.shape[i] == 1 and ds.shape[i] != 1)
+      dbias = dbias.at[..., start:end, :end].add(jnp.sum(ds, axis=axes, keepdims=True))
+  return (jnp.concatenate(dq, axis=3).astype(q.dtype), dk.astype(k.dtype),
+          dv.astype(v.dtype), None, None if bias is None else dbias.astype(bias.dtype))
+
+
+_blocked_core.defvjp(_blocked_core_fwd, _blocked_core_bwd)
+
+
+def attention_block(length: int, platform: str) -> int:
+  """Query block of ``causal_blocked_attention`` for a length and backend; 0: none.
+
+  Chosen on CPU, where the elementwise work on [L, S] dominates at d_k = 32..64:
+  blocks of 64 up to 8 blocks, wider ones beyond (fewer, larger matmuls).
+  Accelerators keep one block (their fused kernels are a separate question).
+  """
+  if platform != "cpu" or length < 128:
+    return 0
+  return max(64, -(-length // 8))
+
+
+def max_attention_logit(q_BLHK, k_BSNK, mask_BhLS=None, *, scale_logits: bool = True):
+  """The largest content logit q.k (/ sqrt(d_k)) that a query is allowed to see.
+
+  The stability diagnostic of Wortsman et al. 2023 (attention logit growth):
+  before any soft-cap and position bias, over every batch row, head, query
+  and unmasked key. A separate product, so that no attention path changes;
+  XLA drops it when nothing reads it.
+  """
+  B, L, H, K = q_BLHK.shape
+  N = k_BSNK.shape[2]
+  logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLHK.reshape(B, L, N, H // N, K),
+                            k_BSNK, preferred_element_type=jnp.float32)
+  if scale_logits:
+    logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
+  if mask_BhLS is not None:
+    logits_BNGLS = jnp.where(_grouped(mask_BhLS, N, H // N), logits_BNGLS, -jnp.inf)
+  return jax.lax.stop_gradient(jnp.max(logits_BNGLS))
+
+
+class Attention(nn.Module):
+  """Self- or cross-attention with optional RoPE and an optional KV cache.
+
+  With ``use_cache`` self-attention keys and values are written into a
+  cache at ``cache_index`` and the queries attend over the whole cache; the
+  caller's mask hides the slots not yet written. Keys are rotated (RoPE) with
+  their own positions before they are cached. Cross-attention with ``use_cache``
+  mode stores the projected encoder keys and values (``cross_key``,
+  ``cross_value``) on the first call with a mutable cache after ``init`` and
+  reuses them afterwards.
+
+  Stability and attention knobs, resolved by the caller (``models.layer_spec``):
+  ``qk_norm`` normalises each head's queries and keys before RoPE
+  (``query_norm``, ``key_norm``, one gain per head dimension shared by the
+  heads, as Qwen3); ``logit_softcap`` bounds the logits (``softcap``);
+  ``gate_width`` > 0 multiplies each head's output by sigmoid(x W_g + b_g)
+  computed from this layer's query input x, with 1 (headwise) or head_dim
+  (elementwise) gates per head, before the output projection (Qiu et al.
+  2025, "Gated Attention for Large Language Models", position G1).
+
+  Self-attention sows its largest logit (``max_attention_logit``) into the
+  ``intermediates`` collection; it is computed only where that collection is
+  mutable (``train.log_layer_stats``).
+  """
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  use_bias: bool = True
+  dropout: float = 0.0
+  rotary: RotarySpec | None = None  # None: no RoPE
+  qk_init: Initializer = xavier()
+  vo_gain: float = 1.0
+  vo_distribution: str = "uniform"
+  use_cache: bool = False
+  deterministic: bool = True
+  dtype: jnp.dtype = jnp.float32
+  scale_logits: bool = True  # divide logits by sqrt(head_dim)
+  # The caller's mask never lets a query see a later key (a decoder's
+  # self-attention): key blocks above the diagonal may be skipped.
+  causal: bool = False
+  qk_norm: Callable[..., nn.Module] | None = None  # norm_factory(..., axis="kv")
+  logit_softcap: float = 0.0
+  gate_width: int = 0  # gates per head: 0 none, 1 headwise, head_dim elementwise
+  # The backend the program is compiled for ("cpu", "gpu", "tpu"), resolved once
+  # by the run's set-up (``models.build_model``), never from the tracing host:
+  # it picks the attention kernel and the product form.
+  platform: str = "cpu"
+
+  @nn.compact
+  def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, positions_BL=None,
+               cache_index=None, segment_ids_BL=None):
+    """``segment_ids_BL`` (self-attention), when given, says that ``mask`` is
+    exactly "same segment of these ids, key not padding" (and causal with
+    ``causal``), which lets a kernel rebuild the mask from the ids (TPU)."""
+    D = x_BLD.shape[-1]
+    is_self = kv_BSD is None
+    kv_BSD = x_BLD if is_self else kv_BSD
+
+    def proj(name, heads, init, features=None):
+      return nn.DenseGeneral(
+          (heads, features or self.head_dim), axis=-1, use_bias=self.use_bias,
+          dtype=self.dtype, name=name,
+          dot_general=products.dot_general_for(self.dtype, self.platform),
+          kernel_init=nn.with_logical_partitioning(init, ("embed", "heads", "kv")),
+          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
+
+    vo_in = xavier(self.vo_gain, self.vo_distribution)
+    # Projections over tokens flattened to one axis ([T, D] x [D, H*K]), as in
+    # the FFN: no transposed activation copies for the weight gradients.
+    flat = lambda x: x.reshape(-1, x.shape[-1])
+    unflat = lambda y, x: y.reshape(*x.shape[:-1], *y.shape[1:])
+    q = unflat(proj("query", self.num_heads, self.qk_init)(flat(x_BLD)), x_BLD)
+    if self.qk_norm is not None:
+      q = self.qk_norm(name="query_norm")(q)
+    cross_cached = self.use_cache and not is_self and self.has_variable("cache", "cross_key")
+    if cross_cached:
+      # Cross-attention while decoding: the encoder's keys and values were
+      # projected once per sequence (``search`` primes them), not every step.
+      k = self.get_variable("cache", "cross_key")
+      v = self.get_variable("cache", "cross_value")
+    else:
+      k = unflat(proj("key", self.num_kv_heads, self.qk_init)(flat(kv_BSD)), kv_BSD)
+      v = unflat(proj("value", self.num_kv_heads, vo_in)(flat(kv_BSD)), kv_BSD)
+      if self.qk_norm is not None:
+        k = self.qk_norm(name="key_norm")(k)
+      if (self.use_cache and not is_self and not self.is_initializing()
+          and self.is_mutable_collection("cache")):
+        self.put_variable("cache", "cross_key", k)
+        self.put_variable("cache", "cross_value", v)
+    if self.rotary is not None:
+      q = rope(q, positions_BL, self.rotary)
+      k = rope(k, positions_BL, self.rotary)
+
+    if self.use_cache and is_self:
+      k, v = self._update_cache(k, v, cache_index)
+    if is_self and self.is_mutable_collection("intermediates"):
+      self.sow("intermediates", "max_attention_logit",
+               max_attention_logit(q, k, mask, scale_logits=self.scale_logits))
+
+    if not self.deterministic and self.dropout > 0.0:
+      out_BLHK = dot_product_attention(
+          q, k, v, mask, bias, dropout_rng=self.make_rng("dropout"),
+          dropout=self.dropout, deterministic=False, dtype=self.dtype,
+          scale_logits=self.scale_logits, logit_softcap=self.logit_softcap)
+    else:
+      out_BLHK = self._attend(q, k, v, mask, bias,
+                              segment_ids_BL if is_self and not self.use_cache else None)
+    if self.gate_width:
+      gate = proj("gate", self.num_heads, self.qk_init, self.gate_width)(flat(x_BLD))
+      out_BLHK = out_BLHK * jax.nn.sigmoid(
+          unflat(gate, x_BLD).astype(jnp.float32)).astype(out_BLHK.dtype)
+    B, L = out_BLHK.shape[:2]
+    return nn.DenseGeneral(
+        D, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype, name="out",
+        dot_general=products.dot_general_for(self.dtype, self.platform),
+        kernel_init=nn.with_logical_partitioning(
+            xavier(self.vo_gain, self.vo_distribution),
+            ("heads", "kv", "embed")),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+    )(out_BLHK.reshape(B * L, *out_BLHK.shape[2:])).reshape(B, L, D)
+
+  def _attend(self, q_BLHK, k_BSNK, v_BSNK, mask, bias, segment_ids_BL=None):
+    """The attention path for the target backend and shape (no dropout).
+
+    TPU: the splash kernel (``tpu_attention``: FlashAttention, O(L) memory)
+    where the mask is segments (and causal) and there is no position bias.
+    GPU: ``fused_attention`` (cuDNN's flash attention where it applies; no
+    soft-cap there). CPU: the causal blocked path, else ``fast_attention``.
+    """
+    L, S = q_BLHK.shape[1], k_BSNK.shape[1]
+    platform = self.platform
+    if (platform == "tpu" and segment_ids_BL is not None and bias is None
+        and tpu_attention.splash_applies(L, S)):
+      return tpu_attention.splash_attention(
+          q_BLHK, k_BSNK, v_BSNK, segment_ids_BL, causal=self.causal,
+          scale_logits=self.scale_logits, logit_softcap=self.logit_softcap,
+          dtype=self.dtype)
+    if platform == "gpu" and not self.logit_softcap:
+      return fused_attention(
+          q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=self.dtype,
+          scale_logits=self.scale_logits, causal=self.causal and L == S,
+          implementation=gpu_attention_implementation(self.dtype, q_BLHK.shape[-1]))
+    block = attention_block(L, platform)
+    # The blocked path's own backward has no soft-cap; capped logits take the
+    # fast path.
+    if self.causal and L == S and block and block < L and not self.logit_softcap:
+      return causal_blocked_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, block=block,
+                                      dtype=self.dtype, scale_logits=self.scale_logits)
+    return fast_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=self.dtype,
+                          scale_logits=self.scale_logits,
+                          logit_softcap=self.logit_softcap)
+
+  def _update_cache(self, k_BLNK, v_BLNK, cache_index):
+    """Writes the new keys/values at ``cache_index``; returns the whole cache.
+
+    On the initialising call (``cache_index`` None) the cache is created with
+    the input's length as its capacity and the inputs are used as they are.
+    """
+    ck = self.variable("cache", "cached_key", jnp.zeros, k_BLNK.shape, k_BLNK.dtype)
+    cv = self.variable("cache", "cached_value", jnp.zeros, v_BLNK.shape, v_BLNK.dtype)
+    if cache_index is None:
+      return k_BLNK, v_BLNK
+    ck.value = jax.lax.dynamic_update_slice(ck.value, k_BLNK.astype(ck.value.dtype),
+                                            (0, cache_index, 0, 0))
+    cv.value = jax.lax.dynamic_update_slice(cv.value, v_BLNK.astype(cv.value.dtype),
+                                            (0, cache_index, 0, 0))
+    return ck.value, cv.value

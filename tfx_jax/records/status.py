@@ -1,0 +1,169 @@
+"""Machine-readable run status: `<workdir>/status.json`.
+
+Example:
+
+  {"state": "running", "step": 1200, "reason": "",
+   "updated": "2025-01-31T12:00:00+00:00", "num_nonfinite_skipped": 0,
+   "seconds": {"startup": 9.1, "compile": 6.6, "train_steps": 58.0,
+               "evaluations": 3.2, "checkpointing": 0.8}, "cores": 1}
+
+``seconds`` is where the run's time went (``Seconds``), summed over every
+attempt made in the workdir (a resumed or re-evaluated run adds to it):
+``startup`` from the process's start to the training loop (interpreter,
+imports, data, state, restoring a checkpoint), ``compile`` the train step's
+compilation and every program's tracing, lowering and compiling (or reading
+from the persistent cache) inside the other timed phases (an evaluation's
+first call compiles the eval step: that is compile, not evaluation),
+``train_steps`` the loop's steps (their input batches and logging included),
+``evaluations`` the evaluations in the loop and after it, ``checkpointing``
+saving (and waiting for) checkpoints. ``cores`` is what the
+process had: its CPU cores (affinity) on a CPU, else its local accelerators.
+
+The file is replaced atomically (write a temporary file in the same
+directory, then `os.replace`), so a reader never sees a half-written file,
+even if the writer is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import pathlib
+import shlex
+import time
+from typing import Any, Iterator, Mapping, Sequence
+
+from tfx_jax.core import atomic as files
+
+STATES = ("running", "finished", "diverged", "failed", "preempted")
+FILENAME = "status.json"
+# Where a run's time goes (status.json's ``seconds``), in the order it is spent.
+PHASES = ("startup", "compile", "train_steps", "evaluations", "checkpointing")
+
+
+def write_status(workdir: str | os.PathLike, state: str, step: int,
+                 reason: str = "", **extra: Any) -> dict[str, Any]:
+  """Atomically writes the status of a run and returns what was written.
+
+  Args:
+    workdir: run directory (must exist).
+    state: one of `STATES`.
+    step: last completed training step.
+    reason: human-readable explanation, e.g. why a run diverged or failed.
+    **extra: further JSON-able fields, e.g. num_nonfinite_skipped=3.
+  """
+  if state not in STATES:
+    raise ValueError(f"status state={state!r}; choose one of {list(STATES)}")
+  status = {
+      "state": state,
+      "step": int(step),
+      "reason": reason,
+      "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(
+          timespec="seconds"),
+      **extra,
+  }
+  files.write_json(pathlib.Path(workdir) / FILENAME, status)
+  return status
+
+
+def read_status(workdir: str | os.PathLike) -> dict[str, Any] | None:
+  """Returns the last status written in `workdir`, or None if there is none."""
+  try:
+    with open(pathlib.Path(workdir) / FILENAME) as f:
+      return json.load(f)
+  except FileNotFoundError:
+    return None
+
+
+def evaluation_marker(workdir: str | os.PathLike, index: int) -> pathlib.Path:
+  """Exists once the run's evaluation after training number ``index`` (of the
+  list its training command or sweep gives) has finished; holds its arguments."""
+  return pathlib.Path(workdir) / "eval" / f"sweep-{index}.done"
+
+
+def mark_evaluation_done(workdir: str | os.PathLike, index: int,
+                         args: Sequence[str]) -> None:
+  marker = evaluation_marker(workdir, index)
+  marker.parent.mkdir(parents=True, exist_ok=True)
+  marker.write_text(shlex.join(args) + "\n")
+
+
+def process_start() -> float | None:
+  """When this process started, in ``time.time()`` seconds (None where the OS
+  does not say): Linux's start time of the process (``/proc/self/stat``, field
+  22, in clock ticks since boot) against the seconds since boot (``/proc/uptime``)."""
+  try:
+    with open("/proc/self/stat") as f:
+      fields = f.read().rsplit(")", 1)[1].split()  # after the command name
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+    started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22; fields[0] is 3
+  except (OSError, ValueError, IndexError):
+    return None
+  return time.time() - (uptime - started)
+
+
+# JAX's duration events of making a program: tracing, lowering to MLIR, and
+# the backend's compile (which includes reading the persistent cache). They
+# nest in no other of these events, so their sum is the time spent making
+# programs.
+COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                  "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                  "/jax/core/compile/backend_compile_duration")
+
+
+class _CompileClock:
+  """Seconds JAX reported making programs in this process (from the first
+  :class:`Seconds` on; one listener per process)."""
+  total = 0.0
+  listening = False
+
+  @classmethod
+  def start(cls) -> None:
+    if not cls.listening:
+      import jax.monitoring  # pylint: disable=import-outside-toplevel
+      jax.monitoring.register_event_duration_secs_listener(cls._on_event)
+      cls.listening = True
+
+  @classmethod
+  def _on_event(cls, event: str, seconds: float, **_) -> None:
+    if event in COMPILE_EVENTS:
+      cls.total += seconds
+
+
+class Seconds:
+  """A run's seconds per phase (``PHASES``): those of earlier attempts
+  (``previous``, status.json's ``seconds``) plus this one's."""
+
+  def __init__(self, previous: Mapping[str, Any] | None = None):
+    self.seconds = {p: float((previous or {}).get(p) or 0.0) for p in PHASES}
+    _CompileClock.start()
+
+  def add(self, phase: str, seconds: float) -> None:
+    self.seconds[phase] += max(0.0, seconds)
+
+  @contextlib.contextmanager
+  def timed(self, phase: str) -> Iterator[None]:
+    """Times ``phase``; what JAX spent making programs meanwhile is compile."""
+    start, compiled = time.perf_counter(), _CompileClock.total
+    try:
+      yield
+    finally:
+      making = _CompileClock.total - compiled
+      self.add(phase, time.perf_counter() - start - making)
+      self.add("compile", making)
+
+  def to_json(self) -> dict[str, float]:
+    return {p: round(self.seconds[p], 3) for p in PHASES}
+
+
+def summed(statuses: list[Mapping[str, Any] | None]) -> dict[str, float]:
+  """The phases' seconds summed over runs' statuses (a run without: 0)."""
+  out = dict.fromkeys(PHASES, 0.0)
+  for status in statuses:
+    for phase, value in ((status or {}).get("seconds") or {}).items():
+      if phase in out and isinstance(value, (int, float)):
+        out[phase] += float(value)
+  return out

@@ -1,0 +1,557 @@
+"""``runs/<sweep>/sweep.json``: what a sweep is and where each of its runs stands.
+
+  SweepRecord   the declaration as run (config, overrides, seeds, axes with
+                their base values, tuned grids (``TunedGrid``: a field's
+                values for every point, or for the points whose axis
+                values match), confirmation seeds, evaluations), the
+                command that reproduces it, the SLURM jobs,
+                the runs added after the declared ones (the confirmation
+                stage, ``--until-resolved``) and the budget of the latter,
+                the report's margins, and its runs
+  RunEntry      one run: name, seed, axis values, tuned values, every
+                override it is trained with, its evaluations, its stage (the
+                tuning stage, or a confirmation seed), and where it stands
+                (state, step, reason, attempts, times)
+
+``python -m tfx_jax.sweep`` writes it (``write``: atomically, as
+``status.json`` is written for a run) and rewrites it whenever a run
+changes; the executors update the entries' bookkeeping from the runs' own
+workdirs; the report reads it (``read``). It sits below both packages: the
+sweep writes it and calls the report, the report reads it, so neither
+package imports the other's record module.
+
+Override values are the fields' own Python types (``validate.coerce`` made
+them so once, from the command line's strings): a learning rate is a float
+in memory, in this file and on the run's command line.
+
+Files written by earlier versions load (``SweepRecord.from_json`` runs
+``_migrate`` first, the one place that knows the older shapes), so a sweep
+started before resumes and reports with the same command.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import json
+import pathlib
+import shlex
+import typing
+from typing import Any, Literal, Mapping, Sequence
+
+from tfx_jax.core import atomic as files
+from tfx_jax.core.errors import ConfigError
+
+FILENAME = "sweep.json"
+
+State = Literal["pending", "running", "finished", "diverged", "failed"]
+# The split a sweep's comparisons read: test where the dataset has one (the
+# selection of tuned values reads validation only), else validation.
+Split = Literal["test", "validation"]
+# The stage a run belongs to. ``tune``: the declared runs (every point at every
+# tuned value and declared seed; a sweep without tuned fields has only
+# these). ``confirm``: a point's fresh seeds at the tuned value its tuning
+# stage chose (``Sweep(confirm=N)``), the only runs a confirmed sweep's
+# verdicts read.
+Stage = Literal["tune", "confirm"]
+
+
+def now() -> str:
+  """A timestamp of sweep.json and the sweep's logs: UTC, to the second."""
+  return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+  """``python -m tfx_jax.evaluate --workdir RUN *args`` after a run's training,
+  for the runs whose overrides match ``when`` (every run when it is empty)."""
+  args: tuple[str, ...]
+  when: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def applies(self, overrides: Mapping[str, Any]) -> bool:
+    return all(k in overrides and overrides[k] == v for k, v in self.when.items())
+
+  def to_json(self) -> list[str] | dict[str, Any]:
+    """sweep.json's form: the argument list, or {"args", "when"} when conditional."""
+    return {"args": list(self.args), "when": dict(self.when)} if self.when else list(self.args)
+
+  @classmethod
+  def from_json(cls, data: Any) -> Evaluation:
+    """An argument list or {"args", "when"} (ConfigError naming what is wrong)."""
+    if isinstance(data, Mapping):
+      unknown = set(data) - {"args", "when"}
+      if unknown or "args" not in data:
+        raise ConfigError(f"an evaluation given as a dict has keys 'args' and optionally "
+                          f"'when', got {sorted(data)}.")
+      args, when = data["args"], data.get("when") or {}
+    else:
+      args, when = data, {}
+    if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+      raise ConfigError(f"an evaluation's arguments are a list of strings, got {args!r}.")
+    return cls(tuple(args), dict(when))
+
+
+def evaluations_for(evaluations: Sequence[Evaluation], overrides: Mapping[str, Any]
+                    ) -> tuple[tuple[str, ...], ...]:
+  """The argument lists of ``evaluations`` that apply to a run with these
+  overrides, in declared order."""
+  return tuple(e.args for e in evaluations if e.applies(overrides))
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedGrid:
+  """A tuned field's values at the points whose overrides match ``when``
+  (every point where it is empty), as evaluations are conditional: each
+  optimizer its own learning-rate grid, Muon alone its Adam ratio.
+
+  Declared as a plain list (one grid for every point), as ``{"values": [...],
+  "when": {...}}``, or as a list of such entries (``tune_grids``)."""
+  values: tuple[Any, ...]
+  when: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def applies(self, overrides: Mapping[str, Any]) -> bool:
+    return all(k in overrides and overrides[k] == v for k, v in self.when.items())
+
+  def to_json(self) -> dict[str, Any]:
+    return {"values": list(self.values), "when": dict(self.when)}
+
+
+# {field: its grids, at most one of which applies at any point}
+Tune = dict[str, tuple[TunedGrid, ...]]
+
+
+def _grid(field: str, entry: Any) -> TunedGrid:
+  """One declared entry (a ``TunedGrid`` or {"values", "when"}) checked."""
+  if isinstance(entry, TunedGrid):
+    values, when = entry.values, entry.when
+  else:
+    unknown = set(entry) - {"values", "when"}
+    if unknown or "values" not in entry:
+      raise ConfigError(f"tune {field}: a conditional grid is {{'values': [...], 'when': "
+                        f"{{AXIS_FIELD: VALUE}}}}, got keys {sorted(entry)}.")
+    values, when = entry["values"], entry.get("when") or {}
+  if not isinstance(values, (list, tuple)) or not values:
+    raise ConfigError(f"tune {field}: values must be a non-empty list, got {values!r}.")
+  if len(set(map(repr, values))) != len(values):
+    raise ConfigError(f"tune {field}: {list(values)} repeats a value.")
+  if not isinstance(when, Mapping):
+    raise ConfigError(f"tune {field}: 'when' is a dict {{AXIS_FIELD: VALUE}}, got {when!r}.")
+  return TunedGrid(tuple(values), dict(when))
+
+
+def tune_grids(tune: Mapping[str, Any]) -> Tune:
+  """Each tuned field's grids from any declared form (ConfigError if malformed):
+
+  - ``[1e-3, 3e-3]``: every point runs at these values;
+  - ``{"values": [1e-3, 3e-3], "when": {"optim.optimizer": "muon"}}``: the
+    points whose axis values match ``when`` only;
+  - a list of such entries: each group of points its own grid (a point no
+    entry matches is not tuned on the field).
+
+  sweep.json and report.json write this same form (``tune_json``)."""
+  out: Tune = {}
+  for field, spec in tune.items():
+    if isinstance(spec, (TunedGrid, Mapping)):
+      out[field] = (_grid(field, spec),)
+    elif isinstance(spec, (list, tuple)):
+      entries = [isinstance(v, (TunedGrid, Mapping)) for v in spec]
+      if spec and all(entries):
+        out[field] = tuple(_grid(field, e) for e in spec)
+      elif any(entries):
+        raise ConfigError(f"tune {field}: give either a list of values or a list of "
+                          f"conditional grids {{'values', 'when'}}, not both: {spec!r}.")
+      else:
+        out[field] = (_grid(field, {"values": spec}),)
+    else:
+      raise ConfigError(f"tune {field}: values must be a non-empty list, got {spec!r}.")
+  return out
+
+
+def tune_json(tune: Tune) -> dict[str, Any]:
+  """A field with one grid for every point as its list of values (the shape
+  sweep.json had before per-point grids), else its grids as {"values", "when"}."""
+  return {field: (list(grids[0].values) if len(grids) == 1 and not grids[0].when
+                  else [g.to_json() for g in grids])
+          for field, grids in tune.items()}
+
+
+def grid_at(tune: Tune, overrides: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
+  """{field: values} of the grids that apply to a point whose runs have
+  ``overrides`` (a field no grid applies to is not tuned there); a
+  ConfigError where two grids of one field apply."""
+  out = {}
+  for field, grids in tune.items():
+    applying = [g for g in grids if g.applies(overrides)]
+    if len(applying) > 1:
+      raise ConfigError(
+          f"tune {field}: {len(applying)} grids apply to the point "
+          f"{ {k: overrides.get(k) for g in applying for k in g.when} }: "
+          + "; ".join(f"{list(g.values)} when {dict(g.when) or 'always'}" for g in applying)
+          + ". Make their conditions exclusive.")
+    if applying:
+      out[field] = applying[0].values
+  return out
+
+
+def tuned_values(grids: Sequence[TunedGrid]) -> tuple[Any, ...]:
+  """Every value of a field's grids, in first-seen order."""
+  seen: dict[str, Any] = {}
+  for grid in grids:
+    for value in grid.values:
+      seen.setdefault(repr(value), value)
+  return tuple(seen.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class AxisRecord:
+  """An axis as recorded: its label, every field it sets, its values (each a
+  dict of overrides, ``{}`` the base itself), the index of the value the
+  others are compared with (``spec.reference_index``) and the comparisons the
+  sweep declares besides (``Sweep.comparisons``): (value index, base index)
+  pairs, the value compared against the pair's base in every context."""
+  label: str
+  fields: tuple[str, ...]
+  values: tuple[dict[str, Any], ...]
+  reference: int = 0
+  comparisons: tuple[tuple[int, int], ...] = ()
+
+  def to_json(self) -> dict[str, Any]:
+    return {"label": self.label, "fields": list(self.fields),
+            "values": [dict(v) for v in self.values], "reference": self.reference,
+            "comparisons": [list(pair) for pair in self.comparisons]}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> AxisRecord:
+    values = tuple(dict(v) for v in data["values"])
+    # An axis written before declared pairs has none (``_migrate``).
+    pairs = tuple((int(v), int(b)) for v, b in data.get("comparisons", ()))
+    for v, b in pairs:
+      if v == b or not (0 <= v < len(values) and 0 <= b < len(values)):
+        raise ValueError(f"sweep.json: axis {data['label']}: comparison [{v}, {b}] is not "
+                         f"two different value indices of its {len(values)} values.")
+    return cls(data["label"], tuple(data["fields"]), values, int(data["reference"]), pairs)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunProgress:
+  """Where a run stands, as read from its workdir (``state.run_state``)."""
+  state: State
+  step: int
+  reason: str
+  compile_seconds: float | None
+
+
+@dataclasses.dataclass
+class RunEntry:
+  """One run of the sweep.
+
+  The first fields say what the run is and never change once the record is
+  built; the rest is its bookkeeping, which the executors update in place as
+  the run progresses (``observe``, ``attempts``, ``wall_seconds``) before
+  sweep.json is written again.
+  """
+  name: str
+  seed: int
+  values: tuple[dict[str, Any], ...]  # the value of each axis, in axis order
+  overrides: dict[str, Any]  # the sweep's overrides + axis values + tuned values + seed
+  tuned: dict[str, Any] = dataclasses.field(default_factory=dict)  # {path: value}
+  evaluations: tuple[tuple[str, ...], ...] = ()  # evaluate's arguments, after training
+  # What the sweep's validation noted for this run: a setting the whole sweep
+  # shares that has no effect at this point, left at its default here.
+  notes: tuple[str, ...] = ()
+  stage: Stage = "tune"
+  state: State = "pending"
+  step: int = 0
+  reason: str = ""
+  attempts: int = 0
+  wall_seconds: float = 0.0
+  compile_seconds: float | None = None
+
+  def observe(self, progress: RunProgress) -> None:
+    """Takes the state read from the run's workdir."""
+    self.state, self.step = progress.state, progress.step
+    self.reason, self.compile_seconds = progress.reason, progress.compile_seconds
+
+  def inherit(self, previous: RunEntry | None) -> None:
+    """Keeps what an earlier invocation counted for this run: its attempts and times."""
+    if previous is not None:
+      self.attempts, self.wall_seconds = previous.attempts, previous.wall_seconds
+      self.compile_seconds = previous.compile_seconds
+
+  def to_json(self) -> dict[str, Any]:
+    return {"name": self.name, "seed": self.seed, "values": [dict(v) for v in self.values],
+            "tuned": dict(self.tuned), "overrides": dict(self.overrides),
+            "evaluations": [list(e) for e in self.evaluations], "notes": list(self.notes),
+            "stage": self.stage, "state": self.state,
+            "step": self.step, "reason": self.reason, "attempts": self.attempts,
+            "wall_seconds": self.wall_seconds, "compile_seconds": self.compile_seconds}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> RunEntry:
+    return cls(name=data["name"], seed=int(data["seed"]),
+               values=tuple(dict(v) for v in data["values"]),
+               overrides=dict(data["overrides"]), tuned=dict(data["tuned"]),
+               evaluations=tuple(tuple(e) for e in data["evaluations"]),
+               notes=tuple(data["notes"]), stage=_choice(data["stage"], Stage, "stage"),
+               state=_choice(data["state"], State, "state"), step=int(data["step"]),
+               reason=data["reason"], attempts=int(data["attempts"]),
+               wall_seconds=float(data["wall_seconds"]),
+               compile_seconds=data["compile_seconds"])
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmJob:
+  """One submitted job array: task i runs ``runs[i]``."""
+  job_id: str
+  submitted: str
+  slurm_args: str
+  runs: tuple[str, ...]
+
+  def to_json(self) -> dict[str, Any]:
+    return {"job_id": self.job_id, "submitted": self.submitted,
+            "slurm_args": self.slurm_args, "runs": list(self.runs)}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> SlurmJob:
+    return cls(str(data["job_id"]), data["submitted"], data["slurm_args"], tuple(data["runs"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class AddedRun:
+  """A run added after the declared ones: run ``like`` (declared, or added
+  before it) at another seed, in ``stage``: a confirmation seed, or a seed
+  ``--until-resolved`` added. Its tuned values are ``like``'s, fixed when it
+  was added: a later analysis never moves a run already added."""
+  name: str
+  seed: int
+  like: str
+  stage: Stage = "tune"
+
+  def to_json(self) -> dict[str, Any]:
+    return {"name": self.name, "seed": self.seed, "like": self.like, "stage": self.stage}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> AddedRun:
+    return cls(data["name"], int(data["seed"]), data["like"],
+               _choice(data["stage"], Stage, "stage"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportOptions:
+  """The report's margins given to the sweep command (None: the report's default)."""
+  stall_margin: float | None = None
+  equivalence_margin: float | None = None
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> ReportOptions:
+    return cls(data["stall_margin"], data["equivalence_margin"])
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepRecord:
+  """The content of sweep.json. Its fields are fixed once built; its lists
+  grow as the sweep goes (``runs`` and ``added`` by the confirmation stage
+  and ``--until-resolved``, ``slurm_jobs`` by each submission) and its
+  entries' bookkeeping changes."""
+  name: str
+  config: str  # "configs/lm.py:tiny"
+  seeds: tuple[int, ...]  # the declared seeds (a tuned sweep's tuning seeds)
+  axes: tuple[AxisRecord, ...]
+  runs: list[RunEntry]
+  description: str = ""
+  overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # every run's
+  evaluations: tuple[Evaluation, ...] = ()
+  # Each tuned field's grids (``TunedGrid``; a plain list given is read as one
+  # grid for every point): ``grid`` says which apply at a run's point.
+  tune: Tune = dataclasses.field(default_factory=dict)
+  select_by: str = "eval/loss"
+  # Confirmation seeds per point (0: none): fresh seeds at each point's chosen
+  # tuned value, once the tuning stage has finished (``confirmation_seeds``).
+  confirm: int = 0
+  # --until-resolved's MAX_SEEDS, fixed by the first invocation that adds
+  # seeds adaptively: it fixes the looks over which the report's sequential
+  # test spends alpha (``report.analysis.sequential_design``). None: seeds are
+  # never added, and the report keeps the fixed-seed analysis.
+  until_resolved: int | None = None
+  report_split: Split = "validation"
+  base_values: dict[str, Any] = dataclasses.field(default_factory=dict)  # of the axes' fields
+  command: str = ""  # the command that reproduces the sweep
+  cwd: str = ""
+  created: str = ""
+  updated: str = ""
+  slurm_jobs: list[SlurmJob] = dataclasses.field(default_factory=list)
+  added: list[AddedRun] = dataclasses.field(default_factory=list)
+  report_options: ReportOptions = ReportOptions()
+
+  def __post_init__(self):
+    object.__setattr__(self, "tune", tune_grids(self.tune))
+
+  def grid(self, entry: RunEntry) -> dict[str, tuple[Any, ...]]:
+    """{field: values} tuned at ``entry``'s point: its own grid, which every
+    run of the point shares (the grids' conditions read axis values)."""
+    return grid_at(self.tune, entry.overrides)
+
+  def point_grid(self, key: tuple[int, ...]) -> dict[str, tuple[Any, ...]]:
+    """``grid`` of the point with this key ({} where it has no run)."""
+    entry = next((e for e in self.runs if self.point_key(e) == tuple(key)), None)
+    return {} if entry is None else self.grid(entry)
+
+  def point_key(self, entry: RunEntry) -> tuple[int, ...]:
+    """The index of each of the run's axis values: the point it belongs to."""
+    return tuple(axis.values.index(value) for axis, value in zip(self.axes, entry.values))
+
+  def confirmation_seeds(self) -> tuple[int, ...]:
+    """The ``confirm`` seeds right above the largest tuning seed (``--seeds 0
+    --confirm 3``: 1, 2, 3): the same for every point, so comparisons stay
+    paired, and none of them a seed of the tuning stage (a sweep started
+    before stages existed may have seeds added above the declared ones)."""
+    top = max([*self.seeds, *(e.seed for e in self.runs if e.stage == "tune")])
+    return tuple(range(top + 1, top + 1 + self.confirm))
+
+  def to_json(self) -> dict[str, Any]:
+    return {
+        "name": self.name, "description": self.description, "config": self.config,
+        "overrides": dict(self.overrides), "seeds": list(self.seeds),
+        "evaluations": [e.to_json() for e in self.evaluations],
+        "tune": tune_json(self.tune), "select_by": self.select_by,
+        "confirm": self.confirm, "until_resolved": self.until_resolved,
+        "report_split": self.report_split, "axes": [a.to_json() for a in self.axes],
+        "base_values": dict(self.base_values), "command": self.command, "cwd": self.cwd,
+        "created": self.created, "slurm_jobs": [j.to_json() for j in self.slurm_jobs],
+        "runs": [r.to_json() for r in self.runs], "added": [a.to_json() for a in self.added],
+        "report_options": self.report_options.to_json(), "updated": self.updated}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any]) -> SweepRecord:
+    """The record of sweep.json's content, written by this or an earlier version."""
+    data = _migrate(data)
+    return cls(
+        name=data["name"], config=data["config"], seeds=tuple(int(s) for s in data["seeds"]),
+        axes=tuple(AxisRecord.from_json(a) for a in data["axes"]),
+        runs=[RunEntry.from_json(r) for r in data["runs"]],
+        description=data["description"], overrides=dict(data["overrides"]),
+        evaluations=tuple(Evaluation.from_json(e) for e in data["evaluations"]),
+        tune=tune_grids(data["tune"]), select_by=data["select_by"],
+        confirm=int(data["confirm"]),
+        until_resolved=(None if data["until_resolved"] is None
+                        else int(data["until_resolved"])),
+        report_split=_choice(data["report_split"], Split, "report_split"),
+        base_values=dict(data["base_values"]), command=data["command"], cwd=data["cwd"],
+        created=data["created"], updated=data["updated"],
+        slurm_jobs=[SlurmJob.from_json(j) for j in data["slurm_jobs"]],
+        added=[AddedRun.from_json(a) for a in data["added"]],
+        report_options=ReportOptions.from_json(data["report_options"]))
+
+
+def _choice(value: Any, kind: Any, what: str) -> Any:
+  """``value`` if it is one of the ``Literal`` ``kind``'s choices."""
+  if value not in typing.get_args(kind):
+    raise ValueError(f"sweep.json: {what}={value!r} is not one of "
+                     f"{list(typing.get_args(kind))}.")
+  return value
+
+
+def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
+  """sweep.json's content in the current shape (a copy; the current shape as is).
+
+  What earlier versions did not write, and what it means:
+
+  - before tuned fields: no ``tune`` (nothing tuned), ``select_by``
+    (eval/loss), ``report_split`` (validation, the only split then), and no
+    ``tuned`` per run;
+  - before ``--until-resolved``: no ``added``; before the report's margins
+    were kept: no ``report_options`` (the report's defaults);
+  - before confirmation seeds: no ``confirm`` (0: none), no ``stage`` per run
+    or per added run (every run was a declared run or a seed added to one:
+    ``tune``);
+  - before the sequential test of adaptive seeds: no ``until_resolved``. A
+    sweep whose command has ``--until-resolved N`` was run with adaptive
+    seeds, up to N (``_until_resolved``): its report tests it sequentially;
+    otherwise none (None: the fixed-seed analysis);
+  - before per-point tuned grids: each tuned field as one list of values
+    for every point, which ``tune_grids`` reads as it is (the form still
+    written for such a field);
+  - before conditional evaluations: evaluations as argument lists only, and
+    no ``evaluations`` per run: every run had every evaluation of the record;
+  - before shared settings inactive at some points were allowed: no
+    ``notes`` per run;
+  - before declared comparisons (``Sweep.comparisons``): no ``comparisons``
+    per axis (none: every value against the axis's reference only), which
+    ``AxisRecord.from_json`` reads as none;
+  - bookkeeping a hand-written record (a test, a tool) may leave out:
+    description, overrides, base values, command, cwd, times, SLURM jobs;
+    an axis's ``fields`` (those its values set) and ``reference`` (its first
+    value); a run's overrides, state (pending), step, reason, attempts and times.
+  """
+  data = copy.deepcopy(dict(data))
+  for key, default in (("description", ""), ("overrides", {}), ("evaluations", []),
+                       ("tune", {}), ("select_by", "eval/loss"), ("confirm", 0),
+                       ("report_split", "validation"), ("base_values", {}),
+                       ("command", ""), ("cwd", ""), ("created", ""), ("updated", ""),
+                       ("slurm_jobs", []), ("added", []),
+                       ("report_options", {"stall_margin": None, "equivalence_margin": None})):
+    data.setdefault(key, default)
+  for axis in data["axes"]:
+    axis.setdefault("fields", list(dict.fromkeys(k for v in axis["values"] for k in v)))
+    axis.setdefault("reference", 0)
+  for added in data["added"]:
+    added.setdefault("stage", "tune")
+  evaluations = [Evaluation.from_json(e) for e in data["evaluations"]]
+  for run in data["runs"]:
+    run.setdefault("overrides", {})
+    run.setdefault("tuned", {})
+    if "evaluations" not in run:
+      run["evaluations"] = [list(a) for a in evaluations_for(evaluations, run["overrides"])]
+    for key, default in (("notes", []), ("stage", "tune"), ("state", "pending"),
+                         ("step", 0), ("reason", ""),
+                         ("attempts", 0),
+                         ("wall_seconds", 0.0), ("compile_seconds", None)):
+      run.setdefault(key, default)
+  if "until_resolved" not in data:
+    data["until_resolved"] = _until_resolved(data)
+  return data
+
+
+def _until_resolved(data: Mapping[str, Any]) -> int | None:
+  """MAX_SEEDS of a sweep.json written before it was recorded: the value of
+  ``--until-resolved`` in its command (the latest invocation's), else, where
+  seeds were added all the same (an invocation without the flag came last),
+  the most seeds any point reached at one tuned value: the smallest budget
+  consistent with the file. None: no seed was ever added adaptively."""
+  try:
+    argv = shlex.split(data.get("command") or "")
+  except ValueError:
+    argv = []
+  for i, arg in enumerate(argv):
+    value = (arg.partition("=")[2] if arg.startswith("--until-resolved=")
+             else argv[i + 1] if arg == "--until-resolved" and i + 1 < len(argv) else None)
+    if value is not None and value.isdigit() and int(value) > 0:
+      return int(value)
+  if not data["added"]:
+    return None
+  seeds: dict[str, set[int]] = {}
+  for run in data["runs"]:
+    key = json.dumps([run["values"], run["tuned"]], sort_keys=True)
+    seeds.setdefault(key, set()).add(int(run["seed"]))
+  return max(len(s) for s in seeds.values())
+
+
+def read(sweep_dir: str | pathlib.Path) -> SweepRecord | None:
+  """The sweep directory's record, None where it has no sweep.json yet."""
+  try:
+    text = (pathlib.Path(sweep_dir) / FILENAME).read_text()
+  except FileNotFoundError:
+    return None
+  return SweepRecord.from_json(json.loads(text))
+
+
+def write(sweep_dir: str | pathlib.Path, record: SweepRecord) -> None:
+  """Atomically replaces sweep.json (a reader never sees half a file), stamped
+  with the time it was written."""
+  sweep_dir = pathlib.Path(sweep_dir)
+  sweep_dir.mkdir(parents=True, exist_ok=True)
+  files.write_json(sweep_dir / FILENAME, {**record.to_json(), "updated": now()})
