@@ -28,7 +28,7 @@ usage: ./launch.sh COMMAND
   bench ARGS...   python benchmarks/bench.py ARGS... inside .venv: speed against
                   Hugging Face PyTorch (e.g. --quick --json bench.json; a
                   relative path is in the repository); the PyTorch side needs
-                  the bench extra (README.md, Performance)
+                  the bench extra (docs/performance.md)
   compile ARGS... python -m tfx_jax.compile ARGS... inside .venv, with the
                   tpu-aot extra (libtpu) installed: compile a run for a TPU
                   topology on this machine and check that it fits (e.g.

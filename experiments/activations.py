@@ -12,9 +12,7 @@ in the paper (d_ff 3072 plain vs 2048 gated). Published direction (T5-base,
 log-perplexity; ReLU, GELU and Swish are within ~0.015 of each other.
 
 Each activation's learning rate is chosen over ``RATES`` on the validation
-split of tuning seed 0 (in the last run every activation chose 3e-3, by
-0.16-0.27 nats over its neighbours in the mean of two tuning seeds: one seed
-decides it);
+split of tuning seed 0;
 then each activation runs 8 fresh confirmation seeds at its chosen rate
 (``confirm``), and the comparisons read those, seeds paired, at the full
 alpha (a fixed number of seeds, so no sequential correction is needed).

@@ -10,11 +10,9 @@ time flat in depth): 6 layers trained 600 steps, 24 layers 1,200 (the depth
 and its run length are one axis, zipped), so that a 24-layer post-LN run that
 stalls has had twice the steps to leave the unigram plateau, and "fails"
 reads as more than "starts late". Every point is trained at each rate of
-its grid (``RATES``, or ``GRIDS``) with the same 60-step warmup and a cosine decay over its own
-length. The last run's grid started at 1e-3, and 6-layer post-LN and both
-DeepNorm points chose it, so 3e-4 is added for every point. On this grid
-post-LN at 24 layers chose 3e-4 and pre-LN at 24 layers 1e-2, both at an
-edge, so those two points also run 1e-4 and 3e-2 (``GRIDS``). Each point is
+its grid (``RATES``, 3e-4 to 1e-2; ``GRIDS``: also 1e-4 for post-LN and 3e-2
+for pre-LN at 24 layers) with the same 60-step warmup and a cosine decay over
+its own length. Each point is
 compared at its best rate on 3 fresh confirmation seeds, paired (the last
 run's DeepNorm vs pre-LN at 24 layers, -0.039 nats with a paired spread of
 0.004, resolves with 3), each norm against pre-LN at the same depth. The

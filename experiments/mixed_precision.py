@@ -5,7 +5,7 @@
 
 Axis: ``compute_dtype`` float32 / bfloat16. In bf16 the products and
 activations are bf16; parameters, the optimizer state and the softmax / loss
-statistics stay float32 (the README's "The ablation axes"). The claim to
+statistics stay float32 (docs/configs.md, ``compute_dtype``). The claim to
 check is that bf16 trains like float32: the report's paired difference in
 test loss, with its interval, against an equivalence band of 0.02 nats
 (``--equivalence-margin 0.02``).

