@@ -31,7 +31,7 @@ from tfx_jax.model.families import build_model  # noqa: E402
 
 VOCAB, D, LAYERS, HEADS = 100, 32, 2, 4
 # float32 throughout: every architecture agrees to this (measured maxima are in
-# the README, "Hugging Face checkpoints").
+# docs/huggingface.md).
 TOL = 1e-4
 
 

@@ -296,7 +296,7 @@ def test_cached_decoding_scanned_layers(family, position):
                            schedules=(PREFILL_THEN_ONE_AT_A_TIME,))
 
 
-# The stability and attention knobs (README, "The ablation axes"), every value
+# The stability and attention knobs (docs/axes.md), every value
 # in one of these, each with another position scheme.
 KNOBS = {
     "qk_rmsnorm-headwise_gate-window-global_every-dyt": dict(

@@ -100,7 +100,7 @@ def _train(meshes: list[dict], devices: int) -> subprocess.Popen:
   return _run(_TRAIN, [json.dumps(meshes)], devices)
 
 
-# The rules, restated: logical axis -> mesh axis (README's sharding table).
+# The rules, restated: logical axis -> mesh axis (docs/scale.md, "Meshes and logical axis names").
 RULES = {"embed": "fsdp", "mlp": "tensor", "heads": "tensor", "vocab": "tensor"}
 NAMES = {"kernel": {"wi": ("layers", "embed", "mlp"), "wv": ("layers", "embed", "mlp"),
                     "wo": ("layers", "mlp", "embed"),

@@ -319,7 +319,7 @@ def test_sweep_json_is_the_record_serialised_and_reads_back(tmp_path):
   assert overrides["optim.learning_rate"] == 3e-3 and isinstance(
       overrides["optim.learning_rate"], float)
   assert overrides["train.num_steps"] == 30 and overrides["model.use_bias"] is False
-  # The keys a reader of sweep.json (the README, a script) knows.
+  # The keys a reader of sweep.json (docs/sweeps.md, a script) knows.
   data = json.loads((tmp_path / "sweep.json").read_text())
   assert {"name", "config", "overrides", "seeds", "axes", "runs", "command", "tune",
           "select_by", "report_split", "report_options", "slurm_jobs", "added"} <= set(data)

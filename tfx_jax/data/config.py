@@ -20,7 +20,7 @@ from tfx_jax.core import typed_config
 TokenizerKind = Literal["sentencepiece", "byte", "hf"]
 # data.name=files: a .txt document per file, or per blank-line separated block.
 TextLayout = Literal["file", "paragraphs"]
-# How lm and mlm make rows of seq_len tokens (README, "Data"). documents: whole
+# How lm and mlm make rows of seq_len tokens (docs/data.md, "Packing: documents or a stream"). documents: whole
 # documents packed first-fit, attention masked per document, positions
 # restarting at 0 in each (a document longer than a row is cut into rows).
 # stream: the split's documents concatenated in dataset order, each followed

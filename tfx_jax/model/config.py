@@ -32,7 +32,7 @@ AttentionGate = Literal["none", "headwise", "elementwise"]
 Activation = Literal["relu", "gelu", "gelu_tanh", "swish", "glu", "reglu", "geglu",
                      "geglu_tanh", "swiglu", "bilinear"]
 Position = Literal["sinusoidal", "learned", "t5_bias", "rope", "alibi", "none"]
-# Names of the policies in blocks._REMAT_POLICIES (README, "Sizes"); every
+# Names of the policies in blocks._REMAT_POLICIES (docs/configs.md, "Sizes, dtype, schedules and optimizers"); every
 # choice here must have a policy there.
 Remat = Literal["none", "full", "dots", "dots_with_no_batch_dims"]
 DType = Literal["float32", "bfloat16"]
@@ -137,7 +137,7 @@ class ModelConfig:
   scan_layers: bool = False
   remat: Remat = "none"
   dtype: DType = "float32"  # compute dtype; params stay float32
-  # ---- stability and attention knobs (README, "The ablation axes") ----------
+  # ---- stability and attention knobs (docs/axes.md) ----------
   qk_norm: QKNorm = "none"
   qk_norm_heads: QKNormHeads = "per_head"
   attention_logit_softcap: SoftCap = 0.0  # Gemma 2: 50
@@ -146,7 +146,7 @@ class ModelConfig:
   attention_window: Window = 0  # keys within this distance of the query (itself included)
   global_every: GlobalEvery = 0  # with a window: layers k, 2k, ... (1-based) attend fully
   attention_gate: AttentionGate = "none"
-  # ---- mixture of experts (model/layers/moe.py; README, "The ablation axes") -----
+  # ---- mixture of experts (model/layers/moe.py; docs/axes.md) -----
   ffn_type: FfnType = "dense"
   num_experts: int = 8
   experts_per_token: int = 2  # k of the top-k routing

@@ -123,7 +123,7 @@ class EvalConfig:
   # Batches of the fixed evaluation shuffle each evaluation reads; 0: the whole
   # split. The tiny presets read the whole split: a sample of it adds its own
   # noise to every run's loss (eval/loss_se), larger than a quarter of the
-  # seed-to-seed spread for the tiny LM at 4 batches (README, "Fair comparisons").
+  # seed-to-seed spread for the tiny LM at 4 batches (docs/fair-comparisons.md).
   num_batches: int = 8
   batch_size: int = 32
   num_bleu_examples: int = 64  # translation: BLEU on a fixed validation subset
