@@ -129,6 +129,14 @@ def test_damaged_latest_falls_back_with_warning(tmp_path, caplog, damage):
   np.testing.assert_array_equal(restored.state.params["dense"]["kernel"], 2.0)
   assert restored.data_state == {"epoch": 0, "position": 2}
   assert "step 3" in caplog.text and "falling back to step 2" in caplog.text
+  # One line: which step, which file, what was done (not TensorStore's dump).
+  [warning] = [r.getMessage() for r in caplog.records
+               if r.levelno == logging.WARNING and "unreadable" in r.getMessage()]
+  assert "\n" not in warning and len(warning) < 300 + len(str(tmp_path)) * 2, warning
+  assert warning.startswith(f"checkpoint at step 3 in {tmp_path} is unreadable (")
+  assert warning.endswith(f"; moved it to {tmp_path / '3.damaged'}; falling back to step 2")
+  if damage is not _delete_state_metadata:  # the arrays' files: named
+    assert " reading 3/state/d/" in warning, warning
   # The damaged step is set aside, so it is no longer "latest" and step 3 can
   # be written again by the resumed run.
   assert (tmp_path / "3.damaged").is_dir() and not (tmp_path / "3").exists()
@@ -137,6 +145,23 @@ def test_damaged_latest_falls_back_with_warning(tmp_path, caplog, damage):
     assert ckpt.save(3, _state(3), None, CONFIG, force=True)
     ckpt.wait()
     assert ckpt.latest_step() == 3
+
+
+def test_a_damaged_step_is_described_in_one_short_line(tmp_path):
+  """TensorStore's error (the driver spec, escaped, thousands of characters)
+  becomes its status code and the deepest file it names under the step."""
+  step_dir = tmp_path / "3"
+  spec = '{\\"path\\":\\"' + f"{step_dir}/state/" + '\\"}' * 40
+  error = ValueError(
+      f'NOT_FOUND: Error opening "zarr" driver: Error reading "step/.zarray" at local file '
+      f'"{step_dir}/state/": Error reading local file "{step_dir}/state/d/44a3" '
+      f"[tensorstore_spec='{spec}']\n  and more")
+  assert checkpoint.damage_text(error, step_dir) == "ValueError NOT_FOUND reading 3/state/d/44a3"
+  # Another step's files (30 is not 3) are not this step's; a long first line is cut.
+  other = FileNotFoundError(f"{tmp_path / '30' / 'state'} " + "x" * 200 + "\nsecond line")
+  text = checkpoint.damage_text(other, step_dir)
+  assert text.startswith(f"FileNotFoundError {tmp_path / '30'}") and text.endswith("...")
+  assert "reading" not in text and "\n" not in text and len(text) < 140
 
 
 def test_explicit_damaged_step_does_not_fall_back(tmp_path):

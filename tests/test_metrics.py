@@ -79,3 +79,30 @@ def test_a_resumed_run_reads_as_one_run_without_a_restart_warning(tmp_path, capl
   with caplog.at_level("WARNING"):
     assert metrics.read_scalars(tmp_path)["train/loss"] == [(1, 9.0), (2, 8.0), (3, 0.5)]
   assert not [r for r in caplog.records if "restart" in r.getMessage()]
+
+
+def test_a_sweep_s_compared_fields_are_the_first_hparams_columns(tmp_path):
+  """TensorBoard's HParams view of a sweep lists ~100 config fields: the
+  sweep's axes, tuned fields and seed (``first``) are registered first and
+  marked as differing, so they lead in the registered order and in the order
+  TensorBoard 2.15+ shows (differing columns first, then by name)."""
+  from tensorboard.plugins.hparams import api_pb2  # pylint: disable=import-outside-toplevel
+  from tensorboard.plugins.hparams import backend_context  # pylint: disable=import-outside-toplevel
+  config = {f"data.field_{i:02d}": i for i in range(40)}
+  config.update({"model.activation": "swiglu", "model.d_model": 64,
+                 "optim.learning_rate": 3e-3, "seed": 1, "train.num_steps": 20})
+  first = ("model.activation", "optim.learning_rate", "seed", "model.not_in_config")
+  with metrics.MetricWriter(tmp_path) as writer:
+    writer.write_hparams(config, ["eval/loss"], first=first)
+  columns = metrics.read_hparam_columns(tmp_path)
+  assert [name for name, _ in columns[:3]] == list(first[:3])
+  assert [name for name, differs in columns if differs] == list(first[:3])
+  assert sorted(name for name, _ in columns) == sorted(config)  # each field once
+  experiment = api_pb2.Experiment(hparam_infos=[
+      api_pb2.HParamInfo(name=name, differs=differs) for name, differs in columns])
+  backend_context._sort_and_reduce_to_hparams_limit(experiment)  # pylint: disable=protected-access
+  assert {info.name for info in experiment.hparam_infos[:3]} == set(first[:3])
+  # Without ``first`` (a run outside a sweep): the config's order, nothing marked.
+  with metrics.MetricWriter(tmp_path / "plain") as writer:
+    writer.write_hparams(config, ["eval/loss"])
+  assert metrics.read_hparam_columns(tmp_path / "plain") == [(k, False) for k in config]

@@ -12,6 +12,8 @@ import json
 import os
 import pathlib
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,10 +23,13 @@ import time
 import pytest
 
 from tfx_jax.run import metrics
+from tfx_jax.records import run_spec
 from tfx_jax.records import status as status_lib
+from tfx_jax.report import collect
 from tfx_jax.sweep import cli
 from tfx_jax.sweep import local
 from tfx_jax.sweep import spec as spec_lib
+from tfx_jax.sweep import state as state_lib
 from tfx_jax.records.sweep import SweepRecord
 from helpers import ROOT, TINY, subprocess_env, sweep_in_process
 
@@ -213,18 +218,23 @@ def test_an_evaluation_runs_only_where_its_condition_holds(tmp_path, capsys):
   del older["runs"][1]["evaluations"]
   assert [list(e) for e in SweepRecord.from_json(older).runs[1].evaluations] == [
       ["--lengths", "1x,2x"]]
-  # The training command runs the evaluations (--evaluate), or, with
+  # The training command runs the evaluations its spec names, or, with
   # --separate-evaluations, an evaluation command each follows it.
+  rope_spec, alibi_spec = (run_spec.of_entry(record, e) for e in record.runs)
+  assert len(rope_spec.evaluations) == 2 and len(alibi_spec.evaluations) == 1
+  assert "yarn" in rope_spec.evaluations[1]
   script = slurm.render_script(tmp_path / "runs" / "pos", record, record.runs, "python",
                                tmp_path)
   rope_task, alibi_task = script.split("# position-alibi_s0")
-  assert rope_task.count("--evaluate=") == 2 and alibi_task.count("--evaluate=") == 1
-  assert "--rope_scaling yarn" in rope_task and "tfx_jax.evaluate" not in script
+  assert f"--spec {tmp_path / 'runs' / 'pos' / 'position-rope_s0' / 'run_spec.json'}" in rope_task
+  assert "tfx_jax.evaluate" not in script and "--config" not in script
+  assert not any(run_spec.of_entry(record, e, in_process=False).evaluations
+                 for e in record.runs)
   script = slurm.render_script(tmp_path / "runs" / "pos", record, record.runs, "python",
                                tmp_path, separate_evaluations=True)
   rope_task, alibi_task = script.split("# position-alibi_s0")
   assert "sweep-1.done" in rope_task and "sweep-1.done" not in alibi_task
-  assert "--evaluate=" not in script
+  assert "--rope_scaling yarn" in rope_task and "--rope_scaling" not in alibi_task
   # A condition on a field no axis, tuned field or override sets is refused.
   code, _, err = in_process([f"{file}:other", "--workdir", tmp_path / "runs"], capsys)
   assert code == 2 and "when model.norm_type: no axis, tuned field or override" in err
@@ -325,6 +335,46 @@ def test_sweep_json_is_the_record_serialised_and_reads_back(tmp_path):
           "select_by", "report_split", "report_options", "slurm_jobs", "added"} <= set(data)
   assert {"name", "seed", "values", "tuned", "overrides", "state", "step", "reason",
           "attempts", "wall_seconds", "compile_seconds"} <= set(data["runs"][0])
+
+
+def test_a_run_s_spec_holds_its_typed_values_and_the_report_reads_them(tmp_path):
+  """Each run's spec (run_spec.json) is its validated entry: the config file,
+  the overrides in their own types, the seed, the evaluations, the compared
+  fields; it reads back as it was. The report reads the values a run trained
+  with from its spec, and from sweep.json where a run has none (started
+  before specs were written, or not started)."""
+  sweep = cli.declared_sweep(cli._parser().parse_args(
+      ["--config", "configs/lm.py:tiny", "--axis", "model.activation=relu,swiglu",
+       "--tune", "optim.learning_rate=1e-3,3e-3"]), {"train.num_steps": "30"})
+  axes, runs = spec_lib.expand(sweep)
+  record = cli.build_record(sweep, axes, runs, "cmd", None)
+  entry = record.runs[-1]
+  spec = state_lib.write_spec(tmp_path, record, entry)
+  assert spec == run_spec.RunSpec(
+      config="configs/lm.py:tiny", seed=0, sweep=record.name, name=entry.name,
+      overrides={"train.num_steps": 30, "model.activation": "swiglu",
+                 "optim.learning_rate": 3e-3},
+      axis_fields=("model.activation",), tuned_fields=("optim.learning_rate",),
+      evaluations=entry.evaluations)  # a tuned sweep's test split: ("--split", "test")
+  assert spec.evaluations == (("--split", "test"),)
+  assert spec.config_overrides == entry.overrides and spec.tuned == entry.tuned
+  assert isinstance(spec.tuned["optim.learning_rate"], float)
+  assert spec.compared_fields == ("model.activation", "optim.learning_rate", "seed")
+  again = run_spec.read(tmp_path / entry.name)
+  assert again == spec and isinstance(again.axis_fields, tuple)
+  assert run_spec.read(tmp_path / record.runs[0].name) is None
+  with pytest.raises(ValueError, match="version"):
+    run_spec.RunSpec.from_json({**spec.to_json(), "version": 2})
+  with pytest.raises(ValueError, match="seed is its own field"):
+    run_spec.RunSpec(config="c", overrides={"seed": 1}, seed=1)
+  # sweep.json holds the latest invocation's overrides (60 steps); the run
+  # that trained from its spec (30) reports its own, the others sweep.json's.
+  later = dataclasses.replace(record, runs=[dataclasses.replace(
+      e, overrides={**e.overrides, "train.num_steps": 60}) for e in record.runs])
+  trained = collect.as_trained(tmp_path, later)
+  steps = {e.name: e.overrides["train.num_steps"] for e in trained.runs}
+  assert steps == {**{e.name: 60 for e in record.runs}, entry.name: 30}
+  assert trained.runs[-1].tuned == {"optim.learning_rate": 3e-3}
 
 
 OPTIMIZER_AXIS = {"optim.optimizer": ["adamw", "adam", "adafactor"]}
@@ -548,6 +598,12 @@ def test_grid_runs_show_their_hyperparameters_in_tensorboard(grid):
   assert hparams["model.norm_type"] == "rmsnorm"
   assert hparams["seed"] == 1.0
   assert "eval/loss" in metric_names
+  # The sweep's axes and the seed are the first of the ~100 columns.
+  columns = metrics.read_hparam_columns(
+      sweep_dir / "activation-swiglu_norm_type-rmsnorm_s1" / "tensorboard")
+  assert columns[:3] == [("model.activation", True), ("model.norm_type", True),
+                         ("seed", True)]
+  assert len(columns) > 50 and not any(differs for _, differs in columns[3:])
 
 
 @pytest.mark.slow
@@ -604,6 +660,39 @@ def test_kill_9_of_the_sweep_then_rerun_runs_each_point_once(grid, env, tmp_path
     for tag in ("train/loss", "eval/loss"):
       assert final_scalars(sweep_dir / name, tag) == final_scalars(reference, tag)
   assert interrupted >= 1, "the kill landed after every run had finished"
+
+
+@pytest.mark.slow
+def test_a_run_started_before_specs_resumes_from_its_spec_bitwise(tmp_path, env):
+  """A sweep directory whose run was started as sweeps started runs before
+  run_spec.json (the training command with override flags) and stopped at
+  step 10: the same sweep command writes the run's spec and resumes it from
+  its checkpoint, and the steps after 10 are those the flags trained, bitwise."""
+  sweep_dir = tmp_path / "runs" / "old"
+  workdir = sweep_dir / "activation-swiglu_s0"
+  overrides = {**TINY, "model.activation": "swiglu", "seed": 0}
+  flags = [sys.executable, "-m", "tfx_jax.train", "--config", "configs/lm.py:tiny",
+           "--workdir", str(workdir),
+           *[f"--config.{k}={spec_lib.format_value(v)}" for k, v in overrides.items()]]
+  proc = subprocess.run(flags, cwd=ROOT, env=env, capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  straight = {tag: final_scalars(workdir, tag) for tag in ("train/loss", "eval/loss")}
+  shutil.rmtree(workdir / "checkpoints" / "20")
+  status_lib.write_status(workdir, "preempted", 10, reason="received SIGTERM")
+  (sweep_dir / "sweep.json").write_text(json.dumps({
+      "name": "old", "config": "configs/lm.py:tiny", "seeds": [0],
+      "axes": [{"label": "model.activation", "values": [{"model.activation": "swiglu"}]}],
+      "runs": [{"name": workdir.name, "seed": 0, "values": [{"model.activation": "swiglu"}],
+                "overrides": overrides, "state": "running", "step": 10}]}))
+  assert not (workdir / run_spec.FILENAME).exists()
+  proc = sweep(["--config", "configs/lm.py:tiny", "--axis", "model.activation=swiglu",
+                "--name", "old", "--workdir", tmp_path / "runs", *BASE_FLAGS], env)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert "Resumed from step 10" in (workdir / "sweep.log").read_text()
+  assert run_spec.read(workdir).config_overrides == overrides
+  assert {tag: final_scalars(workdir, tag) for tag in straight} == straight
+  assert (sweep_dir / "report.md").exists()
 
 
 @pytest.mark.slow
@@ -665,14 +754,38 @@ def test_a_run_s_evaluations_run_in_its_training_command_unless_separate(tmp_pat
                 "evaluations": [["--split", "test"], ["--lengths", "1x,2x"]]}]})
   entry = record.runs[0]
   [command] = local.LocalExecutor(tmp_path, record, 1, {})._commands(entry)
-  assert command[1:3] == ["-m", "tfx_jax.train"]
-  assert command[-2:] == ["--evaluate=--split test", "--evaluate=--lengths 1x,2x"]
+  assert command[1:] == ["-m", "tfx_jax.train", "--spec", str(tmp_path / "r" / "run_spec.json"),
+                         "--workdir", str(tmp_path / "r")]
+  spec = state_lib.write_spec(tmp_path, record, entry)
+  assert run_spec.read(tmp_path / "r") == spec
+  assert spec.evaluations == (("--split", "test"), ("--lengths", "1x,2x"))
   train, *evals = local.LocalExecutor(tmp_path, record, 1, {},
                                       separate_evaluations=True)._commands(entry)
-  assert not any(a.startswith("--evaluate") for a in train)
+  assert train == command
+  assert state_lib.write_spec(tmp_path, record, entry, in_process=False).evaluations == ()
   assert [e[1:5] for e in evals] == [["-m", "tfx_jax.evaluate", "--workdir",
                                       str(tmp_path / "r")]] * 2
   assert [e[5:] for e in evals] == [["--split", "test"], ["--lengths", "1x,2x"]]
+
+
+def test_a_slurm_submission_writes_each_task_s_spec(tmp_path, monkeypatch):
+  """The sbatch script's tasks run the same training command as the local
+  executor; each run's spec is written when the array is submitted."""
+  from tfx_jax.sweep import slurm  # pylint: disable=import-outside-toplevel
+  record = SweepRecord.from_json({
+      "name": "s", "config": "configs/lm.py:tiny", "seeds": [0, 1], "axes": [],
+      "runs": [{"name": f"r_s{seed}", "seed": seed, "values": [],
+                "overrides": {"optim.learning_rate": 3e-3, "seed": seed},
+                "evaluations": [["--split", "test"]]} for seed in (0, 1)]})
+  monkeypatch.setattr(slurm, "submit", lambda script, args, env: "17")
+  job, script = slurm.submit_sweep(tmp_path, record, record.runs[1:], "python", "", tmp_path,
+                                   separate_evaluations=True)
+  assert job == "17" and record.slurm_jobs[-1].runs == ("r_s1",)
+  assert shlex.join(state_lib.train_command(tmp_path / "r_s1", "python")) in script.read_text()
+  spec = run_spec.read(tmp_path / "r_s1")
+  assert spec.config_overrides == {"optim.learning_rate": 3e-3, "seed": 1}
+  assert spec.evaluations == ()  # its evaluation command follows it in the script
+  assert run_spec.read(tmp_path / "r_s0") is None  # not submitted
 
 
 def test_the_first_run_of_every_point_starts_before_the_second_of_any():

@@ -7,6 +7,7 @@ data dir; one 20-step language-model run is shared by most tests.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pathlib
@@ -16,12 +17,13 @@ import numpy as np
 import pytest
 
 from tfx_jax.run import metrics
+from tfx_jax.records import run_spec
 from tfx_jax.records import status as status_lib
 from tfx_jax.run import setup as run_setup
 from tfx_jax.run import trainer
 from tfx_jax.data.sources import embedded_datasets
 from tfx_jax.core.errors import ConfigError
-from helpers import train, train_cli
+from helpers import ROOT, TINY, cli_flags, run_cli, train, train_cli
 
 # ml_collections loads config files with the deprecated importlib load_module().
 pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
@@ -224,6 +226,64 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous(lm_run, tmp_path, 
   assert (result.status, result.step) == ("finished", 30)
   got = dict(metrics.read_scalars(workdir / "tensorboard")["train/loss"])
   assert [got[s] for s in range(1, 21)] == [v for _, v in expected["train/loss"]]
+
+
+# ------------------------------------------------------------ a run's spec
+def _spec_run_config(workdir: pathlib.Path) -> dict:
+  return json.loads((workdir / "config.json").read_text())
+
+
+def test_a_run_from_its_spec_trains_bitwise_as_from_override_flags(tmp_path):
+  """``python -m tfx_jax.train --spec`` (a sweep's run) and ``--config FILE
+  --config.a.b=v`` with the same values: the same config and the same losses,
+  bitwise; the spec's compared fields lead TensorBoard's HParams columns."""
+  overrides = {**TINY, "train.num_steps": 6, "eval.every_steps": 3,
+               "optim.learning_rate": 0.003, "model.activation": "swiglu",
+               "train.label_smoothing": 0.1}
+  flags_dir, spec_dir = tmp_path / "flags", tmp_path / "spec"
+  code, _, err = run_cli(["--config", ROOT / "configs" / "lm.py:tiny", "--workdir", flags_dir,
+                          *cli_flags(overrides), "--config.seed=1"])
+  assert code == 0, err
+  spec = run_spec.RunSpec(config=str(ROOT / "configs" / "lm.py:tiny"), overrides=overrides,
+                          seed=1, axis_fields=("model.activation",),
+                          tuned_fields=("optim.learning_rate",), sweep="s", name="r")
+  path = run_spec.write(spec_dir, spec)
+  code, _, err = run_cli(["--spec", path, "--workdir", spec_dir])
+  assert code == 0, err
+  assert _spec_run_config(spec_dir) == _spec_run_config(flags_dir)
+  from_flags = metrics.read_scalars(flags_dir / "tensorboard")
+  from_spec = metrics.read_scalars(spec_dir / "tensorboard")
+  for tag in ("train/loss", "train/grad_norm", "train/learning_rate", "eval/loss"):
+    assert from_spec[tag] == from_flags[tag], tag  # (step, value) pairs, exactly
+  assert [s for s, _ in from_spec["train/loss"]] == list(range(1, 7))
+  columns = [name for name, _ in metrics.read_hparam_columns(spec_dir / "tensorboard")]
+  assert columns[:3] == ["model.activation", "optim.learning_rate", "seed"]
+  assert not any(differs for _, differs in
+                 metrics.read_hparam_columns(flags_dir / "tensorboard"))
+
+
+def test_a_bad_spec_is_refused_before_anything_runs(tmp_path, monkeypatch):
+  monkeypatch.setattr(run_setup, "ShardedRun", must_not_run)
+  spec = run_spec.RunSpec(config=str(ROOT / "configs" / "lm.py:tiny"),
+                          overrides={"model.activation": "swiglu"}, seed=0,
+                          evaluations=(("--split", "test"),))
+  path = run_spec.write(tmp_path / "r", spec)
+  for args, message in [
+      (["--spec", tmp_path / "none.json"], "no such file"),
+      (["--spec", path, "--config", ROOT / "configs" / "lm.py:tiny"], "Exactly one of"),
+      (["--spec", path, "--evaluate=--split test"], "the spec names the run's evaluations"),
+      ([], "Exactly one of")]:
+    code, _, err = run_cli([*args, "--workdir", tmp_path / "r"])
+    assert code == 2 and message in err and "Traceback" not in err, (args, err)
+  bad = run_spec.RunSpec(config=spec.config, overrides={"model.activaton": "swiglu"}, seed=0)
+  code, _, err = run_cli(["--spec", run_spec.write(tmp_path / "b", bad),
+                          "--workdir", tmp_path / "b"])
+  assert code == 2 and "did you mean" in err.lower() and "model.activation" in err
+  data = spec.to_json()
+  data["seed"] = "0"
+  (tmp_path / "r" / run_spec.FILENAME).write_text(json.dumps(data))
+  code, _, err = run_cli(["--spec", path, "--workdir", tmp_path / "r"])
+  assert code == 2 and "seed is an integer" in err
 
 
 # --------------------------------------------------------------- bad input

@@ -6,6 +6,12 @@ steps are cached on disk (``TFX_JAX_COMPILATION_CACHE``, default
 ``~/.cache/tfx_jax/xla``; empty: off; ``JAX_COMPILATION_CACHE_DIR``, as a
 sweep sets it, wins), so a repeated shape skips compilation.
 
+``--spec RUN/run_spec.json`` instead of ``--config`` and its overrides: the
+run a sweep wrote (``tfx_jax.records.run_spec``: the config file, the typed
+overrides, the seed and the evaluations), trained as ``--config FILE
+--config.a.b=v ...`` with the same values would be; a sweep starts its runs
+this way.
+
 ``--evaluate="--split test"`` (repeatable) evaluates the run after its last
 step, in this process, as ``python -m tfx_jax.evaluate --workdir RUN --split
 test`` would (the same results and files); on a finished run, the same
@@ -27,6 +33,7 @@ import shlex
 import sys
 
 from absl import flags
+import ml_collections
 from ml_collections import config_flags
 
 from tfx_jax.run import distributed
@@ -44,6 +51,10 @@ FLAGS = new_flags(explain=_explain)
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file and preset, e.g. configs/lm.py:tiny.",
     lock_config=True, flag_values=FLAGS)
+_SPEC = flags.DEFINE_string(
+    "spec", None, "A run's specification written by python -m tfx_jax.sweep "
+    "(RUN/run_spec.json: config file, overrides, seed, evaluations), instead of "
+    "--config and its --config.* overrides.", flag_values=FLAGS)
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Directory for checkpoints and logs.", flag_values=FLAGS)
 _EVALUATE = flags.DEFINE_multi_string(
@@ -52,7 +63,27 @@ _EVALUATE = flags.DEFINE_multi_string(
     "repeatable.", flag_values=FLAGS)
 distributed.define_flags(FLAGS)
 flags.adopt_module_key_flags(distributed, flag_values=FLAGS)  # listed in --help
-flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
+flags.mark_flags_as_required(["workdir"], flag_values=FLAGS)
+flags.mark_flags_as_mutual_exclusive(["config", "spec"], required=True, flag_values=FLAGS)
+
+
+def _run() -> tuple[ml_collections.ConfigDict, list[list[str]], tuple[str, ...]]:
+  """(the run's config, its evaluations, the fields TensorBoard's HParams view
+  lists first) from --config and its overrides, or from --spec."""
+  if not _SPEC.value:
+    return _CONFIG.value, [shlex.split(args) for args in _EVALUATE.value], ()
+  if _EVALUATE.value:
+    raise ConfigError("--evaluate with --spec: the spec names the run's evaluations; "
+                      "give --evaluate with --config.")
+  from tfx_jax.records import run_spec  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run.config_base import spec_config  # pylint: disable=import-outside-toplevel
+  try:
+    spec = run_spec.read_file(_SPEC.value)
+  except FileNotFoundError:
+    raise ConfigError(f"--spec {_SPEC.value}: no such file.") from None
+  except ValueError as e:
+    raise ConfigError(f"--spec {_SPEC.value}: {e}") from None
+  return spec_config(spec), [list(e) for e in spec.evaluations], spec.compared_fields
 
 
 def main(argv):
@@ -60,6 +91,7 @@ def main(argv):
   started = status.process_start()  # where the run's startup seconds begin
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
+  config, evaluations, first_hparams = _run()
   # Before jax starts; jax and the trainer load only when a run starts, so
   # --help and flag errors answer at once.
   distributed.initialize_from_flags(FLAGS)
@@ -73,8 +105,8 @@ def main(argv):
   if cache_dir and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     jax.config.update("jax_compilation_cache_dir", cache_dir)
   from tfx_jax.run import trainer
-  evaluations = [shlex.split(args) for args in _EVALUATE.value]
-  result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value, evaluations, started)
+  result = trainer.train_and_evaluate(config, _WORKDIR.value, evaluations, started,
+                                      first_hparams=first_hparams)
   if result.status == "diverged":
     sys.exit(1)
 

@@ -1,3 +1,3 @@
 """Floor 1: the records a run and a sweep write to disk (``status.json``,
-``sweep.json``). Imports core only.
+``sweep.json``, a sweep run's ``run_spec.json``). Imports core only.
 """

@@ -22,7 +22,8 @@ package imports the other's record module.
 
 Override values are the fields' own Python types (``validate.coerce`` made
 them so once, from the command line's strings): a learning rate is a float
-in memory, in this file and on the run's command line.
+in memory, in this file and in the run's ``run_spec.json``
+(``records.run_spec``), which its process trains from.
 
 Files written by earlier versions load (``SweepRecord.from_json`` runs
 ``_migrate`` first, the one place that knows the older shapes), so a sweep

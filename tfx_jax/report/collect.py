@@ -1,6 +1,6 @@
 """Reads what a sweep's runs left on disk: sweep.json (``sweep_record``),
-TensorBoard scalars (through TensorBoard's own event reader), status.json,
-extra evaluations.
+each run's run_spec.json (the values it trained with), TensorBoard scalars
+(through TensorBoard's own event reader), status.json, extra evaluations.
 
 Each run's figures are a plain dict (``run_summary``), so that the tables,
 statistics and plots are pure functions of them (and testable on event
@@ -18,6 +18,7 @@ import statistics
 from typing import Any
 
 from tfx_jax.run import metrics
+from tfx_jax.records import run_spec
 from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as sweep_record
 from tfx_jax.records.sweep import RunEntry, SweepRecord
@@ -214,11 +215,28 @@ def layer_kind_when(kind: str, summaries) -> tuple[str, str]:
           "`train.layer_stats_init_batches` > 0 log the statistics at initialisation)")
 
 
+def as_trained(sweep_dir: pathlib.Path, record: SweepRecord) -> SweepRecord:
+  """``record`` with each run's overrides and tuned values those its process
+  trained with: its ``run_spec.json`` (``records.run_spec``), where it was
+  started from one, else its sweep.json entry (a run started before specs
+  were written, whose command line carried the entry's values, or one not
+  started yet). sweep.json holds the latest invocation's overrides; a run
+  finished under an earlier one keeps its own. Returns ``record``, its
+  entries updated in place."""
+  for entry in record.runs:
+    spec = run_spec.read(sweep_dir / entry.name)
+    if spec is not None:
+      entry.overrides, entry.tuned = spec.config_overrides, spec.tuned
+  return record
+
+
 def collect(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, dict[str, Any]]]:
-  """(sweep.json's record, {run name: run_summary}) of a sweep directory."""
+  """(sweep.json's record, each run's values those it trained with
+  (``as_trained``); {run name: run_summary}) of a sweep directory."""
   record = sweep_record.read(sweep_dir)
   if record is None:
     raise FileNotFoundError(f"{sweep_dir / sweep_record.FILENAME} does not exist: not a "
                             "sweep directory.")
+  as_trained(sweep_dir, record)
   runs = {e.name: run_summary(sweep_dir / e.name, e) for e in record.runs}
   return record, runs

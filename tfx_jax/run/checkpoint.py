@@ -29,6 +29,7 @@ import base64
 import json
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
@@ -165,6 +166,30 @@ class Restored(NamedTuple):
   config: dict[str, Any]  # flattened config saved with the checkpoint
 
 
+def damage_text(error: BaseException, step_dir: pathlib.Path) -> str:
+  """What is wrong with a step's checkpoint, in one short line: the error's
+  kind and the file it names under ``step_dir`` (the deepest one), e.g.
+  ``ValueError NOT_FOUND reading 3/state/d/44a34f10``.
+
+  TensorStore's errors run to thousands of characters (every driver's spec,
+  escaped) and orbax's over several lines; the whole error is logged at INFO.
+  """
+  texts, cause = [], error
+  while cause is not None and len(texts) < 5:  # the chain orbax raises from
+    texts.append(str(cause))
+    cause = cause.__cause__ or cause.__context__
+  under = re.escape(str(step_dir)) + r"(?=$|[/\s\"'\\\]])(?:/[^\s\"'\\\[\],;:]*)?"
+  named = [m.rstrip("/") for m in re.findall(under, "\n".join(texts))]
+  lines = str(error).strip().splitlines()
+  first = lines[0].strip() if lines else ""
+  code = re.match(r"([A-Z][A-Z_]+): ", first)  # absl/TensorStore status codes
+  what = code.group(1) if code else (first[:117] + "..." if len(first) > 120 else first)
+  text = f"{type(error).__name__} {what}".strip()
+  if named:
+    text += f" reading {os.path.relpath(max(named, key=len), step_dir.parent)}"
+  return text
+
+
 class Checkpointer:
   """Saves and restores (state, data_state, config) per step with orbax.
 
@@ -263,16 +288,17 @@ class Checkpointer:
         raise
       except Exception as e:  # pylint: disable=broad-except
         # Any failure to read a listed step means a damaged checkpoint.
-        reason = f"{type(e).__name__}: {str(e)[:300]}"
+        reason = damage_text(e, self.directory / str(candidate))
         errors.append(f"step {candidate}: {reason}")
         following = candidates[i + 1] if i + 1 < len(candidates) else None
         moved = self._set_aside(candidate) if step is None else None
+        logging.info("checkpoint at step %d: the full error: %s", candidate, e)
         logging.warning(
             "checkpoint at step %d in %s is unreadable (%s); %s%s",
             candidate, self.directory, reason,
+            f"moved it to {moved}; " if moved else "",
             f"falling back to step {following}" if following is not None
-            else "no older checkpoint left",
-            f"; moved it to {moved}" if moved else "")
+            else "no older checkpoint left")
         continue
       if errors:
         logging.warning("restored step %d instead of step %d", candidate,

@@ -17,6 +17,7 @@ from ml_collections import config_dict
 from tfx_jax.core import typed_config
 from tfx_jax.core.errors import ConfigError, did_you_mean
 from tfx_jax.model.config import ModelConfig
+from tfx_jax.records.run_spec import RunSpec
 
 
 def model_defaults() -> ml_collections.ConfigDict:
@@ -165,6 +166,16 @@ def apply_overrides(config, overrides: Mapping[str, Any]) -> None:
       kind = node.get_type(key).__name__
       raise ConfigError(f"{path}={value!r} does not fit the field's type "
                         f"({kind}): {e}") from None
+
+
+def spec_config(spec: RunSpec) -> ml_collections.ConfigDict:
+  """The locked config a run spec names: its file's preset, locked as
+  ``--config`` locks it, with the spec's typed overrides and seed applied, the
+  same values ``--config FILE --config.a.b=v ...`` would set."""
+  config = load_config_file(spec.config)
+  config.lock()
+  apply_overrides(config, spec.config_overrides)
+  return config
 
 
 def unknown_override(argv: list[str]) -> str | None:

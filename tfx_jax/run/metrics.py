@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -121,7 +121,7 @@ class MetricWriter:
     self.write_texts(0, {tag: block})
 
   def write_hparams(self, hparams: Mapping[str, Any],
-                    metric_names: Iterable[str]) -> None:
+                    metric_names: Iterable[str], first: Sequence[str] = ()) -> None:
     """Registers this run in TensorBoard's HParams dashboard.
 
     Args:
@@ -129,6 +129,11 @@ class MetricWriter:
         Values other than bool / number / string are written as strings.
       metric_names: scalar tags (written with `write_scalars` to this same
         logdir) shown as metric columns, e.g. ["eval/loss", "eval/bleu"].
+      first: the fields of ``hparams`` a sweep compares (its axes' and tuned
+        fields, the seed), registered before the others and marked as
+        differing between runs, so that they are the dashboard's first
+        columns among the ~100 fields of a config (TensorBoard keeps the
+        registered order, or, since 2.15, sorts the differing ones first).
 
     The experiment and session-start summaries go into this run's own event
     file (not a separate sub-run with its own copy of the metrics), so the
@@ -142,15 +147,17 @@ class MetricWriter:
     # pylint: enable=g-import-not-at-top
     start = plugin_data_pb2.SessionStartInfo()
     infos = []
-    for name, value in hparams.items():
-      value = _hparam_value(value)
+    leading = [name for name in first if name in hparams]
+    order = list(dict.fromkeys([*leading, *hparams]))
+    for name in order:
+      value = _hparam_value(hparams[name])
       if isinstance(value, bool):
         start.hparams[name].bool_value, kind = value, api_pb2.DATA_TYPE_BOOL
       elif isinstance(value, (int, float)):
         start.hparams[name].number_value, kind = float(value), api_pb2.DATA_TYPE_FLOAT64
       else:
         start.hparams[name].string_value, kind = value, api_pb2.DATA_TYPE_STRING
-      infos.append(api_pb2.HParamInfo(name=name, type=kind))
+      infos.append(api_pb2.HParamInfo(name=name, type=kind, differs=name in leading))
     experiment = api_pb2.Experiment(
         hparam_infos=infos,
         metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m))
@@ -265,6 +272,17 @@ def read_hparams(logdir: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
         content["_hparams_/experiment"])
     metric_names = [m.name.tag for m in data.experiment.metric_infos]
   return hparams, metric_names
+
+
+def read_hparam_columns(logdir: str | os.PathLike) -> list[tuple[str, bool]]:
+  """The HParams dashboard's hyperparameter columns registered by
+  `write_hparams`, in registered order: [(name, differs), ...]."""
+  from tensorboard.plugins.hparams import plugin_data_pb2  # pylint: disable=g-import-not-at-top
+  content = _plugin_tags(load_events(logdir), "hparams")
+  if _EXPERIMENT_TAG not in content:
+    return []
+  data = plugin_data_pb2.HParamsPluginData.FromString(content[_EXPERIMENT_TAG])
+  return [(info.name, info.differs) for info in data.experiment.hparam_infos]
 
 
 def read_tags(logdir: str | os.PathLike) -> dict[str, list[str]]:

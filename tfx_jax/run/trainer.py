@@ -75,7 +75,8 @@ def _write_status(workdir, state: str, step: int, **fields) -> None:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        evaluations: Sequence[Sequence[str]] = (),
-                       started: float | None = None) -> RunResult:
+                       started: float | None = None,
+                       first_hparams: Sequence[str] = ()) -> RunResult:
   """Trains ``config`` in ``workdir``, resuming from its latest checkpoint.
 
   ``evaluations``: argument lists of ``python -m tfx_jax.evaluate`` without
@@ -84,7 +85,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   once (``status.evaluation_marker``), so a finished run started again runs only
   those missing, from its checkpoint. They are checked before anything is
   compiled. ``started``: when the process started (``status.process_start``),
-  where the run's ``startup`` seconds begin; default: now.
+  where the run's ``startup`` seconds begin; default: now. ``first_hparams``:
+  the config fields TensorBoard's HParams view lists first (a sweep's axes and
+  tuned fields, ``RunSpec.compared_fields``).
   """
   started = time.time() if started is None else started
   run = run_config.resolve(config)
@@ -96,7 +99,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   run_config.log_notes(run)
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints",
                                max_to_keep=run.checkpoint.max_to_keep)
-  loop = _TrainingLoop(run, workdir_path, ckpt, requests, started)
+  loop = _TrainingLoop(run, workdir_path, ckpt, requests, started, first_hparams)
   try:
     return loop.run()
   except KeyboardInterrupt:
@@ -131,8 +134,9 @@ class _TrainingLoop:
 
   def __init__(self, config: run_config.RunConfig, workdir: pathlib.Path, ckpt,
                requests: Sequence[tuple[tuple[str, ...], evaluation.Request]] = (),
-               started: float | None = None):
+               started: float | None = None, first_hparams: Sequence[str] = ()):
     self.config, self.model_cfg, self.workdir, self.ckpt = config, config.model, workdir, ckpt
+    self.first_hparams = tuple(first_hparams)
     self.requests, self.started = list(requests), time.time() if started is None else started
     # Where the time goes, added to what earlier attempts in this workdir spent.
     self.previous = status_lib.read_status(workdir) or {}
@@ -280,7 +284,8 @@ class _TrainingLoop:
       self.writer.mark_restart(start_step + 1 if start_step else 0)
     if start_step == 0:
       self.writer.write_config_text(ml_collections.ConfigDict(config.to_dict()))
-      self.writer.write_hparams(self.flat_config, HPARAM_METRICS)
+      self.writer.write_hparams(self.flat_config, HPARAM_METRICS,
+                                first=self.first_hparams)
     _write_status(self.workdir, "running", start_step, **self.timing())
     compile_seconds = None
     self.timer = (step, time.time(), 0.0)  # step, time, tokens since the last log

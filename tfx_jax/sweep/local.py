@@ -1,7 +1,9 @@
 """Runs a sweep's runs on this machine, N at a time.
 
-Each run is the ordinary subprocess ``python -m tfx_jax.train ...``, which
-runs the run's evaluations itself after its last step (``--evaluate``: no new
+Each run is the ordinary subprocess ``python -m tfx_jax.train --spec
+<run>/run_spec.json ...`` (the spec written just before, under the run's
+lock: ``state.write_spec``), which runs the run's evaluations the spec names
+itself after its last step (no new
 interpreter, imports, checkpoint restore or compile per evaluation; a finished
 run started again evaluates from its checkpoint); with
 ``separate_evaluations`` (the sweep's ``--separate-evaluations``) the
@@ -139,12 +141,10 @@ class LocalExecutor:
   # ------------------------------------------------------------------ start
   def _commands(self, entry: RunEntry) -> list[list[str]]:
     workdir = state_lib.run_dir(self.sweep_dir, entry.name)
+    train = state_lib.train_command(workdir)
     if not self.separate_evaluations:
-      return [state_lib.train_command(self.record.config, workdir, entry.overrides,
-                                      evaluations=entry.evaluations)]
-    train = state_lib.train_command(self.record.config, workdir, entry.overrides)
-    evals = state_lib.eval_commands(workdir, entry.evaluations)
-    return [train, *evals]
+      return [train]  # the spec names the evaluations the training process runs
+    return [train, *state_lib.eval_commands(workdir, entry.evaluations)]
 
   def _start(self, entry: RunEntry) -> str:
     """Starts ``entry`` in a free slot: "started", "busy" (locked elsewhere) or "done"."""
@@ -157,6 +157,9 @@ class LocalExecutor:
     if entry.state in state_lib.DONE or (entry.state == "failed" and not self.retry_failed):
       os.close(fd)
       return "done"
+    # Under the run's lock: no other process starts it while its spec changes.
+    state_lib.write_spec(self.sweep_dir, self.record, entry,
+                         in_process=not self.separate_evaluations)
     slot = self.free.pop(0)
     job = _Job(entry, workdir, fd, self._commands(entry), slot, time.time())
     entry.attempts += 1

@@ -1,8 +1,9 @@
 """SLURM executor: one job array, one task per unfinished run.
 
 ``runs/<sweep>/slurm/sweep.sbatch`` runs, in array task i, the i-th unfinished
-run's ordinary training command, which runs its evaluations after training
-(``--evaluate``; with ``--separate-evaluations``, an evaluation command each
+run's ordinary training command (``python -m tfx_jax.train --spec``: the
+run's ``run_spec.json``, written at submission), which runs its evaluations
+after training (with ``--separate-evaluations``, an evaluation command each
 follows it instead), under the run's
 lock (util-linux ``flock``, the same lock the local executor takes), so a
 resubmitted or concurrently running sweep never executes a run twice at once,
@@ -56,8 +57,7 @@ def render_script(sweep_dir: pathlib.Path, record: SweepRecord,
     workdir = state_lib.run_dir(sweep_dir, entry.name)
     w = q(str(workdir))
     in_process = () if separate_evaluations else entry.evaluations
-    train = state_lib.train_command(record.config, workdir, entry.overrides, python,
-                                    evaluations=in_process)
+    train = state_lib.train_command(workdir, python)  # its spec: ``submit_sweep``
     lines += [
         f"  {i})  # {entry.name}",
         f"    W={w}",
@@ -151,6 +151,8 @@ def submit_sweep(sweep_dir: pathlib.Path, record: SweepRecord,
                  cwd: pathlib.Path, env: dict[str, str] | None = None,
                  separate_evaluations: bool = False) -> tuple[str, pathlib.Path]:
   """Writes the sbatch script of ``entries``, submits it, records the job id."""
+  for entry in entries:  # what each task's training command reads
+    state_lib.write_spec(sweep_dir, record, entry, in_process=not separate_evaluations)
   script = sweep_dir / "slurm" / SCRIPT
   script.parent.mkdir(parents=True, exist_ok=True)
   script.write_text(render_script(sweep_dir, record, entries, python, cwd,

@@ -4,6 +4,9 @@
                                 definition, the command, and per run its
                                 overrides, state, step, reason, times
   runs/<sweep>/<run>/           an ordinary training workdir
+  runs/<sweep>/<run>/run_spec.json  what the run trains (``records.run_spec``):
+                                written by the executor before it starts the
+                                run, read by its ``python -m tfx_jax.train --spec``
   runs/<sweep>/<run>/.sweep.lock  held (flock) by whoever executes the run
   runs/<sweep>/<run>/sweep.log    the run's console output, every attempt
   runs/<sweep>/<run>/eval/sweep-<i>.done  extra evaluation i finished
@@ -23,14 +26,15 @@ from __future__ import annotations
 import fcntl
 import os
 import pathlib
-import shlex
 import sys
 import typing
-from typing import Any, Sequence
+from typing import Sequence
 
+from tfx_jax.records import run_spec
 from tfx_jax.records import status as status_lib
-from tfx_jax.sweep.spec import Run, format_value
-from tfx_jax.records.sweep import RunProgress, State, SweepRecord
+from tfx_jax.sweep.spec import Run
+from tfx_jax.records.run_spec import RunSpec
+from tfx_jax.records.sweep import RunEntry, RunProgress, State, SweepRecord
 
 LOCK_FILE = ".sweep.lock"
 LOG_FILE = "sweep.log"
@@ -43,16 +47,23 @@ def run_dir(sweep_dir: pathlib.Path, run: Run | str) -> pathlib.Path:
   return sweep_dir / (run if isinstance(run, str) else run.name)
 
 
-def train_command(config_spec: str, workdir: pathlib.Path, overrides: dict[str, Any],
-                  python: str = sys.executable,
-                  evaluations: Sequence[Sequence[str]] = ()) -> list[str]:
-  """The ordinary, resumable training command of one run; ``evaluations``
-  (``tfx_jax.evaluate``'s arguments) run in it after the last step
-  (``--evaluate``), or, on a finished run, from its checkpoint."""
-  return [python, "-m", "tfx_jax.train", "--config", config_spec,
-          "--workdir", str(workdir),
-          *[f"--config.{k}={format_value(v)}" for k, v in overrides.items()],
-          *[f"--evaluate={shlex.join(args)}" for args in evaluations]]
+def write_spec(sweep_dir: pathlib.Path, record: SweepRecord, entry: RunEntry,
+               in_process: bool = True) -> RunSpec:
+  """Writes the run's spec (``run_spec.json``, from its validated entry) into
+  its directory, where its training command reads it; returns it.
+  ``in_process``: the training process runs the run's evaluations after its
+  last step (or, on a finished run, from its checkpoint); otherwise the
+  executor runs them as commands of their own (``eval_commands``)."""
+  spec = run_spec.of_entry(record, entry, in_process)
+  run_spec.write(run_dir(sweep_dir, entry.name), spec)
+  return spec
+
+
+def train_command(workdir: pathlib.Path, python: str = sys.executable) -> list[str]:
+  """The ordinary, resumable training command of one run, which trains the
+  spec written into its directory (``write_spec``)."""
+  return [python, "-m", "tfx_jax.train", "--spec", str(run_spec.path(workdir)),
+          "--workdir", str(workdir)]
 
 
 def eval_commands(workdir: pathlib.Path, evaluations: Sequence[Sequence[str]],

@@ -1,8 +1,9 @@
 """A sweep is checked whole before anything runs.
 
-For every run: load the base config file, apply the run's overrides exactly as
-``python -m tfx_jax.train --config.a.b=v`` would (``config_base.apply_overrides``:
-same types), and resolve it as the trainer does (``run_config.resolve``: no
+For every run: load the base config file, apply the run's typed overrides
+(``config_base.apply_overrides``: the values the run process applies from its
+``run_spec.json``, ``config_base.spec_config``, and the ones ``--config.a.b=v``
+parses to), and resolve it as the trainer does (``run_config.resolve``: no
 devices, so a sweep for an 8-GPU node is checked on a laptop). The first
 problem is a ConfigError naming the field and the valid choices (and the axis,
 where its value is the cause); the caller exits 2 having written nothing.
