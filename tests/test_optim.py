@@ -626,6 +626,17 @@ def test_runs_differing_only_in_tuned_values_lower_to_one_program():
   assert _lowered_text(constant) != _lowered_text({**constant, **TUNED})
 
 
+@pytest.mark.parametrize("name", [name for name, cls in optim.OptimConfig.registry.items()
+                                  if cls.traced_fields()])
+def test_an_optimizers_own_tuned_values_are_arguments_of_the_program(name):
+  """Its own float fields (muon_momentum, lion_b1, ...) are traced as the
+  shared ones are: one program whatever their values."""
+  cls = optim.OptimConfig.registry[name]
+  base = {"optim.optimizer": name}
+  halved = {f"optim.{f}": 0.5 * getattr(cls, f) for f in cls.traced_fields()}
+  assert _lowered_text({**base, **halved}) == _lowered_text(base)
+
+
 @pytest.mark.parametrize("overrides", [
     {"optim.weight_decay": 0.1},
     {"optim.optimizer": "muon", "optim.schedule": "wsd", "optim.decay_fraction": 0.5,
