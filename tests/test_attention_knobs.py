@@ -19,7 +19,7 @@ import pytest
 
 from tfx_jax.model.blocks import TransformerLayer
 from tfx_jax.core.errors import ConfigError, InactiveSetting
-from tfx_jax.model.layers.attention import Attention
+from tfx_jax.model.layers.attention import Attention, AttentionSpec
 from tfx_jax.model.layers.ffn import FeedForward
 from tfx_jax.model.layers.norms import DyT, RMSNorm, norm_factory
 from tfx_jax.model.layers.positions import rotary_spec
@@ -42,7 +42,7 @@ CAUSAL = np.tril(np.ones((L, L), bool))[None].repeat(B, 0)
 
 def _attention_case(seed, **kwargs):
   x = rand(seed, B, L, D)
-  attn = Attention(num_heads=H, num_kv_heads=N, head_dim=K, **kwargs)
+  attn = Attention(AttentionSpec(num_heads=H, num_kv_heads=N, head_dim=K, **kwargs))
   kw = dict(mask=jnp.asarray(CAUSAL[:, None]),
             positions_BL=jnp.broadcast_to(jnp.arange(L), (B, L)))
   p = _perturbed(attn.init(jax.random.PRNGKey(seed), jnp.asarray(x), **kw)["params"], seed)
@@ -77,7 +77,7 @@ def test_attention_gate(width):
 
 def test_max_attention_logit_is_the_largest_allowed_logit():
   x = rand(4, B, L, D)
-  attn = Attention(num_heads=H, num_kv_heads=N, head_dim=K)
+  attn = Attention(AttentionSpec(num_heads=H, num_kv_heads=N, head_dim=K))
   mask = jnp.asarray(CAUSAL[:, None])
   p = _perturbed(attn.init(jax.random.PRNGKey(4), jnp.asarray(x), mask=mask)["params"])
   _, sown = attn.apply({"params": p}, jnp.asarray(x), mask=mask, mutable=["intermediates"])
@@ -116,7 +116,7 @@ def test_parallel_block_formula(norm_position):
   p = _perturbed(layer.init(jax.random.PRNGKey(6), x, *args)["params"])
   got, _ = layer.apply({"params": p}, x, *args)
   norm = lambda name, y: RMSNorm(eps=cfg.norm_eps).apply({"params": p[name]}, y)
-  attn = lambda y: Attention(num_heads=H, num_kv_heads=N, head_dim=K).apply(
+  attn = lambda y: Attention(AttentionSpec(num_heads=H, num_kv_heads=N, head_dim=K)).apply(
       {"params": p["self_attention"]}, y, mask=mask)
   ffn = lambda y: FeedForward(d_ff=24, act=lambda v: jax.nn.gelu(v, approximate=False),
                               gated=False).apply({"params": p["ffn"]}, y)

@@ -1,5 +1,7 @@
 """The fast attention paths against the plain reference ``dot_product_attention``."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,10 +123,10 @@ def test_causal_module_equals_the_reference_module():
   length = 128
   x = jnp.asarray(np.random.default_rng(3).normal(size=(B, length, 16)), jnp.float32)
   seg, mask = _packed_causal_mask(length)
-  layer = att.Attention(num_heads=4, num_kv_heads=2, head_dim=4, causal=True)
+  layer = att.Attention(att.AttentionSpec(num_heads=4, num_kv_heads=2, head_dim=4, causal=True))
   params = layer.init(jax.random.PRNGKey(0), x, mask=mask)
   got = jax.jit(lambda p: layer.apply(p, x, mask=mask))(params)
-  ref_layer = layer.clone(causal=False)
+  ref_layer = layer.clone(spec=dataclasses.replace(layer.spec, causal=False))
   orig = att.Attention._attend
   try:  # the reference formula in place of every fast path
     att.Attention._attend = lambda self, q, k, v, m, b, *_: att.dot_product_attention(
@@ -213,14 +215,15 @@ def test_the_module_takes_the_fused_path_when_the_backend_is_a_gpu(monkeypatch):
   length = 32
   x = jnp.asarray(np.random.default_rng(6).normal(size=(B, length, 16)), jnp.float32)
   seg, mask = _packed_causal_mask(length)
-  layer = att.Attention(num_heads=4, num_kv_heads=2, head_dim=4, causal=True)
+  layer = att.Attention(att.AttentionSpec(num_heads=4, num_kv_heads=2, head_dim=4, causal=True))
   params = layer.init(jax.random.PRNGKey(0), x, mask=mask)
   ref = layer.apply(params, x, mask=mask)
   calls = []
   fused = att.fused_attention
   monkeypatch.setattr(att, "fused_attention",
                       lambda *a, **kw: calls.append(kw) or fused(*a, **kw))
-  got = layer.clone(platform="gpu").apply(params, x, mask=mask)
+  got = layer.clone(spec=dataclasses.replace(layer.spec, platform="gpu")).apply(
+      params, x, mask=mask)
   assert [(c["implementation"], c["causal"]) for c in calls] == [("xla", True)]
   real = np.asarray(seg > 0)
   np.testing.assert_allclose(np.asarray(got)[real], np.asarray(ref)[real],

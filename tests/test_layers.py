@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tfx_jax.model.blocks import TransformerLayer
-from tfx_jax.model.layers.attention import Attention, dot_product_attention
+from tfx_jax.model.layers.attention import Attention, AttentionSpec, dot_product_attention
 from tfx_jax.model.layers.ffn import FeedForward, activation_fn
 from tfx_jax.model.layers.norms import LayerNorm, RMSNorm
 from tfx_jax.model.layers.positions import (T5RelativeBias, alibi_bias, alibi_slopes, rope,
@@ -239,8 +239,9 @@ def test_attention_module_matches_numpy(num_kv_heads, rope_base, cross):
   kv = rand(21, B, S, D) if cross else None
   positions = np.broadcast_to(np.arange(L), (B, L))
   mask = np.tril(np.ones((L, L), bool))[None, None].repeat(B, 0) if not cross else None
-  module = Attention(num_heads=H, num_kv_heads=num_kv_heads, head_dim=K,
-                     rotary=None if rope_base is None else rotary_spec(K, rope_base))
+  module = Attention(AttentionSpec(
+      num_heads=H, num_kv_heads=num_kv_heads, head_dim=K,
+      rotary=None if rope_base is None else rotary_spec(K, rope_base)))
   args = (jnp.asarray(x),) if not cross else (jnp.asarray(x), jnp.asarray(kv))
   kw = dict(mask=None if mask is None else jnp.asarray(mask),
             positions_BL=jnp.asarray(positions))
@@ -408,16 +409,20 @@ def test_deepnorm_layer_spec_uses_the_stack_constants():
                                     num_layers=6, d_model=16, num_heads=2))
   enc, dec = (layer_spec(cfg, s, cross_attention=s == "decoder")
               for s in ("encoder", "decoder"))
-  assert (enc.alpha, enc.vo_gain) == pytest.approx((1.418, 0.497), abs=1e-3)
-  assert (dec.alpha, dec.vo_gain) == pytest.approx((2.060, 0.343), abs=1e-3)
+  # beta: the gain of the values, the attention's output and the FFN.
+  for spec, (alpha, beta) in ((enc, (1.418, 0.497)), (dec, (2.060, 0.343))):
+    assert (spec.alpha, spec.attention.vo_gain, spec.ffn.vo_gain) == pytest.approx(
+        (alpha, beta, beta), abs=1e-3)
+  assert dec.cross_attention.vo_gain == dec.attention.vo_gain
   cfg = model_config_from_dict(dict(family="decoder_only", norm_position="deepnorm",
                                     num_layers=6, d_model=16, num_heads=2))
   spec = layer_spec(cfg, "decoder", cross_attention=False)
-  assert (spec.alpha, spec.vo_gain) == pytest.approx((1.861, 0.380), abs=1e-3)
+  assert (spec.alpha, spec.attention.vo_gain, spec.ffn.vo_gain) == pytest.approx(
+      (1.861, 0.380, 0.380), abs=1e-3)
   pre = model_config_from_dict(dict(family="decoder_only", norm_position="pre",
                                     num_layers=6, d_model=16, num_heads=2))
   spec = layer_spec(pre, "decoder", cross_attention=False)
-  assert (spec.alpha, spec.vo_gain) == (1.0, 1.0)
+  assert (spec.alpha, spec.attention.vo_gain, spec.ffn.vo_gain) == (1.0, 1.0, 1.0)
 
 
 def _std_and_kurtosis(w):
@@ -502,8 +507,8 @@ def test_residual_formula(norm_position, norm_type):
 
   norm_cls = LayerNorm if norm_type == "layernorm" else RMSNorm
   norm = lambda name, y: norm_cls(eps=cfg.norm_eps).apply({"params": p[name]}, y)
-  attn = lambda y: Attention(num_heads=4, num_kv_heads=2, head_dim=4,
-                             rotary=spec.rotary).apply(
+  attn = lambda y: Attention(AttentionSpec(num_heads=4, num_kv_heads=2, head_dim=4,
+                                           rotary=spec.attention.rotary)).apply(
                                  {"params": p["self_attention"]}, y, mask=mask,
                                  positions_BL=pos)
   ffn = lambda y: FeedForward(d_ff=24, act=jax.nn.silu, gated=True).apply(

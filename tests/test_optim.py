@@ -36,7 +36,7 @@ def _schedule(cfg, d_model=512, num_train_steps=1000):
 
 
 def _optimizer(cfg, d_model=512, num_train_steps=1000):
-  return optim.make_optimizer(*_resolved(cfg, d_model, num_train_steps))
+  return optim.build(*_resolved(cfg, d_model, num_train_steps)).tx
 
 
 def _lr(schedule, count):
@@ -127,8 +127,39 @@ def test_invalid_values_name_field_and_choices(field, value):
 
 
 def test_invalid_choice_lists_valid_choices():
-  with pytest.raises(optim.ConfigError, match="adafactor"):
+  with pytest.raises(optim.ConfigError, match="adafactor") as e:
     _optimizer(_cfg(optimizer="sgd"))
+  assert f"choose one of: {', '.join(optim.OptimConfig.registry)}." in str(e.value)
+
+
+def test_every_registered_optimizer_is_a_choice_with_its_own_fields_on_the_command_line():
+  """The flat section (the ConfigDict, ``--config.optim.<field>``) holds the
+  shared fields and each optimizer's own, at the class's defaults; resolving
+  gives the chosen optimizer's class with exactly its fields."""
+  shared = {f.name for f in dataclasses.fields(optim.OptimConfig)}
+  flat = {f.name: f.default for f in dataclasses.fields(optim.OptimSection)}
+  assert optim.OPTIMIZERS == tuple(optim.OptimConfig.registry)
+  owned = [f for cls in optim.OptimConfig.registry.values() for f in cls.own_fields()]
+  assert len(owned) == len(set(owned))  # each flag has one owner
+  assert set(flat) == {"optimizer", *shared, *owned}
+  for name, cls in optim.OptimConfig.registry.items():
+    resolved, _ = optim.resolve({"optimizer": name}, num_train_steps=100)
+    assert type(resolved) is cls and resolved.optimizer == name
+    assert {f.name for f in dataclasses.fields(resolved)} == shared | set(cls.own_fields())
+    assert all(getattr(resolved, f) == flat[f] for f in cls.own_fields())
+    # Its own float fields are tuned values, traced in the step.
+    hp = optim.hyperparameters(resolved, d_model=8)
+    assert set(hp.own) == set(cls.traced_fields()) <= set(cls.own_fields())
+
+
+def test_an_optimizer_cannot_take_a_field_another_one_owns():
+  @dataclasses.dataclass(frozen=True)
+  class Clash(optim.OptimConfig):
+    lion_b1: float = 0.5
+
+  with pytest.raises(TypeError, match="lion_b1"):
+    optim.OptimConfig.register_subclass("clash")(Clash)
+  assert "clash" not in optim.OptimConfig.registry
 
 
 def test_scale_by_d_model_requires_inverse_sqrt():
@@ -182,7 +213,7 @@ def test_weight_decay_mask_skips_biases_and_norm_scales():
   assert moved == mask
 
 
-@pytest.mark.parametrize("name", ["adam", "adamw", "adafactor"])
+@pytest.mark.parametrize("name", optim.OPTIMIZERS)
 def test_every_optimizer_reduces_a_quadratic(name):
   opt = _optimizer(
       _cfg(optimizer=name, learning_rate=0.1, grad_clip_norm=1.0,
@@ -595,6 +626,17 @@ def test_runs_differing_only_in_tuned_values_lower_to_one_program():
   assert _lowered_text(constant) != _lowered_text({**constant, **TUNED})
 
 
+@pytest.mark.parametrize("name", [name for name, cls in optim.OptimConfig.registry.items()
+                                  if cls.traced_fields()])
+def test_an_optimizers_own_tuned_values_are_arguments_of_the_program(name):
+  """Its own float fields (muon_momentum, lion_b1, ...) are traced as the
+  shared ones are: one program whatever their values."""
+  cls = optim.OptimConfig.registry[name]
+  base = {"optim.optimizer": name}
+  halved = {f"optim.{f}": 0.5 * getattr(cls, f) for f in cls.traced_fields()}
+  assert _lowered_text({**base, **halved}) == _lowered_text(base)
+
+
 @pytest.mark.parametrize("overrides", [
     {"optim.weight_decay": 0.1},
     {"optim.optimizer": "muon", "optim.schedule": "wsd", "optim.decay_fraction": 0.5,
@@ -631,10 +673,10 @@ def test_summary_prints_the_optimizer_state_size():
   from flax import traverse_util
   shapes = traverse_util.unflatten_dict(footprint.param_shapes(run.model), sep="/")
   n = footprint.count_params(run.model)
-  n_muon = optim.parameter_groups(run.optim, shapes)["muon"]["params"]
+  n_muon = run.optim.parameter_groups(shapes)["muon"]["params"]
   assert 0 < n_muon < n
-  assert optim.parameter_groups(dataclasses.replace(run.optim, optimizer="adamw"),
-                                shapes) is None
+  adamw, _ = optim.resolve({"optimizer": "adamw"}, num_train_steps=10)
+  assert adamw.parameter_groups(shapes) is None
   # Two moments (AdamW) or one (Lion) per parameter, plus the step counters;
   # Muon: one moment of its matrices, two of the rest, its NS coefficients.
   assert sizes["adamw"] == 2 * n + 2

@@ -32,7 +32,7 @@ def test_every_section_default_comes_from_its_dataclass():
   assert {k: v for k, v in config.model.to_dict().items() if k != "dtype"} == model
   # Choices come from the Literal types, where the dataclass declares them.
   assert optim.OPTIMIZERS == typing.get_args(typed_config.field_types(
-      optim.OptimConfig)["optimizer"])
+      optim.OptimSection)["optimizer"]) == tuple(optim.OptimConfig.registry)
 
 
 def test_resolve_gives_typed_sections_and_keeps_the_config_as_given():

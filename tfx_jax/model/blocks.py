@@ -37,10 +37,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tfx_jax.model.layers.attention import Attention
+from tfx_jax.model.layers.attention import Attention, AttentionSpec
 from tfx_jax.model.layers.ffn import FeedForward
 from tfx_jax.model.layers.moe import MixtureOfExperts, MoeSpec
-from tfx_jax.model.layers.positions import RotarySpec
 from tfx_jax.model.config import is_moe_layer, is_windowed
 
 
@@ -82,51 +81,52 @@ _BRANCHES = {"pre": _pre_branch, "sandwich": _sandwich_branch}
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerSpec:
-  """Resolved (not raw-config) hyper-parameters of one stack's layers."""
-  num_heads: int
-  num_kv_heads: int
-  head_dim: int
+class FfnSpec:
+  """The FFN sublayer of one stack's layers, resolved from ``model.*``: a dense
+  FFN, or in the MoE layers a mixture of experts (``moe``)."""
   d_ff: int
   act: Callable[[jax.Array], jax.Array]
   gated: bool
-  norm: Callable[..., nn.Module]  # norm_factory(...) partial: norm(name=...)
-  residual: Callable[..., jax.Array]
-  final_norm: bool
-  alpha: float  # DeepNorm residual scale; 1.0 otherwise
-  qk_init: Any
+  use_bias: bool
+  dropout: float  # inside the FFN, after the activation
   vo_gain: float  # DeepNorm beta; 1.0 otherwise
   vo_distribution: str  # "normal" for DeepNorm (Xavier-normal), else "uniform"
-  use_bias: bool
-  scale_logits: bool  # attention logits / sqrt(head_dim)
-  dropout: float
-  attention_dropout: float
-  rotary: RotarySpec | None  # RoPE of self-attention; None: none
-  cross_attention: bool
   dtype: Any
-  causal: bool = False  # self-attention masks are causal (decoder stacks)
-  # model.block='parallel': the branch function of the placement; None: sequential.
-  parallel_branch: Callable[..., jax.Array] | None = None
-  qk_norm: Callable[..., nn.Module] | None = None  # per-head norm of q and k
-  attention_logit_softcap: float = 0.0
-  gate_width: int = 0  # attention gates per head (0: none)
-  attention_window: int = 0  # 0: every layer attends to every key
-  global_every: int = 0
+  platform: str = "cpu"  # the backend compiled for (the products' form)
   moe: MoeSpec | None = None  # the mixture of experts of the MoE layers; None: dense
   moe_every: int = 1
   first_dense_layers: int = 0
-  # The backend the program is compiled for ("cpu", "gpu", "tpu"): the
-  # attention kernel and product form of every layer (models.build_model).
-  platform: str = "cpu"
-
-  def windowed(self, layer: int) -> bool:
-    """Whether self-attention of layer ``layer`` (0-based) is windowed."""
-    return is_windowed(layer, self.attention_window, self.global_every)
 
   def is_moe(self, layer: int) -> bool:
     """Whether layer ``layer`` (0-based) has a mixture of experts as its FFN."""
     return self.moe is not None and is_moe_layer(layer, "moe", self.moe_every,
                                                  self.first_dense_layers)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+  """Resolved (not raw-config) hyper-parameters of one stack's layers: the
+  specs of its parts (``attention``, ``cross_attention``, ``ffn``, each passed
+  whole to its layer) and how the layer joins them (norm placement, block,
+  residual dropout, attention windows)."""
+  attention: AttentionSpec  # self-attention
+  ffn: FfnSpec
+  norm: Callable[..., nn.Module]  # norm_factory(...) partial: norm(name=...)
+  residual: Callable[..., jax.Array]
+  final_norm: bool
+  alpha: float  # DeepNorm residual scale; 1.0 otherwise
+  dropout: float  # residual dropout, on each sublayer's output
+  dtype: Any
+  # Attention to the encoder's output (decoder of encoder_decoder); None: none.
+  cross_attention: AttentionSpec | None = None
+  # model.block='parallel': the branch function of the placement; None: sequential.
+  parallel_branch: Callable[..., jax.Array] | None = None
+  attention_window: int = 0  # 0: every layer attends to every key
+  global_every: int = 0
+
+  def windowed(self, layer: int) -> bool:
+    """Whether self-attention of layer ``layer`` (0-based) is windowed."""
+    return is_windowed(layer, self.attention_window, self.global_every)
 
 
 def residual_for(norm_position: str):
@@ -159,28 +159,22 @@ class TransformerLayer(nn.Module):
     s = self.spec
     drop = lambda y: nn.Dropout(s.dropout)(y, deterministic=self.deterministic)
 
-    def attention(name, rotary, causal=False):
-      return Attention(
-          num_heads=s.num_heads, num_kv_heads=s.num_kv_heads, head_dim=s.head_dim,
-          use_bias=s.use_bias, dropout=s.attention_dropout, rotary=rotary,
-          qk_init=s.qk_init, vo_gain=s.vo_gain, vo_distribution=s.vo_distribution,
-          scale_logits=s.scale_logits, use_cache=self.use_cache,
-          deterministic=self.deterministic, dtype=s.dtype, causal=causal,
-          qk_norm=s.qk_norm, logit_softcap=s.attention_logit_softcap,
-          gate_width=s.gate_width, platform=s.platform, name=name)
+    def attention(name, spec):
+      return Attention(spec, use_cache=self.use_cache, deterministic=self.deterministic,
+                       name=name)
 
     self_mask = mask
     if window_mask is not None:
       self_mask = (window_mask if windowed is True else mask if windowed is False
                    else jnp.where(windowed, window_mask, mask))
-    self_attn = attention("self_attention", s.rotary, causal=s.causal)
+    self_attn = attention("self_attention", s.attention)
     # The segment ids go with the mask only where it is their plain mask (no
     # window): a kernel may then rebuild it from them (model/layers/tpu_attention.py).
     sublayers = [("self_attention", lambda y: self_attn(
         y, mask=self_mask, bias=bias, positions_BL=positions_BL, cache_index=cache_index,
         segment_ids_BL=segment_ids_BL if window_mask is None else None))]
-    if s.cross_attention:
-      cross_attn = attention("cross_attention", None)
+    if s.cross_attention is not None:
+      cross_attn = attention("cross_attention", s.cross_attention)
       sublayers.append(("cross_attention",
                         lambda y: cross_attn(y, encoded_BSD, mask=cross_mask)))
     ffn, stats = self._ffn(mask)
@@ -196,19 +190,19 @@ class TransformerLayer(nn.Module):
   def _ffn(self, mask):
     """The FFN sublayer (the one dispatch point of ``model.ffn_type``, through
     ``moe_layer``), and a dict its router statistics land in when it runs."""
-    s = self.spec
+    f = self.spec.ffn
     stats = {}
     kernel_init = nn.initializers.variance_scaling(
-        s.vo_gain**2, "fan_avg", s.vo_distribution)
+        f.vo_gain**2, "fan_avg", f.vo_distribution)
     if not self.moe_layer:
       return FeedForward(
-          d_ff=s.d_ff, act=s.act, gated=s.gated, use_bias=s.use_bias, dropout=s.dropout,
-          deterministic=self.deterministic, kernel_init=kernel_init, dtype=s.dtype,
-          platform=s.platform, name="ffn"), stats
+          d_ff=f.d_ff, act=f.act, gated=f.gated, use_bias=f.use_bias, dropout=f.dropout,
+          deterministic=self.deterministic, kernel_init=kernel_init, dtype=f.dtype,
+          platform=f.platform, name="ffn"), stats
     moe = MixtureOfExperts(
-        s.moe, act=s.act, gated=s.gated, use_bias=s.use_bias, dropout=s.dropout,
-        deterministic=self.deterministic, vo_gain=s.vo_gain,
-        vo_distribution=s.vo_distribution, dtype=s.dtype, platform=s.platform, name="ffn")
+        f.moe, act=f.act, gated=f.gated, use_bias=f.use_bias, dropout=f.dropout,
+        deterministic=self.deterministic, vo_gain=f.vo_gain,
+        vo_distribution=f.vo_distribution, dtype=f.dtype, platform=f.platform, name="ffn")
 
     def ffn(y_BLD):
       # A real token attends to itself; a padding token (segment 0) to nothing.
@@ -248,7 +242,7 @@ class Stack(nn.Module):
       layer_cls = nn.remat(layer_cls, policy=_REMAT_POLICIES[self.remat],
                            prevent_cse=not self.scan_layers)
     windowed = [self.spec.windowed(i) for i in range(self.num_layers)]
-    moe = [self.spec.is_moe(i) for i in range(self.num_layers)]
+    moe = [self.spec.ffn.is_moe(i) for i in range(self.num_layers)]
     if window_mask is None:
       windowed = [False] * self.num_layers
     args = (mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index, window_mask,

@@ -23,9 +23,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tfx_jax.model.blocks import LayerSpec, Stack, parallel_branch_for, residual_for
+from tfx_jax.model.blocks import (FfnSpec, LayerSpec, Stack, parallel_branch_for,
+                                  residual_for)
 from tfx_jax.model.layers import products
-from tfx_jax.model.layers.attention import softcap, xavier
+from tfx_jax.model.layers.attention import AttentionSpec, softcap, xavier
 from tfx_jax.model.layers.ffn import activation_fn
 from tfx_jax.model.layers.moe import moe_spec
 from tfx_jax.model.layers.norms import JointHeads, norm_factory
@@ -123,23 +124,30 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool,
     # DeepNet: Xavier-normal, gain beta on FFN / value / output, gain 1 on q, k.
     dist = "normal"
     qk_init = xavier(1.0, "normal")
-  return LayerSpec(
+  dtype = _DTYPES[cfg.dtype]
+  attention = AttentionSpec(
       num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads, head_dim=cfg.attention_head_dim,
-      d_ff=cfg.ffn_dim, act=act, gated=gated,
-      norm=norm_factory(cfg.norm_type, cfg.norm_eps, _DTYPES[cfg.dtype]),
-      residual=residual, final_norm=final_norm, alpha=alpha, qk_init=qk_init,
-      vo_gain=beta, vo_distribution=dist, use_bias=cfg.use_bias,
-      scale_logits=cfg.scale_attention_logits, dropout=cfg.dropout,
-      attention_dropout=cfg.attention_dropout, rotary=position_scheme(cfg).rotary,
-      cross_attention=cross_attention, dtype=_DTYPES[cfg.dtype],
-      causal=stack == "decoder",
-      parallel_branch=parallel_branch_for(cfg.block, cfg.norm_position),
-      qk_norm=qk_norm_for(cfg),
-      attention_logit_softcap=cfg.attention_logit_softcap,
+      use_bias=cfg.use_bias, dropout=cfg.attention_dropout,
+      rotary=position_scheme(cfg).rotary, qk_init=qk_init, vo_gain=beta,
+      vo_distribution=dist, dtype=dtype, scale_logits=cfg.scale_attention_logits,
+      causal=stack == "decoder", qk_norm=qk_norm_for(cfg),
+      logit_softcap=cfg.attention_logit_softcap,
       gate_width=_GATE_WIDTHS[cfg.attention_gate](cfg.attention_head_dim),
-      attention_window=cfg.attention_window, global_every=cfg.global_every,
-      moe=moe_spec(cfg), moe_every=cfg.moe_every,
-      first_dense_layers=cfg.first_dense_layers, platform=platform)
+      platform=platform)
+  ffn = FfnSpec(
+      d_ff=cfg.ffn_dim, act=act, gated=gated, use_bias=cfg.use_bias, dropout=cfg.dropout,
+      vo_gain=beta, vo_distribution=dist, dtype=dtype, platform=platform,
+      moe=moe_spec(cfg), moe_every=cfg.moe_every, first_dense_layers=cfg.first_dense_layers)
+  return LayerSpec(
+      attention=attention, ffn=ffn,
+      norm=norm_factory(cfg.norm_type, cfg.norm_eps, dtype),
+      residual=residual, final_norm=final_norm, alpha=alpha, dropout=cfg.dropout,
+      dtype=dtype,
+      # Cross-attention: the same heads, without positions, not causal.
+      cross_attention=(dataclasses.replace(attention, rotary=None, causal=False)
+                       if cross_attention else None),
+      parallel_branch=parallel_branch_for(cfg.block, cfg.norm_position),
+      attention_window=cfg.attention_window, global_every=cfg.global_every)
 
 
 def _with_router_stats(out: dict, **stacks) -> dict:

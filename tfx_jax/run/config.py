@@ -4,7 +4,8 @@ A locked ConfigDict (``configs/*.py`` plus ``--config.*`` overrides) is the
 file format and the command line; :func:`resolve` turns it, here and nowhere
 else, into a :class:`RunConfig`: one frozen dataclass per section
 (``ModelConfig``, ``DataConfig``, ``TrainConfig``, ``EvalConfig``,
-``CheckpointConfig``, ``OptimConfig``, ``FinetuneConfig``, ``MeshConfig``),
+``CheckpointConfig``, ``OptimConfig`` (the chosen optimizer's class),
+``FinetuneConfig``, ``MeshConfig``),
 every field typed and every rule checked, with the values derived from others
 filled in (the optimizer's decay end). The ConfigDict's defaults are generated
 from the same dataclasses (``config_base``). Nothing here looks at devices or
@@ -32,7 +33,7 @@ from tfx_jax.data.config import DataConfig
 from tfx_jax.core.errors import ConfigError, InactiveSetting
 from tfx_jax.run.layer_stats import Param as LayerStatsParam
 from tfx_jax.model.config import DType, ModelConfig, model_config_from_dict
-from tfx_jax.run.optim import OptimConfig
+from tfx_jax.run.optim import OptimConfig, OptimSection
 from tfx_jax.run.sharding import MeshConfig
 
 need = typed_config.need
@@ -172,9 +173,10 @@ class FinetuneConfig:
     return self
 
 
-# The sections besides ``model``, in the order of the config, with their types.
+# The sections besides ``model``, in the order of the config, with their types
+# as the ConfigDict holds them (``optim``: flat, every optimizer's fields).
 SECTIONS = {"data": DataConfig, "train": TrainConfig, "eval": EvalConfig,
-            "checkpoint": CheckpointConfig, "optim": OptimConfig,
+            "checkpoint": CheckpointConfig, "optim": OptimSection,
             "finetune": FinetuneConfig, "mesh": MeshConfig}
 
 

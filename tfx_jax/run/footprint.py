@@ -137,9 +137,9 @@ def boxed_state(config, model_cfg):
   from tfx_jax.run import optim
   from tfx_jax.run import setup as run_setup
 
-  tx = optim.make_optimizer(config.optim,
-                            optim.hyperparameters(config.optim, d_model=model_cfg.d_model))
-  return jax.eval_shape(run_setup.state_initializer(config, model_cfg, tx),
+  optimizer = optim.build(config.optim,
+                          optim.hyperparameters(config.optim, d_model=model_cfg.d_model))
+  return jax.eval_shape(run_setup.state_initializer(config, model_cfg, optimizer.tx),
                         jax.random.PRNGKey(0))
 
 

@@ -1,10 +1,21 @@
-"""The ``optim`` section: learning-rate schedules and optimizers.
+"""The ``optim`` section: its fields, their resolution, and the optimizers.
 
 :class:`OptimConfig` holds the section's fields with their types and choices;
 :func:`resolve` checks it once (every rule, and the values derived from the
-run's length) and the builders below take the resolved section and check
+run's length) and :func:`build` (the optimizer, with its learning-rate
+schedule from ``schedules.py``) takes the resolved section and checks
 nothing again. Invalid values raise ``ConfigError`` naming the field, the value
 and the valid choices.
+
+Each optimizer is one class, registered under its ``optim.optimizer`` name
+(``@OptimConfig.register_subclass``, levanter's shape): a subclass of
+:class:`OptimConfig`, the fields every optimizer shares, that adds its own
+fields (``muon_momentum``, ``lion_b1``, ...), checks them (``check``) and
+builds its update rule (``build``). The ConfigDict stays flat
+(:data:`OptimSection`: the shared fields and every optimizer's own, so
+``--config.optim.lion_b1=0.95`` is what it was); :func:`resolve` turns it into
+the chosen optimizer's class once, and a field of another optimizer set away
+from its default is an inactive setting. Adding an optimizer is one class here.
 
 Static choices and traced values. What changes the program (the optimizer,
 the schedule, whether there is a warmup, whether weight decay or clipping is
@@ -18,20 +29,12 @@ optimizer's state holds none of them, so its tree is the same whatever the
 values (and as it was when they were Python constants: older checkpoints
 resume). ``optim.trace_hyperparameters=False`` compiles the same values in as
 constants instead.
-
-Step convention: optax calls a schedule with `count`, the number of updates
-already applied (0 for the first update). The formulas below are written, as in
-the papers, for a step counted from 1, so every schedule evaluates them at
-`step = count + 1`. The first update therefore gets a small non-zero learning
-rate (e.g. `d_model^-0.5 * warmup^-1.5` for the Transformer schedule) and
-`schedule(warmup_steps - 1)` is the peak, i.e. the rate of update number
-`warmup_steps`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, ClassVar, Literal, NamedTuple, get_args
 
 import jax
 import jax.numpy as jnp
@@ -39,14 +42,14 @@ import numpy as np
 import optax
 
 from tfx_jax.run import muon as muon_lib
+from tfx_jax.run.schedules import make_schedule
 from tfx_jax.core import typed_config
 from tfx_jax.core.errors import ConfigError, InactiveSetting
 
-Optimizer = Literal["adam", "adamw", "adafactor", "muon", "lion"]
-Schedule = Literal["inverse_sqrt", "cosine", "linear", "constant", "wsd"]
+Schedule = Literal["inverse_sqrt", "cosine", "linear", "constant", "wsd"]  # schedules.py
 DecayShape = Literal["linear", "1-sqrt"]
-OPTIMIZERS = get_args(Optimizer)
 SCHEDULES = get_args(Schedule)
+DEFAULT_OPTIMIZER = "adamw"
 
 # Leaf names that never get weight decay, whatever their rank: with scan over
 # layers a bias or norm scale of shape [D] is stored stacked as [layers, D], so
@@ -60,10 +63,23 @@ DERIVED_WARMUP_SHARE = 0.1
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-  """``config.optim``. After :func:`resolve`, ``decay_steps`` is the step at
-  which the decay ends (never 0) and ``warmup_steps`` the warmup the run uses."""
+  """``config.optim`` resolved: the fields every optimizer shares. The run's
+  section is an instance of the chosen optimizer's subclass, which adds its
+  own fields; after :func:`resolve`, ``decay_steps`` is the step at which the
+  decay ends (never 0) and ``warmup_steps`` the warmup the run uses.
 
-  optimizer: Optimizer = "adamw"
+  A subclass, registered with :meth:`register_subclass`, declares its fields
+  (named as on the command line, ``optim.<field>``; its float fields are
+  tuned values, traced: :class:`Hyperparameters`), and may override
+  ``check_shared`` (refuse a shared field it does not read), ``check`` (its
+  own rules) and ``parameter_groups``; it must define ``build``.
+  """
+
+  # Every registered optimizer, by its ``optim.optimizer`` name, in the order
+  # registered (the order of the choices in an error).
+  registry: ClassVar[dict[str, type[OptimConfig]]] = {}
+  optimizer: ClassVar[str] = ""  # the registered name; set by register_subclass
+
   learning_rate: float = 1e-3
   schedule: Schedule = "cosine"
   warmup_steps: int = 100
@@ -80,31 +96,66 @@ class OptimConfig:
   decay_fraction: float = 0.2
   decay_shape: DecayShape = "1-sqrt"
   accumulate_steps: int = 1  # gradients of k micro-batches per update; 1 = off
-  # muon (see tfx_jax/run/muon.py): momentum, Nesterov, Newton-Schulz iterations,
-  # Moonlight's update RMS (0 = Keller Jordan's sqrt(max(1, fan_out/fan_in))),
-  # and the Adam group's rate as a multiple of the Muon group's.
-  muon_momentum: float = 0.95
-  muon_nesterov: bool = True
-  muon_ns_steps: int = 5
-  muon_consistent_rms: float = 0.2
-  adam_learning_rate_ratio: float = 1.0
-  # lion (Chen et al. 2023): the interpolation and the momentum decay.
-  lion_b1: float = 0.9
-  lion_b2: float = 0.99
   # The tuned values are an argument of the compiled step (one program for a
   # whole grid); False compiles them in as constants.
   trace_hyperparameters: bool = True
 
+  @classmethod
+  def register_subclass(cls, name: str):
+    """Class decorator: registers an optimizer under ``optim.optimizer=name``.
+    Its own fields must not be another optimizer's (each flag has one owner)."""
 
-# Fields read only by one optimizer (or schedule): set elsewhere they are
-# inactive settings (see errors.InactiveSetting).
-OPTIMIZER_FIELDS = {
-    "muon": ("muon_momentum", "muon_nesterov", "muon_ns_steps", "muon_consistent_rms",
-             "adam_learning_rate_ratio"),
-    "lion": ("lion_b1", "lion_b2"),
-}
+    def register(sub: type[OptimConfig]) -> type[OptimConfig]:
+      taken = {f for other in cls.registry.values() for f in other.own_fields()}
+      clash = sorted(taken & set(sub.own_fields()))
+      if name in cls.registry or clash:
+        raise TypeError(f"optimizer {name!r}: name or fields {clash} already registered")
+      sub.optimizer = name
+      cls.registry[name] = sub
+      return sub
+
+    return register
+
+  @classmethod
+  def own_fields(cls) -> tuple[str, ...]:
+    """The fields this optimizer adds to the shared ones."""
+    shared = {f.name for f in dataclasses.fields(OptimConfig)}
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in shared)
+
+  @classmethod
+  def traced_fields(cls) -> tuple[str, ...]:
+    """Its own tuned values (the float fields): in ``Hyperparameters.own``."""
+    kinds = typed_config.field_types(cls)
+    return tuple(f for f in cls.own_fields() if kinds[f] is float)
+
+  def check_shared(self) -> None:
+    """Raises :class:`InactiveSetting` for a shared field, set away from its
+    default, that this optimizer does not read (before the ranges are checked)."""
+
+  def check(self) -> None:
+    """Raises ConfigError for an own field out of its range (after the shared ones)."""
+
+  def build(self, schedule: optax.Schedule, hp: Hyperparameters
+            ) -> optax.GradientTransformation:
+    """The update rule (without clipping or accumulation): choices from
+    ``self``, values from ``hp`` (traced inside the train step)."""
+    raise NotImplementedError(f"{type(self).__name__} does not define build")
+
+  def parameter_groups(self, params: Any) -> dict | None:
+    """Which parameters each update rule gets, where the optimizer has several
+    (muon); None otherwise."""
+    del params
+    return None
+
+  def decay(self, hp: Hyperparameters):
+    """The weight decay: traced where on. Off is a choice of the program (no
+    decay term at all), as before the values were traced."""
+    return hp.weight_decay if self.weight_decay else 0.0
+
+
+# Fields read only by one schedule: set elsewhere they are inactive settings
+# (see errors.InactiveSetting). Each optimizer's own fields are the same for it.
 SCHEDULE_FIELDS = {"wsd": ("decay_fraction", "decay_shape")}
-_DEFAULTS = OptimConfig()
 
 
 class Hyperparameters(NamedTuple):
@@ -113,8 +164,9 @@ class Hyperparameters(NamedTuple):
   ``learning_rate`` is the peak the schedule reaches (with
   ``scale_by_d_model``, ``learning_rate * d_model^-0.5 * warmup^-0.5``);
   ``warmup_steps`` and ``decay_steps`` are step counts held as floats
-  (exact below 2^24). A field an optimizer does not read is carried anyway,
-  so every run's step has the same arguments.
+  (exact below 2^24). A shared field an optimizer does not read is carried
+  anyway; ``own`` holds the optimizer's own tuned fields by name
+  (``OptimConfig.traced_fields``: ``{"lion_b1": ..., "lion_b2": ...}``).
   """
 
   learning_rate: Any
@@ -127,11 +179,7 @@ class Hyperparameters(NamedTuple):
   b2: Any
   eps: Any
   grad_clip_norm: Any
-  muon_momentum: Any
-  muon_consistent_rms: Any
-  adam_learning_rate_ratio: Any
-  lion_b1: Any
-  lion_b2: Any
+  own: dict[str, Any]
 
 
 def hyperparameters(cfg: OptimConfig, *, d_model: int) -> Hyperparameters:
@@ -146,9 +194,10 @@ def hyperparameters(cfg: OptimConfig, *, d_model: int) -> Hyperparameters:
     if d_model <= 0:
       raise ConfigError(f"model.d_model={d_model!r} must be > 0")
     peak = peak * d_model**-0.5 * cfg.warmup_steps**-0.5
-  values = {f: getattr(cfg, f) for f in Hyperparameters._fields}
-  values["learning_rate"] = peak
-  return Hyperparameters(**{k: np.float32(v) for k, v in values.items()})
+  shared = {f: getattr(cfg, f) for f in Hyperparameters._fields if f != "own"}
+  shared["learning_rate"] = peak
+  own = {f: np.float32(getattr(cfg, f)) for f in cfg.traced_fields()}
+  return Hyperparameters(**{k: np.float32(v) for k, v in shared.items()}, own=own)
 
 
 def _check(ok: bool, field: str, value: Any, requirement: str) -> None:
@@ -156,47 +205,47 @@ def _check(ok: bool, field: str, value: Any, requirement: str) -> None:
     raise ConfigError(f"optim.{field}={value!r} is not valid: {requirement}")
 
 
-def _check_active(cfg: OptimConfig) -> None:
+def _check_active(flat: Any, cfg: OptimConfig) -> None:
   """A field of another optimizer or schedule, set away from its default."""
-  for owner, kind, table in (("optimizer", cfg.optimizer, OPTIMIZER_FIELDS),
-                             ("schedule", cfg.schedule, SCHEDULE_FIELDS)):
+  defaults = OptimSection()
+  owners = (("optimizer", cfg.optimizer,
+             {name: sub.own_fields() for name, sub in OptimConfig.registry.items()}),
+            ("schedule", cfg.schedule, SCHEDULE_FIELDS))
+  for owner, kind, table in owners:
     for choice, fields in table.items():
       for field in fields:
-        value, default = getattr(cfg, field), getattr(_DEFAULTS, field)
+        value, default = getattr(flat, field), getattr(defaults, field)
         if choice != kind and value != default:
           raise InactiveSetting(
               f"optim.{field}", default,
               f"optim.{field}={value!r} is read by optim.{owner}={choice!r} only "
               f"({owner} is {kind!r}); leave it at {default!r} or use {choice}.")
-  if cfg.optimizer == "lion":
-    for field in ("b1", "b2", "eps"):
-      value, default = getattr(cfg, field), getattr(_DEFAULTS, field)
-      if value != default:
-        raise InactiveSetting(
-            f"optim.{field}", default,
-            f"optim.{field}={value!r} is Adam's; optimizer='lion' reads optim.lion_b1 "
-            f"and optim.lion_b2 (and has no eps): leave it at {default!r}.")
+  cfg.check_shared()
 
 
 def resolve(section: Any, *, num_train_steps: int) -> tuple[OptimConfig, tuple[str, ...]]:
   """The ``optim`` section read, checked and completed for a run of
   ``num_train_steps`` updates: (resolved section, notes for the run's log).
 
-  ``decay_steps`` 0 becomes the run's length. Where that derived end does not
-  leave room for the warmup (a short run of a preset with a long warmup, e.g.
-  ``--config.train.num_steps=30`` with a warmup of 30), the warmup is capped at
-  a tenth of the run (for wsd, also at the start of the decay) and a note says
-  so; a ``decay_steps`` the user set that does not come after the warmup is an
-  error naming both fields.
+  ``section`` is the flat section (an :data:`OptimSection`, or a mapping of
+  some of its fields); the result is an instance of the chosen optimizer's
+  class. ``decay_steps`` 0 becomes the run's length. Where that derived end
+  does not leave room for the warmup (a short run of a preset with a long
+  warmup, e.g. ``--config.train.num_steps=30`` with a warmup of 30), the
+  warmup is capped at a tenth of the run (for wsd, also at the start of the
+  decay) and a note says so; a ``decay_steps`` the user set that does not come
+  after the warmup is an error naming both fields.
   """
-  cfg = section if isinstance(section, OptimConfig) else typed_config.read(
-      OptimConfig, "optim", section)
+  flat = section if isinstance(section, OptimSection) else typed_config.read(
+      OptimSection, "optim", section)
+  chosen = OptimConfig.registry[flat.optimizer]
+  cfg = chosen(**{f.name: getattr(flat, f.name) for f in dataclasses.fields(chosen)})
   kind, warmup, lr = cfg.schedule, cfg.warmup_steps, cfg.learning_rate
   _check(lr > 0, "learning_rate", lr, "must be > 0")
   _check(warmup >= 0, "warmup_steps", warmup, "must be >= 0")
   _check(cfg.decay_steps >= 0, "decay_steps", cfg.decay_steps,
          "must be >= 0 (0 = train.num_steps)")
-  _check_active(cfg)
+  _check_active(flat, cfg)
   if cfg.scale_by_d_model:
     _check(kind == "inverse_sqrt", "scale_by_d_model", True,
            f"only valid with schedule='inverse_sqrt' (got schedule={kind!r})")
@@ -234,122 +283,23 @@ def resolve(section: Any, *, num_train_steps: int) -> tuple[OptimConfig, tuple[s
   if kind in ("cosine", "wsd"):
     _check(0.0 <= cfg.min_lr_ratio <= 1.0, "min_lr_ratio", cfg.min_lr_ratio,
            "must be in [0, 1]")
-  for field in ("b1", "b2", "muon_momentum", "lion_b1", "lion_b2"):
-    value = getattr(cfg, field)
-    _check(0.0 <= value < 1.0, field, value, "must be in [0, 1)")
+  for field in ("b1", "b2"):
+    _check_rate(cfg, field)
   _check(cfg.eps > 0, "eps", cfg.eps, "must be > 0")
   _check(cfg.weight_decay >= 0, "weight_decay", cfg.weight_decay, "must be >= 0")
   _check(cfg.grad_clip_norm >= 0, "grad_clip_norm", cfg.grad_clip_norm,
          "must be >= 0 (0 = off)")
   _check(cfg.accumulate_steps >= 1, "accumulate_steps", cfg.accumulate_steps,
          "must be >= 1 (1 = off)")
-  _check(cfg.muon_ns_steps >= 1, "muon_ns_steps", cfg.muon_ns_steps, "must be >= 1")
-  _check(cfg.muon_consistent_rms >= 0, "muon_consistent_rms", cfg.muon_consistent_rms,
-         "must be >= 0 (0 = Keller Jordan's width scaling)")
-  _check(cfg.adam_learning_rate_ratio > 0, "adam_learning_rate_ratio",
-         cfg.adam_learning_rate_ratio, "must be > 0")
-  if cfg.optimizer == "adam" and cfg.weight_decay:
-    raise InactiveSetting("optim.weight_decay", 0.0,
-                          f"optim.weight_decay={cfg.weight_decay!r} is not valid: "
-                          "optimizer='adam' has no weight decay; use optimizer='adamw' or "
-                          "set weight_decay=0.0")
+  cfg.check()
   return dataclasses.replace(cfg, warmup_steps=warmup, decay_steps=decay_steps), tuple(notes)
 
 
-def make_schedule(cfg: OptimConfig, hp: Hyperparameters) -> optax.Schedule:
-  """Returns the learning-rate schedule as a function of optax's update count.
 
-  ``cfg`` is a resolved section (:func:`resolve`): it gives the kind
-  (schedule, decay_shape) and whether there is a warmup; ``hp``
-  (:func:`hyperparameters`, or the same traced) the values: the peak
-  learning_rate, warmup_steps, and for "cosine" and "wsd" also decay_steps and
-  min_lr_ratio, for "wsd" decay_fraction; for "linear" decay_steps.
-
-  With `step = count + 1` (see the module docstring) and
-  `peak = learning_rate`:
-
-  - "inverse_sqrt": `peak * min(step / warmup, sqrt(warmup / step))`: linear
-    warmup, then decay with the inverse square root of the step. With
-    `scale_by_d_model` the peak is `learning_rate * d_model^-0.5 *
-    warmup^-0.5`, which makes this exactly the schedule of "Attention Is All
-    You Need" (eq. 3), `lr = d_model^-0.5 * min(step^-0.5, step *
-    warmup^-1.5)`, scaled by `learning_rate` (1.0 in the paper recipe).
-  - "cosine": linear warmup to `peak` over `warmup_steps`, then half-cosine
-    decay to `min_lr_ratio * peak` at step `decay_steps` (default: the last
-    update), constant afterwards.
-  - "linear": linear warmup to `peak` over `warmup_steps`, then linear decay
-    to 0 at step `decay_steps` (default: the last update), 0 afterwards. BERT's
-    schedule (Devlin et al. 2019; HF `get_linear_schedule_with_warmup`);
-    min_lr_ratio is not read.
-  - "constant": linear warmup to `peak` (no warmup if warmup_steps is 0),
-    then constant.
-  - "wsd" (warmup-stable-decay; Zhai et al. 2022, Hu et al. 2024 MiniCPM,
-    Hägele et al. 2024): linear warmup, `peak` until the decay starts at
-    `decay_steps * (1 - decay_fraction)`, then down to `min_lr_ratio * peak`
-    at `decay_steps`: with progress `p` through the decay, the rate is
-    `peak * (m + (1 - m) * (1 - s(p)))`, `s(p) = p` ("linear") or `sqrt(p)`
-    ("1-sqrt", Hägele et al.'s cooldown, eq. 3); constant afterwards. A
-    run's checkpoint from the stable phase continues into any decay length.
-  """
-  kind = cfg.schedule
-  has_warmup = cfg.warmup_steps > 0
-  lr, warmup, decay_steps = hp.learning_rate, hp.warmup_steps, hp.decay_steps
-  # A quotient by a value of ``hp`` is a product with its reciprocal: XLA
-  # rewrites `x / c` so for a constant c (trace_hyperparameters=False), and
-  # the traced program must compute the same bits.
-  per = lambda span: 1.0 / span
-
-  def warmup_factor(step):
-    if not has_warmup:
-      return jnp.ones_like(step)
-    return jnp.minimum(step * per(warmup), 1.0)
-
-  def warmed(step, after):
-    if not has_warmup:
-      return after
-    return jnp.where(step <= warmup, lr * warmup_factor(step), after)
-
-  def from_one(count):
-    return jnp.asarray(count, jnp.float32) + 1.0
-
-  if kind == "inverse_sqrt":
-
-    def schedule(count):
-      step = from_one(count)
-      return lr * jnp.minimum(step * per(warmup), jnp.sqrt(warmup / step))
-
-  elif kind == "cosine":
-
-    def schedule(count):
-      step = from_one(count)
-      progress = jnp.clip((step - warmup) * per(decay_steps - warmup), 0.0, 1.0)
-      cosine = 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
-      return warmed(step, lr * (hp.min_lr_ratio + (1.0 - hp.min_lr_ratio) * cosine))
-
-  elif kind == "linear":
-
-    def schedule(count):
-      step = from_one(count)
-      remaining = jnp.clip((decay_steps - step) * per(decay_steps - warmup), 0.0, 1.0)
-      return warmed(step, lr * remaining)
-
-  elif kind == "wsd":
-    shape = jnp.sqrt if cfg.decay_shape == "1-sqrt" else (lambda p: p)
-
-    def schedule(count):
-      step = from_one(count)
-      length = hp.decay_fraction * decay_steps
-      progress = jnp.clip((step - (decay_steps - length)) * per(length), 0.0, 1.0)
-      remaining = 1.0 - shape(progress)
-      return warmed(step, lr * (hp.min_lr_ratio + (1.0 - hp.min_lr_ratio) * remaining))
-
-  else:  # constant
-
-    def schedule(count):
-      step = from_one(count)
-      return lr * warmup_factor(step)
-
-  return schedule
+def _check_rate(cfg: OptimConfig, field: str) -> None:
+  """A momentum or interpolation coefficient: in [0, 1)."""
+  value = getattr(cfg, field)
+  _check(0.0 <= value < 1.0, field, value, "must be in [0, 1)")
 
 
 def decay_mask(params: Any) -> Any:
@@ -385,30 +335,135 @@ def clip_by_global_norm(max_norm) -> optax.GradientTransformation:
   return optax.GradientTransformation(optax.init_empty_state, update_fn)
 
 
-def make_optimizer(cfg: OptimConfig, hp: Hyperparameters) -> optax.GradientTransformation:
-  """Returns clip -> optimizer (-> gradient accumulation) built from config.
+# ----------------------------------------------------------------- optimizers
+@OptimConfig.register_subclass("adam")
+@dataclasses.dataclass(frozen=True)
+class Adam(OptimConfig):
+  """Adam without weight decay (weight_decay must be 0; use "adamw")."""
+
+  def check(self) -> None:
+    if self.weight_decay:
+      raise InactiveSetting("optim.weight_decay", 0.0,
+                            f"optim.weight_decay={self.weight_decay!r} is not valid: "
+                            "optimizer='adam' has no weight decay; use optimizer='adamw' or "
+                            "set weight_decay=0.0")
+
+  def build(self, schedule, hp):
+    return optax.adam(schedule, b1=hp.b1, b2=hp.b2, eps=hp.eps)
+
+
+@OptimConfig.register_subclass("adamw")
+@dataclasses.dataclass(frozen=True)
+class AdamW(OptimConfig):
+  """Adam with decoupled weight decay (Loshchilov & Hutter), masked by
+  `decay_mask`. Note that optax multiplies the decay by the learning rate, as
+  in PyTorch's AdamW."""
+
+  def build(self, schedule, hp):
+    return optax.adamw(schedule, b1=hp.b1, b2=hp.b2, eps=hp.eps,
+                       weight_decay=self.decay(hp), mask=decay_mask)
+
+
+@OptimConfig.register_subclass("adafactor")
+@dataclasses.dataclass(frozen=True)
+class Adafactor(OptimConfig):
+  """optax's Adafactor defaults (factored second moments, decay_rate 0.8,
+  update clipping 1.0, step scaled by parameter RMS, no momentum); b1, b2, eps
+  are not used. weight_decay becomes `weight_decay_rate`, masked by
+  `decay_mask`."""
+
+  def build(self, schedule, hp):
+    return optax.adafactor(
+        schedule,
+        weight_decay_rate=self.decay(hp) if self.weight_decay else None,
+        weight_decay_mask=decay_mask if self.weight_decay else None)
+
+
+@OptimConfig.register_subclass("muon")
+@dataclasses.dataclass(frozen=True)
+class Muon(OptimConfig):
+  """Newton-Schulz orthogonalised momentum for the hidden matrices, AdamW (as
+  "adamw", at `adam_learning_rate_ratio` x the rate) for the rest; see
+  :func:`tfx_jax.run.muon.muon` (tfx_jax/run/muon.py)."""
+
+  # Momentum, Nesterov, Newton-Schulz iterations, Moonlight's update RMS
+  # (0 = Keller Jordan's sqrt(max(1, fan_out/fan_in))), and the Adam group's
+  # rate as a multiple of the Muon group's.
+  muon_momentum: float = 0.95
+  muon_nesterov: bool = True
+  muon_ns_steps: int = 5
+  muon_consistent_rms: float = 0.2
+  adam_learning_rate_ratio: float = 1.0
+
+  def check(self) -> None:
+    _check_rate(self, "muon_momentum")
+    _check(self.muon_ns_steps >= 1, "muon_ns_steps", self.muon_ns_steps, "must be >= 1")
+    _check(self.muon_consistent_rms >= 0, "muon_consistent_rms", self.muon_consistent_rms,
+           "must be >= 0 (0 = Keller Jordan's width scaling)")
+    _check(self.adam_learning_rate_ratio > 0, "adam_learning_rate_ratio",
+           self.adam_learning_rate_ratio, "must be > 0")
+
+  def build(self, schedule, hp):
+    own, weight_decay = hp.own, self.decay(hp)
+    adam = optax.adamw(lambda count: own["adam_learning_rate_ratio"] * schedule(count),
+                       b1=hp.b1, b2=hp.b2, eps=hp.eps, weight_decay=weight_decay,
+                       mask=decay_mask)
+    return muon_lib.muon(
+        schedule, adam, momentum=own["muon_momentum"], nesterov=self.muon_nesterov,
+        ns_steps=self.muon_ns_steps, weight_decay=weight_decay,
+        consistent_rms=own["muon_consistent_rms"] if self.muon_consistent_rms else None)
+
+  def parameter_groups(self, params):
+    """{"muon": ..., "adam": ...}: see ``muon.assignment``."""
+    return muon_lib.assignment(params)
+
+
+@OptimConfig.register_subclass("lion")
+@dataclasses.dataclass(frozen=True)
+class Lion(OptimConfig):
+  """Sign of an interpolated momentum (Chen et al. 2023, "Symbolic Discovery
+  of Optimization Algorithms", Algorithm 2; `optax.lion`) with lion_b1,
+  lion_b2 and decoupled weight decay masked by `decay_mask`."""
+
+  lion_b1: float = 0.9  # the interpolation
+  lion_b2: float = 0.99  # the momentum's decay
+
+  def check_shared(self) -> None:
+    for field in ("b1", "b2", "eps"):
+      value, default = getattr(self, field), getattr(OptimConfig, field)
+      if value != default:
+        raise InactiveSetting(
+            f"optim.{field}", default,
+            f"optim.{field}={value!r} is Adam's; optimizer='lion' reads optim.lion_b1 "
+            f"and optim.lion_b2 (and has no eps): leave it at {default!r}.")
+
+  def check(self) -> None:
+    for field in ("lion_b1", "lion_b2"):
+      _check_rate(self, field)
+
+  def build(self, schedule, hp):
+    return optax.lion(schedule, b1=hp.own["lion_b1"], b2=hp.own["lion_b2"],
+                      weight_decay=self.decay(hp), mask=decay_mask)
+
+
+class Built(NamedTuple):
+  """A run's optimizer: the transform and the schedule it follows, built
+  together, so the rate a step logs is the rate its update applied."""
+
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+
+
+def build(cfg: OptimConfig, hp: Hyperparameters) -> Built:
+  """clip -> the optimizer's rule (-> gradient accumulation), and its schedule.
 
   ``cfg`` is a resolved section (:func:`resolve`), read for the choices;
   ``hp`` holds the values (:func:`hyperparameters`: constants; inside the
-  train step, the same traced). Fields read: optimizer, grad_clip_norm (0 =
-  off), weight_decay (0 = off), accumulate_steps (1 = off), b1, b2, eps (adam,
-  adamw, muon's Adam group), lion_b1, lion_b2, the muon_* fields, plus the
-  schedule's of `make_schedule`. The state's tree depends on the choices only.
-
-  - "adam": Adam without weight decay (weight_decay must be 0; use "adamw").
-  - "adamw": Adam with decoupled weight decay (Loshchilov & Hutter), masked
-    by `decay_mask`. Note that optax multiplies the decay by the learning
-    rate, as in PyTorch's AdamW.
-  - "adafactor": optax's Adafactor defaults (factored second moments,
-    decay_rate 0.8, update clipping 1.0, step scaled by parameter RMS, no
-    momentum); b1, b2, eps are not used. weight_decay becomes
-    `weight_decay_rate`, masked by `decay_mask`.
-  - "muon": Newton-Schulz orthogonalised momentum for the hidden matrices,
-    AdamW (as "adamw", at `adam_learning_rate_ratio` x the rate) for the
-    rest; see :func:`tfx_jax.run.muon.muon`.
-  - "lion": sign of an interpolated momentum (Chen et al. 2023, "Symbolic
-    Discovery of Optimization Algorithms", Algorithm 2; `optax.lion`) with
-    lion_b1, lion_b2 and decoupled weight decay masked by `decay_mask`.
+  train step, the same traced). Fields read: grad_clip_norm (0 = off),
+  weight_decay (0 = off), accumulate_steps (1 = off), the optimizer's (its
+  class's ``build``: :class:`Adam`, :class:`AdamW`, :class:`Adafactor`,
+  :class:`Muon`, :class:`Lion`), plus the schedule's of `make_schedule`. The
+  state's tree depends on the choices only.
 
   With accumulate_steps = k > 1 the whole chain is wrapped in
   `optax.MultiSteps`: gradients of k consecutive calls are averaged and
@@ -416,43 +471,31 @@ def make_optimizer(cfg: OptimConfig, hp: Hyperparameters) -> optax.GradientTrans
   counts real updates, not micro-batches.
   """
   schedule = make_schedule(cfg, hp)
-  name = cfg.optimizer
-  # Off is a choice of the program (no decay term at all), as before the
-  # values were traced; on, the strength is traced.
-  weight_decay = hp.weight_decay if cfg.weight_decay else 0.0
-
-  if name == "adam":
-    opt = optax.adam(schedule, b1=hp.b1, b2=hp.b2, eps=hp.eps)
-  elif name == "adamw":
-    opt = optax.adamw(schedule, b1=hp.b1, b2=hp.b2, eps=hp.eps,
-                      weight_decay=weight_decay, mask=decay_mask)
-  elif name == "adafactor":
-    opt = optax.adafactor(
-        schedule,
-        weight_decay_rate=weight_decay if cfg.weight_decay else None,
-        weight_decay_mask=decay_mask if cfg.weight_decay else None)
-  elif name == "lion":
-    opt = optax.lion(schedule, b1=hp.lion_b1, b2=hp.lion_b2,
-                     weight_decay=weight_decay, mask=decay_mask)
-  else:  # muon
-    adam = optax.adamw(lambda count: hp.adam_learning_rate_ratio * schedule(count),
-                       b1=hp.b1, b2=hp.b2, eps=hp.eps, weight_decay=weight_decay,
-                       mask=decay_mask)
-    opt = muon_lib.muon(
-        schedule, adam, momentum=hp.muon_momentum, nesterov=cfg.muon_nesterov,
-        ns_steps=cfg.muon_ns_steps, weight_decay=weight_decay,
-        consistent_rms=hp.muon_consistent_rms if cfg.muon_consistent_rms else None)
-
+  opt = cfg.build(schedule, hp)
   if cfg.grad_clip_norm > 0:
     opt = optax.chain(clip_by_global_norm(hp.grad_clip_norm), opt)
   if cfg.accumulate_steps > 1:
     opt = optax.MultiSteps(opt, every_k_schedule=cfg.accumulate_steps)
-  return opt
+  return Built(opt, schedule)
 
 
-def parameter_groups(cfg: OptimConfig, params: Any) -> dict | None:
-  """Which parameters each update rule gets, where the optimizer has several
-  (muon: {"muon": ..., "adam": ...}, see ``muon.assignment``); None otherwise."""
-  if cfg.optimizer != "muon":
-    return None
-  return muon_lib.assignment(params)
+def _flat_section() -> type:
+  """The ``optim`` section as the ConfigDict holds it: ``optimizer`` (one of
+  the registered names), the shared fields and every optimizer's own, flat."""
+  names = tuple(OptimConfig.registry)
+  fields = [("optimizer", Literal[names], dataclasses.field(default=DEFAULT_OPTIMIZER))]
+  for cls in (OptimConfig, *OptimConfig.registry.values()):
+    kinds = typed_config.field_types(cls)
+    own = cls.own_fields() if cls is not OptimConfig else [
+        f.name for f in dataclasses.fields(OptimConfig)]
+    fields += [(f.name, kinds[f.name], dataclasses.field(default=f.default))
+               for f in dataclasses.fields(cls) if f.name in own]
+  section = dataclasses.make_dataclass("OptimSection", fields, frozen=True)
+  section.__module__ = __name__
+  return section
+
+
+# ``config.optim`` as given: its fields are the command line's ``optim.<field>``.
+OptimSection = _flat_section()
+Optimizer = typed_config.field_types(OptimSection)["optimizer"]
+OPTIMIZERS = get_args(Optimizer)

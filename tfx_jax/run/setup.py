@@ -200,8 +200,9 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
 
   ``hparams`` is the run's ``optim.Hyperparameters`` (traced, or constants
   closed over by the caller): the optimizer and its schedule are built from
-  them inside the step, so the state's tree is the one ``optim.make_optimizer``
-  gives for the section's choices, whatever the values.
+  them, once, inside the step (``optim.build``), so the state's tree is the
+  one the section's choices give, whatever the values, and the logged rate is
+  the schedule the update applied.
 
   Metrics stay on the device: ``loss`` (the objective, label-smoothed where
   ``train.label_smoothing`` > 0, plus ``train.z_loss``), ``nll`` (the
@@ -231,7 +232,7 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
   def train_step(state: TrainState, batch: dict, hparams: optim.Hyperparameters):
     # float32 arrays whether traced or constant: the same arithmetic either way.
     hp = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), hparams)
-    tx = optim.make_optimizer(config.optim, hp)
+    optimizer = optim.build(config.optim, hp)
     rng = jax.random.fold_in(state.rng, state.step)
 
     def loss_fn(params):
@@ -244,7 +245,7 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
         loss_fn, has_aux=True)(state.params)
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(objective) & jnp.isfinite(grad_norm)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    updates, opt_state = optimizer.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     if bias_rate:  # out of the gradient: its own rule, from this step's loads
       # Once per optimizer update (DeepSeek-V3: "at the end of each step"): with
@@ -264,7 +265,7 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
                "output_log_z": sums["log_z"] / weight,
                "z_loss": z_loss * sums["log_z_sq"] / weight,
                "grad_norm": grad_norm, "finite": finite,
-               "learning_rate": optim.make_schedule(config.optim, hp)(update_count),
+               "learning_rate": optimizer.schedule(update_count),
                "weight": sums["weight"], **moe.router_metrics(sums)}
     if layer_stats:
       metrics["layer_stats/max_attention_logit"] = per_layer_max_logits(sown)
@@ -371,10 +372,11 @@ class ShardedRun:
     run_config.check_expert_axis(model_cfg, self.mesh.shape["expert"])
     self.platform = self.mesh.devices.flat[0].platform
     # The tuned values (optim.Hyperparameters); the optimizer built from them
-    # gives the state's tree, which does not depend on them.
+    # gives the state's tree, which does not depend on them (the train step
+    # builds its own from the same values, traced: an argument of the program).
     self.hparams = optim.hyperparameters(config.optim, d_model=model_cfg.d_model)
-    self.tx = optim.make_optimizer(config.optim, self.hparams)
-    self._init_boxed = init_boxed = state_initializer(config, model_cfg, self.tx)
+    self.optimizer = optim.build(config.optim, self.hparams)
+    self._init_boxed = init_boxed = state_initializer(config, model_cfg, self.optimizer.tx)
     key = jax.random.PRNGKey(int(config.seed))
     boxed = jax.eval_shape(init_boxed, key)
     self.state_shardings = sharding_lib.shardings_of(boxed, self.mesh)

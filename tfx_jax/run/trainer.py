@@ -34,7 +34,6 @@ from tfx_jax.core import atomic as files
 from tfx_jax.run import layer_stats
 from tfx_jax.run import metrics as metrics_lib
 from tfx_jax.run import muon
-from tfx_jax.run import optim
 from tfx_jax.run import config as run_config
 from tfx_jax.run import setup as run_setup
 from tfx_jax.run import sharding as sharding_lib
@@ -236,7 +235,7 @@ class _TrainingLoop:
     """Where the optimizer has several update rules (muon), which parameters
     each gets: printed, and written to ``optimizer_groups.json`` beside the
     config."""
-    groups = optim.parameter_groups(self.config.optim, self.sharded.abstract_state.params)
+    groups = self.config.optim.parameter_groups(self.sharded.abstract_state.params)
     if groups is None or not self.is_chief:
       return
     path = self.workdir / OPTIMIZER_GROUPS

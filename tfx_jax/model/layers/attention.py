@@ -6,6 +6,7 @@ heads (H = N * G), K head dim, D model dim.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable
 
@@ -275,41 +276,31 @@ def max_attention_logit(q_BLHK, k_BSNK, mask_BhLS=None, *, scale_logits: bool = 
   return jax.lax.stop_gradient(jnp.max(logits_BNGLS))
 
 
-class Attention(nn.Module):
-  """Self- or cross-attention with optional RoPE and an optional KV cache.
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+  """The attention of one stack, resolved from ``model.*`` (``families.layer_spec``):
+  heads, projections and their initialisation, RoPE, the logits' form and the
+  backend's kernel. A new attention variant is a field here, set there and read
+  by :class:`Attention`.
 
-  With ``use_cache`` self-attention keys and values are written into a
-  cache at ``cache_index`` and the queries attend over the whole cache; the
-  caller's mask hides the slots not yet written. Keys are rotated (RoPE) with
-  their own positions before they are cached. Cross-attention with ``use_cache``
-  mode stores the projected encoder keys and values (``cross_key``,
-  ``cross_value``) on the first call with a mutable cache after ``init`` and
-  reuses them afterwards.
-
-  Stability and attention knobs, resolved by the caller (``models.layer_spec``):
-  ``qk_norm`` normalises each head's queries and keys before RoPE
+  Stability and attention knobs: ``qk_norm`` normalises each head's queries
+  and keys before RoPE
   (``query_norm``, ``key_norm``, one gain per head dimension shared by the
   heads, as Qwen3); ``logit_softcap`` bounds the logits (``softcap``);
   ``gate_width`` > 0 multiplies each head's output by sigmoid(x W_g + b_g)
   computed from this layer's query input x, with 1 (headwise) or head_dim
   (elementwise) gates per head, before the output projection (Qiu et al.
   2025, "Gated Attention for Large Language Models", position G1).
-
-  Self-attention sows its largest logit (``max_attention_logit``) into the
-  ``intermediates`` collection; it is computed only where that collection is
-  mutable (``train.log_layer_stats``).
   """
   num_heads: int
   num_kv_heads: int
   head_dim: int
   use_bias: bool = True
-  dropout: float = 0.0
+  dropout: float = 0.0  # on the attention weights
   rotary: RotarySpec | None = None  # None: no RoPE
   qk_init: Initializer = xavier()
   vo_gain: float = 1.0
   vo_distribution: str = "uniform"
-  use_cache: bool = False
-  deterministic: bool = True
   dtype: jnp.dtype = jnp.float32
   scale_logits: bool = True  # divide logits by sqrt(head_dim)
   # The caller's mask never lets a query see a later key (a decoder's
@@ -323,32 +314,54 @@ class Attention(nn.Module):
   # it picks the attention kernel and the product form.
   platform: str = "cpu"
 
+
+class Attention(nn.Module):
+  """Self- or cross-attention with optional RoPE and an optional KV cache: the
+  layer of an :class:`AttentionSpec`, passed whole.
+
+  With ``use_cache`` self-attention keys and values are written into a
+  cache at ``cache_index`` and the queries attend over the whole cache; the
+  caller's mask hides the slots not yet written. Keys are rotated (RoPE) with
+  their own positions before they are cached. Cross-attention with ``use_cache``
+  mode stores the projected encoder keys and values (``cross_key``,
+  ``cross_value``) on the first call with a mutable cache after ``init`` and
+  reuses them afterwards.
+
+  Self-attention sows its largest logit (``max_attention_logit``) into the
+  ``intermediates`` collection; it is computed only where that collection is
+  mutable (``train.log_layer_stats``).
+  """
+  spec: AttentionSpec
+  use_cache: bool = False
+  deterministic: bool = True
+
   @nn.compact
   def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, positions_BL=None,
                cache_index=None, segment_ids_BL=None):
     """``segment_ids_BL`` (self-attention), when given, says that ``mask`` is
     exactly "same segment of these ids, key not padding" (and causal with
     ``causal``), which lets a kernel rebuild the mask from the ids (TPU)."""
+    s = self.spec
     D = x_BLD.shape[-1]
     is_self = kv_BSD is None
     kv_BSD = x_BLD if is_self else kv_BSD
 
     def proj(name, heads, init, features=None):
       return nn.DenseGeneral(
-          (heads, features or self.head_dim), axis=-1, use_bias=self.use_bias,
-          dtype=self.dtype, name=name,
-          dot_general=products.dot_general_for(self.dtype, self.platform),
+          (heads, features or s.head_dim), axis=-1, use_bias=s.use_bias,
+          dtype=s.dtype, name=name,
+          dot_general=products.dot_general_for(s.dtype, s.platform),
           kernel_init=nn.with_logical_partitioning(init, ("embed", "heads", "kv")),
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
 
-    vo_in = xavier(self.vo_gain, self.vo_distribution)
+    vo_in = xavier(s.vo_gain, s.vo_distribution)
     # Projections over tokens flattened to one axis ([T, D] x [D, H*K]), as in
     # the FFN: no transposed activation copies for the weight gradients.
     flat = lambda x: x.reshape(-1, x.shape[-1])
     unflat = lambda y, x: y.reshape(*x.shape[:-1], *y.shape[1:])
-    q = unflat(proj("query", self.num_heads, self.qk_init)(flat(x_BLD)), x_BLD)
-    if self.qk_norm is not None:
-      q = self.qk_norm(name="query_norm")(q)
+    q = unflat(proj("query", s.num_heads, s.qk_init)(flat(x_BLD)), x_BLD)
+    if s.qk_norm is not None:
+      q = s.qk_norm(name="query_norm")(q)
     cross_cached = self.use_cache and not is_self and self.has_variable("cache", "cross_key")
     if cross_cached:
       # Cross-attention while decoding: the encoder's keys and values were
@@ -356,42 +369,42 @@ class Attention(nn.Module):
       k = self.get_variable("cache", "cross_key")
       v = self.get_variable("cache", "cross_value")
     else:
-      k = unflat(proj("key", self.num_kv_heads, self.qk_init)(flat(kv_BSD)), kv_BSD)
-      v = unflat(proj("value", self.num_kv_heads, vo_in)(flat(kv_BSD)), kv_BSD)
-      if self.qk_norm is not None:
-        k = self.qk_norm(name="key_norm")(k)
+      k = unflat(proj("key", s.num_kv_heads, s.qk_init)(flat(kv_BSD)), kv_BSD)
+      v = unflat(proj("value", s.num_kv_heads, vo_in)(flat(kv_BSD)), kv_BSD)
+      if s.qk_norm is not None:
+        k = s.qk_norm(name="key_norm")(k)
       if (self.use_cache and not is_self and not self.is_initializing()
           and self.is_mutable_collection("cache")):
         self.put_variable("cache", "cross_key", k)
         self.put_variable("cache", "cross_value", v)
-    if self.rotary is not None:
-      q = rope(q, positions_BL, self.rotary)
-      k = rope(k, positions_BL, self.rotary)
+    if s.rotary is not None:
+      q = rope(q, positions_BL, s.rotary)
+      k = rope(k, positions_BL, s.rotary)
 
     if self.use_cache and is_self:
       k, v = self._update_cache(k, v, cache_index)
     if is_self and self.is_mutable_collection("intermediates"):
       self.sow("intermediates", "max_attention_logit",
-               max_attention_logit(q, k, mask, scale_logits=self.scale_logits))
+               max_attention_logit(q, k, mask, scale_logits=s.scale_logits))
 
-    if not self.deterministic and self.dropout > 0.0:
+    if not self.deterministic and s.dropout > 0.0:
       out_BLHK = dot_product_attention(
           q, k, v, mask, bias, dropout_rng=self.make_rng("dropout"),
-          dropout=self.dropout, deterministic=False, dtype=self.dtype,
-          scale_logits=self.scale_logits, logit_softcap=self.logit_softcap)
+          dropout=s.dropout, deterministic=False, dtype=s.dtype,
+          scale_logits=s.scale_logits, logit_softcap=s.logit_softcap)
     else:
       out_BLHK = self._attend(q, k, v, mask, bias,
                               segment_ids_BL if is_self and not self.use_cache else None)
-    if self.gate_width:
-      gate = proj("gate", self.num_heads, self.qk_init, self.gate_width)(flat(x_BLD))
+    if s.gate_width:
+      gate = proj("gate", s.num_heads, s.qk_init, s.gate_width)(flat(x_BLD))
       out_BLHK = out_BLHK * jax.nn.sigmoid(
           unflat(gate, x_BLD).astype(jnp.float32)).astype(out_BLHK.dtype)
     B, L = out_BLHK.shape[:2]
     return nn.DenseGeneral(
-        D, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype, name="out",
-        dot_general=products.dot_general_for(self.dtype, self.platform),
+        D, axis=(-2, -1), use_bias=s.use_bias, dtype=s.dtype, name="out",
+        dot_general=products.dot_general_for(s.dtype, s.platform),
         kernel_init=nn.with_logical_partitioning(
-            xavier(self.vo_gain, self.vo_distribution),
+            xavier(s.vo_gain, s.vo_distribution),
             ("heads", "kv", "embed")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
     )(out_BLHK.reshape(B * L, *out_BLHK.shape[2:])).reshape(B, L, D)
@@ -404,28 +417,29 @@ class Attention(nn.Module):
     GPU: ``fused_attention`` (cuDNN's flash attention where it applies; no
     soft-cap there). CPU: the causal blocked path, else ``fast_attention``.
     """
+    s = self.spec
     L, S = q_BLHK.shape[1], k_BSNK.shape[1]
-    platform = self.platform
+    platform = s.platform
     if (platform == "tpu" and segment_ids_BL is not None and bias is None
         and tpu_attention.splash_applies(L, S)):
       return tpu_attention.splash_attention(
-          q_BLHK, k_BSNK, v_BSNK, segment_ids_BL, causal=self.causal,
-          scale_logits=self.scale_logits, logit_softcap=self.logit_softcap,
-          dtype=self.dtype)
-    if platform == "gpu" and not self.logit_softcap:
+          q_BLHK, k_BSNK, v_BSNK, segment_ids_BL, causal=s.causal,
+          scale_logits=s.scale_logits, logit_softcap=s.logit_softcap,
+          dtype=s.dtype)
+    if platform == "gpu" and not s.logit_softcap:
       return fused_attention(
-          q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=self.dtype,
-          scale_logits=self.scale_logits, causal=self.causal and L == S,
-          implementation=gpu_attention_implementation(self.dtype, q_BLHK.shape[-1]))
+          q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=s.dtype,
+          scale_logits=s.scale_logits, causal=s.causal and L == S,
+          implementation=gpu_attention_implementation(s.dtype, q_BLHK.shape[-1]))
     block = attention_block(L, platform)
     # The blocked path's own backward has no soft-cap; capped logits take the
     # fast path.
-    if self.causal and L == S and block and block < L and not self.logit_softcap:
+    if s.causal and L == S and block and block < L and not s.logit_softcap:
       return causal_blocked_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, block=block,
-                                      dtype=self.dtype, scale_logits=self.scale_logits)
-    return fast_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=self.dtype,
-                          scale_logits=self.scale_logits,
-                          logit_softcap=self.logit_softcap)
+                                      dtype=s.dtype, scale_logits=s.scale_logits)
+    return fast_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=s.dtype,
+                          scale_logits=s.scale_logits,
+                          logit_softcap=s.logit_softcap)
 
   def _update_cache(self, k_BLNK, v_BLNK, cache_index):
     """Writes the new keys/values at ``cache_index``; returns the whole cache.
