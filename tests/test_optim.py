@@ -599,6 +599,7 @@ def test_runs_differing_only_in_tuned_values_lower_to_one_program():
     {"optim.weight_decay": 0.1},
     {"optim.optimizer": "muon", "optim.schedule": "wsd", "optim.decay_fraction": 0.5,
      "optim.accumulate_steps": 2, "model.scan_layers": True, "optim.weight_decay": 0.1}])
+@pytest.mark.slow
 def test_traced_and_constant_forms_give_the_same_bits(overrides):
   from tfx_jax.run import sharding
   got = []

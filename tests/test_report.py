@@ -487,6 +487,7 @@ def _drawn_figures(monkeypatch, root, make):
   return figures
 
 
+@pytest.mark.slow
 def test_plots_read_without_decoding(tmp_path, monkeypatch):
   """Titles name the plot (never "-"), every axis is labelled, tick labels
   are plain numbers (no offsets, no powers of ten), and an axis value has

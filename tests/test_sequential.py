@@ -109,6 +109,7 @@ def _draws(seed: int, sweeps: int, seeds: int, diff: float, sd: float) -> np.nda
   return 3.0 + shared + own + np.array([0.0, diff])[None, :, None]
 
 
+@pytest.mark.slow
 def test_false_better_or_worse_verdicts_stay_below_alpha_under_the_null():
   """Two points with the same distribution, 4 declared seeds, --until-resolved
   8 (5 looks). The noise (sd 0.05 of the per-seed differences) is wide against
@@ -128,6 +129,7 @@ def test_false_better_or_worse_verdicts_stay_below_alpha_under_the_null():
   assert looks.count(5) > n / 2 and min(looks) < 5
 
 
+@pytest.mark.slow
 def test_false_equivalent_verdicts_stay_below_alpha_at_a_difference_of_the_margin():
   """The points differ by exactly the margin (b worse by 0.01 nats), per-seed
   differences with sd 0.01: equivalence is just false, and a worse verdict
