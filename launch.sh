@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tfx_jax entry points. Usage: ./launch.sh {quickstart|test|smoke|train ARGS...|srun-train ARGS...|sweep ARGS...|report SWEEP_DIR|bench ARGS...|compile ARGS...}
+# tfx_jax entry points. Usage: ./launch.sh {quickstart|test [--fast]|smoke|train ARGS...|srun-train ARGS...|sweep ARGS...|report SWEEP_DIR|bench ARGS...|compile ARGS...}
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -12,7 +12,11 @@ usage: ./launch.sh COMMAND
 
   quickstart      set up .venv, build the embedded Shakespeare corpus, train
                   the tiny language model, evaluate it and sample from it
-  test            set up .venv and run the test suite
+  test [--fast] [PYTEST ARGS...]
+                  set up .venv and run the test suite (every test, as CI
+                  does); --fast: only the tests of pure functions and
+                  formulas, none that trains or starts processes (a few
+                  minutes; tests/conftest.py says how a test's tier is found)
   smoke           run the tiny variant of every experiment in experiments/
                   (a smoke test of each, in a temporary directory)
   train ARGS...   python -m tfx_jax.train ARGS... inside .venv

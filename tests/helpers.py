@@ -10,6 +10,8 @@
   ``shared_compilation_cache`` fixture of conftest.py).
 - Any command (train, evaluate, generate) in this process: ``run_command``.
 - Processes and ports: ``free_port``, ``wait_until``.
+- ``trains``: marks the helpers above that train or start processes, which
+  keep a test out of the fast tier (conftest.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,14 @@ import time
 import jax
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def trains(helper):
+  """Marks a helper that trains or starts processes: a test that calls it
+  (itself, through a helper of its module or through a fixture) is left out
+  of the fast tier (``./launch.sh test --fast``, conftest.py)."""
+  helper.trains = True
+  return helper
 CONFIG_FILES = sorted(p.name for p in (ROOT / "configs").glob("*.py"))
 
 # Every training test shrinks a preset with these overrides: seconds on a CPU.
@@ -87,12 +97,14 @@ def cli_flags(overrides: dict | None = None) -> list[str]:
   return [f"--config.{k}={v}" for k, v in {**TINY, **(overrides or {})}.items()]
 
 
+@trains
 def train_command(spec: str, workdir, overrides: dict | None = None) -> list[str]:
   """The training command of config ``spec`` shrunk by ``TINY`` + ``overrides``."""
   return [sys.executable, "-m", "tfx_jax.train", "--config", f"configs/{spec}",
           "--workdir", str(workdir), *cli_flags(overrides)]
 
 
+@trains
 def subprocess_env(cache_dir) -> dict:
   """Environment of training subprocesses: CPU, one shared compilation cache."""
   return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
@@ -124,6 +136,7 @@ def compilation_cache(cache_dir):
     cc.reset_cache()
 
 
+@trains
 def run_command(module, args) -> tuple[int, str, str]:
   """Runs ``python -m <module> ARGS`` in this process, for a command module of
   tfx_jax (``train``, ``evaluate``, ``generate``): (exit code, stdout, stderr).
@@ -146,6 +159,7 @@ def run_command(module, args) -> tuple[int, str, str]:
   return code, out.getvalue(), err.getvalue()
 
 
+@trains
 def run_cli(args: list[str]) -> tuple[int, str, str]:
   """Runs ``python -m tfx_jax.train ARGS`` in this process: (exit code, stdout, stderr)."""
   from tfx_jax import train as command  # pylint: disable=import-outside-toplevel
@@ -160,6 +174,7 @@ def _merged(overrides) -> dict:
   return merged
 
 
+@trains
 def train(spec: str, workdir, *overrides: dict):
   """A tiny run in ``workdir``, in this process: config ``spec`` shrunk by ``TINY``,
   then by each of ``overrides`` in turn (a file's own settings, then a test's).
@@ -170,6 +185,7 @@ def train(spec: str, workdir, *overrides: dict):
   return trainer.train_and_evaluate(tiny_config(spec, _merged(overrides)), str(workdir))
 
 
+@trains
 def train_cli(spec: str, workdir, *overrides: dict) -> tuple[int, str, str]:
   """The same run through ``python -m tfx_jax.train``, in this process (``run_cli``):
   (exit code, stdout, stderr)."""

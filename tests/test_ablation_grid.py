@@ -354,6 +354,7 @@ _stacked = stack_layer_params
 
 @pytest.mark.parametrize("remat", get_args(Remat))
 @pytest.mark.parametrize("scan_layers", [False, True], ids=["loop", "scan"])
+@pytest.mark.slow
 def test_scan_and_remat_give_the_same_gradients(scan_layers, remat):
   """Rematerialisation only trades memory for compute: same loss, same gradients."""
   base = dict(TINY_MODEL, num_layers=2, family="decoder_only", position="rope",
@@ -375,6 +376,7 @@ def test_scan_and_remat_give_the_same_gradients(scan_layers, remat):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.slow
 def test_bfloat16_compute(family):
   cfg = model_config_from_dict(dict(TINY_MODEL, family=family, dtype="bfloat16",
                                     activation="swiglu", position="rope"))
@@ -391,6 +393,7 @@ def test_bfloat16_compute(family):
 
 
 @pytest.mark.parametrize("family", ["decoder_only", "encoder_only"])
+@pytest.mark.slow
 def test_classification_head(family):
   cfg = model_config_from_dict(dict(TINY_MODEL, family=family, num_classes=3))
   labels = jnp.asarray([2, 0])
@@ -416,6 +419,7 @@ def test_untied_embeddings(family):
 
 @pytest.mark.parametrize("num_kv_heads", [1, 2], ids=["mqa", "gqa"])  # mha: the grid
 @pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.slow
 def test_grouped_query_attention(family, num_kv_heads):
   cfg = model_config_from_dict(dict(TINY_MODEL, family=family, num_heads=4,
                                     num_kv_heads=num_kv_heads, position="rope"))
@@ -429,6 +433,7 @@ def test_grouped_query_attention(family, num_kv_heads):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.slow
 def test_dropout_in_training_mode(family):
   cfg = model_config_from_dict(dict(TINY_MODEL, family=family, dropout=0.3,
                                     attention_dropout=0.2))
@@ -478,6 +483,7 @@ def _step_problems(cfg, model, params, loss, grads):
 
 
 @pytest.mark.parametrize("combination", DESIGN, ids=_combination_id)
+@pytest.mark.slow
 def test_ablation_combination_trains(combination):
   """A finite loss and gradients, not all zero, and one optimizer step lowers the loss."""
   cfg = model_config_from_dict(model_fields(combination), seq_len=SEQ_LEN)

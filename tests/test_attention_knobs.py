@@ -132,6 +132,7 @@ def test_parallel_block_formula(norm_position):
 # ------------------------------------------------------------ sliding windows
 @pytest.mark.parametrize("family", ["decoder_only", "encoder_only"])
 @pytest.mark.parametrize("window,global_every", [(2, 0), (3, 2), (2, 3)])
+@pytest.mark.slow
 def test_window_reaches_only_keys_within_it(family, window, global_every):
   """Changing the token at position 0 changes a windowed layer's outputs only
   at the positions whose window holds position 0 (q < window; for encoders
@@ -221,6 +222,7 @@ def test_new_parameters_carry_logical_axis_names(scan_layers):
     assert len(leaf.names) == len(leaf.value.shape), (path, leaf.names)
 
 
+@pytest.mark.slow
 def test_embedding_init_sets_the_token_tables_scale():
   """``embedding_init=normal`` is N(0, 1/d_model) (Vaswani et al.); with
   ``scale_embeddings`` the embeddings have unit variance, against Glorot's

@@ -96,6 +96,7 @@ def test_gradients_of_the_blocked_path_with_a_learned_bias_and_grouped_heads(bia
     np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_blocked_path_in_bfloat16_is_close_to_float32():
   q, k, v = _qkv(2, seed=9)
   _, mask = _packed_causal_mask()
@@ -117,6 +118,7 @@ def test_the_block_is_chosen_per_backend_and_length():
   assert att.attention_block(2048, "gpu") == 0
 
 
+@pytest.mark.slow
 def test_causal_module_equals_the_reference_module():
   """The Attention layer with causal=True (blocked on CPU at length 128) gives the
   outputs of the plain reference attention at every real position."""
@@ -208,6 +210,7 @@ def test_cudnn_attention_equals_xla_on_gpu(bias_kind):
   assert np.isfinite(np.asarray(grads, np.float32)).all()
 
 
+@pytest.mark.slow
 def test_the_module_takes_the_fused_path_when_the_backend_is_a_gpu(monkeypatch):
   """Built for a GPU (``platform``, as the run's set-up passes it), the layer
   calls ``fused_attention`` (XLA's implementation for float32, run here on

@@ -191,6 +191,7 @@ def test_bad_precision_is_refused():
 mfu = _load_script(ROOT / "benchmarks" / "mfu.py")
 
 
+@pytest.mark.slow
 def test_mfu_counts_palm_flops_and_reads_known_peaks(tmp_path):
   """``benchmarks/mfu.py`` on CPU: the project's step on the tiny LM, its
   FLOPs per token by PaLM's count (6 N + 12 L H Q T, the position table not

@@ -222,6 +222,7 @@ def test_cpu_topology_compiles_without_libtpu_and_fsdp_shrinks_parameters():
     assert 0.7 < r["flops"]["compiled_per_device"] / r["flops"]["model_per_device"] < 1.3
 
 
+@pytest.mark.slow
 def test_a_sweep_dry_run_compiles_each_distinct_program_once(tmp_path, capsys):
   """``--dry-run --topology``: 2 activations x 2 seeds are 4 runs but 2 programs
   (the seed is not part of the program); each run gets its memory line."""
@@ -255,6 +256,7 @@ def v5e_reports():
 
 
 @needs_libtpu
+@pytest.mark.slow
 def test_the_tiny_preset_compiles_for_a_tpu_topology(v5e_reports):
   """v5e-4 from this CPU: a TPU program (the splash attention kernel, chosen
   for the target and not for this host), FSDP over 4 chips, loops counted by
@@ -272,6 +274,7 @@ def test_the_tiny_preset_compiles_for_a_tpu_topology(v5e_reports):
 
 
 @needs_libtpu
+@pytest.mark.slow
 def test_memory_grows_with_the_batch(v5e_reports):
   small, large = v5e_reports[8].train, v5e_reports[16].train
   assert large.temporaries > small.temporaries

@@ -31,14 +31,13 @@ import time
 import pytest
 from scipy import stats as scipy_stats
 
-from tfx_jax.run import metrics
-from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as sweep_record
 from tfx_jax.report import analysis, build, collect, schema
 from tfx_jax.sweep import adaptive, cli, confirm
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
 from tfx_jax.records.sweep import SweepRecord
+import fakes
 from helpers import ROOT, TINY, subprocess_env, sweep_in_process
 
 # ml_collections loads config files with the deprecated importlib load_module().
@@ -70,15 +69,12 @@ def name(norm: str, lr: float, seed: int) -> str:
 def plant(workdir, validation: float, test: float, step: int = 30) -> None:
   """A run as the sweep leaves it once finished: its validation curve, its
   test evaluation (``eval/test-<step>.json``) and that evaluation's marker."""
-  (workdir / "eval").mkdir(parents=True, exist_ok=True)
-  with metrics.MetricWriter(workdir / "tensorboard") as w:
-    w.write_scalars(10, {"train/loss": 3.0, "train/tokens_per_sec": 100.0})
-    w.write_scalars(step, {"eval/loss": validation, "eval/perplexity": math.exp(validation)})
-  (workdir / "eval" / f"test-{step}.json").write_text(json.dumps(
-      {"eval/loss": test, "eval/perplexity": math.exp(test), "step": step, "split": "test",
-       "task": "lm", "num_examples": 100}))
-  state_lib.eval_marker(workdir, 0).write_text("--split test\n")
-  status_lib.write_status(workdir, "finished", step, num_params=1000)
+  fakes.write_run(workdir, [(10, {"train/loss": 3.0, "train/tokens_per_sec": 100.0}),
+                            (step, {"eval/loss": validation,
+                                    "eval/perplexity": math.exp(validation)})],
+                  step=step, evaluated={0: ["--split", "test"]}, num_params=1000)
+  fakes.write_evaluation(workdir, "test", step,
+                         {"eval/loss": test, "eval/perplexity": math.exp(test)})
 
 
 def plant_tuning(sweep_dir, seeds=(0, 1, 2), skip=()) -> None:

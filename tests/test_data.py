@@ -67,6 +67,7 @@ def assert_batches_equal(a, b):
 # ----------------------------------------------------------------- builders
 
 
+@pytest.mark.slow
 def test_builders_produce_measured_counts(data_dir):
   for name, expected in COUNTS.items():
     ds = tfds.data_source(name, data_dir=data_dir, download=False)
@@ -195,6 +196,7 @@ def test_byte_tokenizer_ids():
   assert tok.decode([2] + tok.encode("Grüße") + [3, 0, 0]) == "Grüße"
 
 
+@pytest.mark.slow
 def test_sentencepiece_trained_once_with_contract_ids(data_dir):
   cfg = data_config("tfx_gcc_translate/de", data_dir,
                     tokenizer="sentencepiece", vocab_size=1000)

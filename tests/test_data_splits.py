@@ -208,6 +208,7 @@ def gcc_data_dir(tmp_path_factory):
   return str(path)
 
 
+@pytest.mark.slow
 def test_entropy_is_computed_once_and_kept_with_the_data(gcc_data_dir,
                                                          monkeypatch):
   cfg = data_config("tfx_gcc_translate/de", gcc_data_dir)

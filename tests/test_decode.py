@@ -49,6 +49,7 @@ def _greedy(cfg, params, inputs, n, eos_id):
     ("encoder_decoder", "t5_bias", False, 1),
     ("encoder_decoder", "alibi", False, 1),
 ])
+@pytest.mark.slow
 def test_cached_greedy_equals_uncached_argmax_loop(family, position, scan, layers):
   cfg, params = _model(family, position, scan=scan, layers=layers)
   cached = _greedy(cfg, params, INPUTS, 7, NO_EOS)
@@ -61,6 +62,7 @@ def test_cached_greedy_equals_uncached_argmax_loop(family, position, scan, layer
     (dict(rope_fraction=0.5, rope_scaling="yarn", rope_scaling_factor=4.0,
           rope_original_max_len=4), True),
 ], ids=["linear", "partial-yarn-scan"])
+@pytest.mark.slow
 def test_cached_greedy_with_partial_and_scaled_rope(rope, scan):
   cfg = model_config_from_dict(dict(
       family="decoder_only", position="rope", d_model=16, num_heads=4, num_kv_heads=2,
@@ -71,6 +73,7 @@ def test_cached_greedy_with_partial_and_scaled_rope(rope, scan):
   np.testing.assert_array_equal(cached, reference)
 
 
+@pytest.mark.slow
 def test_variable_length_prompts_equal_each_prompt_alone():
   cfg, params = _model("decoder_only", "rope")
   batched = _greedy(cfg, params, INPUTS, 7, NO_EOS)
@@ -179,6 +182,7 @@ def _enumerated(family, vocab=5, max_len=3, alpha=0.6):
 
 
 @pytest.mark.parametrize("family", ["encoder_decoder", "decoder_only"])
+@pytest.mark.slow
 def test_beam_search_finds_the_best_of_all_sequences(family):
   cfg, params, by_seq = _enumerated(family)
   expected = sorted(by_seq, key=by_seq.get, reverse=True)[:25]
@@ -189,6 +193,7 @@ def test_beam_search_finds_the_best_of_all_sequences(family):
   np.testing.assert_allclose(got[0], [by_seq[s] for s in expected], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_narrow_beams_score_what_they_return():
   cfg, params, by_seq = _enumerated("encoder_decoder")
   seqs, got = search.beam_search(params, cfg, BEAM_INPUTS, beam_size=2, alpha=0.6,
@@ -206,6 +211,7 @@ def test_narrow_beams_score_what_they_return():
 
 @pytest.mark.parametrize("family", ["encoder_decoder", "decoder_only"])
 @pytest.mark.parametrize("eos_id", [1, 4])
+@pytest.mark.slow
 def test_beam_size_1_equals_greedy_with_eos_reachable(family, eos_id):
   """Without a length penalty, beam size 1 is greedy decoding, eos included."""
   cfg = model_config_from_dict(dict(
@@ -288,6 +294,7 @@ def test_bleu_and_chrf_match_sacrebleu_and_the_formula():
   assert chrf_sig.startswith("nrefs:1") and "nw:0" in chrf_sig
 
 
+@pytest.mark.slow
 def test_bleu_and_chrf_standard_errors_are_the_bootstrap_spread_over_sentences():
   """The standard error is the spread of the corpus score over resamples of the
   sentences: checked against a bootstrap of our own (another generator,
@@ -311,6 +318,7 @@ def test_bleu_and_chrf_standard_errors_are_the_bootstrap_spread_over_sentences()
     assert ours(hyps[:1], refs[:1]).se is None  # one sentence: nothing to resample
 
 
+@pytest.mark.slow
 def test_cross_attention_keys_and_values_are_projected_once_per_sequence():
   cfg, params = _model("encoder_decoder", "t5_bias", scan=True, layers=2)
   encoded, seg = jax.jit(functools.partial(search._encode, cfg))(params, jnp.asarray(INPUTS))

@@ -18,11 +18,11 @@ import typing
 import pytest
 from scipy import stats as scipy_stats
 
-from tfx_jax.run import metrics
-from tfx_jax.records import status as status_lib
 from tfx_jax.report import analysis, build, schema
 from tfx_jax.sweep import adaptive
 from tfx_jax.records.sweep import SweepRecord
+
+import fakes
 
 UNIGRAM = 5.7  # the planted dataset's unigram entropy (nats)
 STALLED = 5.69  # not below UNIGRAM by the 0.05 margin
@@ -37,23 +37,19 @@ LRS = [1e-3, 1e-2]
 
 
 def _record(runs, seeds=(0, 1, 2)):
-  return {"name": "tuned", "description": "", "config": "configs/lm.py:tiny",
-          "overrides": {}, "seeds": list(seeds), "evaluations": [["--split", "test"]],
-          "tune": {"optim.learning_rate": LRS}, "select_by": "eval/loss",
-          "report_split": "test",
-          "axes": [{"label": "model.norm_position", "fields": ["model.norm_position"],
-                    "values": [{"model.norm_position": "post"},
-                               {"model.norm_position": "pre"}], "reference": 0}],
-          "command": "python -m tfx_jax.sweep --config configs/lm.py:tiny ...",
-          "runs": runs}
+  return fakes.record(
+      "tuned", [fakes.axis("model.norm_position", ["post", "pre"])], runs, seeds,
+      evaluations=[["--split", "test"]], tune={"optim.learning_rate": LRS},
+      select_by="eval/loss", report_split="test",
+      command="python -m tfx_jax.sweep --config configs/lm.py:tiny ...")
 
 
-def _entry(norm, lr, seed):
-  return {"name": f"norm_position-{norm}_learning_rate-{lr!r}_s{seed}", "seed": seed,
-          "values": [{"model.norm_position": norm}], "tuned": {"optim.learning_rate": lr},
-          "overrides": {"model.norm_position": norm, "optim.learning_rate": lr,
-                        "seed": seed}, "state": "finished", "step": 30, "reason": "",
-          "attempts": 1, "wall_seconds": 10.0, "compile_seconds": 1.0}
+def _entry(norm, lr, seed, state="finished", step=30):
+  return fakes.entry(f"norm_position-{norm}_learning_rate-{lr!r}_s{seed}", seed,
+                     [{"model.norm_position": norm}],
+                     {"model.norm_position": norm, "optim.learning_rate": lr, "seed": seed},
+                     {"optim.learning_rate": lr}, state=state, step=step, attempts=1,
+                     wall_seconds=10.0, compile_seconds=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -69,28 +65,20 @@ def _write_sweep(root, losses, seeds=(0, 1, 2), test_metrics=None, initial=None)
   runs = []
   for (norm, lr), per_seed in losses.items():
     for seed, (val, test) in enumerate(per_seed):
-      entry = _entry(norm, lr, seed)
-      workdir = root / entry["name"]
-      (workdir / "eval").mkdir(parents=True)
-      with metrics.MetricWriter(workdir / "tensorboard") as w:
-        if initial is not None:
-          w.write_scalars(0, {"eval/loss": initial[seed],
-                              "eval/perplexity": math.exp(initial[seed])})
-        w.write_scalars(10, {"train/loss": 3.0, "train/tokens_per_sec": 100.0})
-        if val is not None:
-          w.write_scalars(30, {"eval/loss": val, "eval/perplexity": math.exp(val)})
+      workdir = root / _entry(norm, lr, seed).name
+      scalars = [] if initial is None else [
+          (0, {"eval/loss": initial[seed], "eval/perplexity": math.exp(initial[seed])})]
+      scalars.append((10, {"train/loss": 3.0, "train/tokens_per_sec": 100.0}))
       if val is None:
-        status_lib.write_status(workdir, "diverged", 12, num_params=1000)
-        runs.append({**entry, "state": "diverged", "step": 12})
+        fakes.write_run(workdir, scalars, state="diverged", step=12, num_params=1000)
+        runs.append(_entry(norm, lr, seed, state="diverged", step=12))
         continue
-      scores = (test_metrics(test) if test_metrics
-                else {"eval/loss": test, "eval/perplexity": math.exp(test)})
-      (workdir / "eval" / "test-30.json").write_text(json.dumps(
-          {**scores, "step": 30, "split": "test", "task": "lm", "num_examples": 100}))
-      status_lib.write_status(workdir, "finished", 30, num_params=1000)
-      runs.append(entry)
-  (root / "sweep.json").write_text(json.dumps(_record(runs, list(seeds))))
-  return root
+      scalars.append((30, {"eval/loss": val, "eval/perplexity": math.exp(val)}))
+      fakes.write_run(workdir, scalars, step=30, num_params=1000)
+      fakes.write_evaluation(workdir, "test", 30, test_metrics(test) if test_metrics
+                             else {"eval/loss": test, "eval/perplexity": math.exp(test)})
+      runs.append(_entry(norm, lr, seed))
+  return fakes.write_sweep(root, _record(runs, seeds))
 
 
 def _analyze(sweep_dir, **options):
@@ -277,8 +265,8 @@ def test_without_a_test_split_the_first_seed_is_reserved_for_the_choice(sweep_di
 
 def test_until_resolved_adds_the_same_seed_to_both_sides_of_an_unresolved_comparison(
     sweep_dir):
-  record = SweepRecord.from_json(_record([_entry(n, lr, s) for n in ("post", "pre")
-                                          for lr in LRS for s in (0, 1)], seeds=(0, 1)))
+  record = _record([_entry(n, lr, s) for n in ("post", "pre") for lr in LRS for s in (0, 1)],
+                   seeds=(0, 1))
   # The planted sweep's report: post chose 1e-3, pre 1e-2; its one loss
   # comparison made unresolved.
   _, planted = _analyze(sweep_dir)
@@ -294,8 +282,8 @@ def test_until_resolved_adds_the_same_seed_to_both_sides_of_an_unresolved_compar
   assert all(e.overrides["seed"] == 2 and e.state == "pending" for e in added)
   assert adaptive.add_seeds(record, report, max_seeds=3) == []  # at the budget
   # A resumed invocation rebuilds the added runs from sweep.json.
-  rebuilt = SweepRecord.from_json(_record([_entry(n, lr, s) for n in ("post", "pre")
-                                           for lr in LRS for s in (0, 1)], seeds=(0, 1)))
+  rebuilt = _record([_entry(n, lr, s) for n in ("post", "pre") for lr in LRS for s in (0, 1)],
+                    seeds=(0, 1))
   adaptive.restore_added(rebuilt, SweepRecord.from_json(json.loads(json.dumps(
       record.to_json()))))
   assert [e.name for e in rebuilt.runs[-2:]] == [e.name for e in added]
@@ -310,25 +298,20 @@ def test_effects_are_set_against_model_size_where_an_axis_changes_it():
   size_values = [{"model.d_model": 32, "model.num_heads": 2},
                  {"model.d_model": 64, "model.num_heads": 4}]
   act_values = [{"model.activation": "gelu"}, {"model.activation": "swiglu"}]
-  record = {"name": "scale", "config": "configs/lm.py:tiny", "seeds": [0, 1, 2],
-            "select_by": "eval/loss", "report_split": "validation", "tune": {},
-            "axes": [{"label": "model.d_model+model.num_heads", "values": size_values,
-                      "reference": 0},
-                     {"label": "model.activation", "values": act_values, "reference": 0}],
-            "runs": []}
-  summaries = {}
+  runs, summaries = [], {}
   for si, size in enumerate(size_values):
     for ai, act in enumerate(act_values):
       for seed in range(3):
         name = f"{si}{ai}_s{seed}"
         # swiglu helps by 0.05 at the small size and 0.10 at the large one.
         loss = 3.0 - 0.5 * si - (0.05 + 0.05 * si) * ai + 0.01 * seed
-        record["runs"].append({"name": name, "seed": seed, "values": [size, act],
-                               "tuned": {}})
-        summaries[name] = {"state": "finished", "final": {"eval/loss": loss},
-                           "lengths": {}, "num_params": 1000 * (si + 1) + ai}
+        runs.append(fakes.entry(name, seed, [size, act]))
+        summaries[name] = fakes.summary({"eval/loss": loss}, lengths={},
+                                        num_params=1000 * (si + 1) + ai)
   baselines = {name: analysis.Baseline(None, None) for name in summaries}
-  record = SweepRecord.from_json(record)
+  record = fakes.record("scale", [fakes.axis("model.d_model+model.num_heads", size_values),
+                                  fakes.axis("model.activation", act_values)], runs, [0, 1, 2],
+                        select_by="eval/loss", report_split="validation", tune={})
   report = analysis.analyze(record, summaries, baselines)
   assert analysis.size_axes(record, report.points) == [0]
   scale = sorted(report.scale, key=lambda r: r.num_params)
@@ -343,18 +326,15 @@ def test_a_tuned_sweep_without_axes_gets_its_sensitivity_plot(tmp_path):
   runs = []
   for lr, losses in ((1e-3, [3.0, 3.1]), (1e-2, [2.5, 2.6]), (1e-1, [None, None])):
     for seed, loss in enumerate(losses):
-      entry = {"name": f"learning_rate-{lr!r}_s{seed}", "seed": seed, "values": [],
-               "tuned": {"optim.learning_rate": lr}, "overrides": {}, "state": "finished"}
-      workdir = root / entry["name"]
-      workdir.mkdir(parents=True)
-      with metrics.MetricWriter(workdir / "tensorboard") as w:
-        w.write_scalars(10, {"train/loss": 3.0} if loss is None else {"eval/loss": loss})
-      status_lib.write_status(workdir, "diverged" if loss is None else "finished", 10)
+      entry = fakes.entry(f"learning_rate-{lr!r}_s{seed}", seed, [],
+                          tuned={"optim.learning_rate": lr}, state="finished")
+      fakes.write_run(root / entry.name,
+                      {10: {"train/loss": 3.0} if loss is None else {"eval/loss": loss}},
+                      state="diverged" if loss is None else "finished", step=10)
       runs.append(entry)
-  record = {**_record(runs, seeds=(0, 1)), "name": "lr_only", "axes": [],
-            "tune": {"optim.learning_rate": [1e-3, 1e-2, 1e-1]},
-            "report_split": "validation"}
-  (root / "sweep.json").write_text(json.dumps(record))
+  fakes.write_sweep(root, dataclasses.replace(
+      _record(runs, seeds=(0, 1)), name="lr_only", axes=(),
+      tune={"optim.learning_rate": [1e-3, 1e-2, 1e-1]}, report_split="validation"))
   build.write_report(root)
   report = (root / "report.md").read_text()
   data = json.loads((root / "report.json").read_text())
@@ -472,26 +452,17 @@ def test_l0_is_the_step_0_evaluation_else_the_uniform_loss(tmp_path):
 # ------------------------------------------------------------- still improving?
 def _curves_report(curves):
   """A planted untuned sweep: {norm_position: [each seed's eval/loss curve]}."""
-  norms = list(curves)
-  record = {"name": "curves", "config": "configs/lm.py:tiny", "seeds": [0, 1, 2],
-            "select_by": "eval/loss", "report_split": "validation", "tune": {},
-            "axes": [{"label": "model.norm_position",
-                      "values": [{"model.norm_position": n} for n in norms],
-                      "reference": 0}], "runs": []}
-  summaries = {}
+  runs, summaries = [], {}
   for norm, per_seed in curves.items():
     for seed, curve in enumerate(per_seed):
       name = f"{norm}_s{seed}"
-      record["runs"].append({"name": name, "seed": seed,
-                             "values": [{"model.norm_position": norm}], "tuned": {}})
-      summaries[name] = {
-          "state": "finished", "step": 300, "final": {"eval/loss": curve[-1][1]},
-          "initial": {"eval/loss": curve[0][1]} if curve[0][0] == 0 else {},
-          "curves": {"eval/loss": curve}, "num_params": 1000, "tokens_per_sec": None,
-          "wall_seconds": None, "compile_seconds": None, "lengths": {},
-          "window_tokens": {}, "scaled_lengths": {}, "lengths_split": None,
-          "layer_stats": {}, "layer_stats_step": None, "test": {}}
-  record = SweepRecord.from_json(record)
+      runs.append(fakes.entry(name, seed, [{"model.norm_position": norm}]))
+      summaries[name] = fakes.summary(
+          {"eval/loss": curve[-1][1]}, step=300,
+          initial={"eval/loss": curve[0][1]} if curve[0][0] == 0 else {},
+          curves={"eval/loss": curve}, num_params=1000)
+  record = fakes.record("curves", [fakes.axis("model.norm_position", list(curves))], runs,
+                        [0, 1, 2], select_by="eval/loss", report_split="validation", tune={})
   baselines = {name: analysis.Baseline(None, None) for name in summaries}
   return record, summaries, analysis.analyze(record, summaries, baselines)
 

@@ -198,6 +198,7 @@ def _logits(arch, hf, cfg, params):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.slow
 def test_logits_match_transformers(arch, hf_dirs, imported):
   hf = hf_dirs[arch][0]
   cfg, params = imported[arch]
@@ -214,6 +215,7 @@ def _until_eos(tokens, eos):
 
 
 @pytest.mark.parametrize("arch", [a for a in ARCHS if a != "bert"])
+@pytest.mark.slow
 def test_cached_greedy_decoding_matches_generate(arch, hf_dirs, imported):
   hf = hf_dirs[arch][0]
   cfg, params = imported[arch]
@@ -565,6 +567,7 @@ def gpt2_run(hf_dirs, tmp_path_factory):
   return workdir
 
 
+@pytest.mark.slow
 def test_imported_workdir_is_an_ordinary_run(gpt2_run, hf_dirs, tmp_path):
   from tfx_jax.run import pretrained
   from tfx_jax.run import config as run_config

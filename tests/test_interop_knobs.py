@@ -53,6 +53,7 @@ def test_gelu_tanh_is_the_tanh_approximation():
     np.testing.assert_allclose(fn(x), want, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_unscaled_attention_is_scaled_attention_of_sqrt_dk_queries():
   k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
   q, k, v = (jax.random.normal(r, (2, 5, 4, 8)) for r in (k1, k2, k3))
@@ -83,6 +84,7 @@ def test_defaults_add_no_parameters():
                                  "decoder_embed_norm")) for p in paths)
 
 
+@pytest.mark.slow
 def test_output_bias_is_added_to_the_logits():
   cfg = _cfg(output_bias=True)
   params = init_params(cfg, jax.random.PRNGKey(0))

@@ -360,6 +360,7 @@ def test_t5_relative_bias_looks_up_query_minus_key():
 
 
 @pytest.mark.parametrize("family", ["decoder_only", "encoder_decoder"])
+@pytest.mark.slow
 def test_t5_relative_bias_init_std_is_d_model_to_minus_half(family):
   """T5 / HF initialise the bias table with std d_model^-0.5 (here 1/8), small
   next to the content logits at init."""

@@ -75,6 +75,7 @@ def _logits(model, params, *args, **kwargs):
 # --------------------------------------------------------------- causality
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.slow
 def test_decoder_is_causal(family, position):
   """Row t+1 changes token t+1 of row 0: positions <= t must not notice."""
   _, model, params = _model(family, position)
@@ -271,6 +272,7 @@ def _check_cached_decoding(family, position, scan_layers, schedules, **overrides
 
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.slow
 def test_cached_decoding_equals_full_forward(family, position):
   _check_cached_decoding(family, position, scan_layers=False,
                          schedules=(ONE_AT_A_TIME, PREFILL_THEN_ONE_AT_A_TIME))
@@ -283,6 +285,7 @@ SCANNED_CASES = [(DECODER_FAMILIES[i % 2], p) for i, p in enumerate(POSITIONS)]
 
 
 @pytest.mark.parametrize("family,position", SCANNED_CASES)
+@pytest.mark.slow
 def test_cached_decoding_scanned_layers(family, position):
   """The scanned stack keeps one cache per layer (the cache's leading axis).
 
@@ -312,12 +315,14 @@ KNOBS = {
 
 @pytest.mark.parametrize("knobs", KNOBS)
 @pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.slow
 def test_cached_decoding_with_attention_knobs(family, knobs):
   overrides = dict(KNOBS[knobs])
   _check_cached_decoding(family, overrides.pop("position"), scan_layers=False,
                          schedules=(PREFILL_THEN_ONE_AT_A_TIME,), **overrides)
 
 
+@pytest.mark.slow
 def test_cached_decoding_alternating_windows_scanned():
   """Windowed and fully attending layers alternate inside one scan."""
   overrides = dict(KNOBS["qk_rmsnorm-headwise_gate-window-global_every-dyt"])
@@ -328,6 +333,7 @@ def test_cached_decoding_alternating_windows_scanned():
 
 @pytest.mark.parametrize("width", [6, 2])
 @pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.slow
 def test_heads_of_their_own_width(family, width):
   """model.head_dim wider (6) or narrower (2) than d_model / num_heads (16 / 4):
   q, k, v [D, H, K] and out [H, K, D], the cross-attention's too, and cached
@@ -348,6 +354,7 @@ def test_heads_of_their_own_width(family, width):
                          schedules=(PREFILL_THEN_ONE_AT_A_TIME,), head_dim=width)
 
 
+@pytest.mark.slow
 def test_cached_decoding_multi_query():
   _check_cached_decoding("decoder_only", "rope", scan_layers=False,
                          schedules=(PREFILL_THEN_ONE_AT_A_TIME,), num_kv_heads=1)
@@ -367,6 +374,7 @@ ROPE_VARIANTS = {
 
 @pytest.mark.parametrize("variant", ROPE_VARIANTS)
 @pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.slow
 def test_cached_decoding_with_partial_and_scaled_rope(family, variant):
   """The cache holds keys rotated with their own positions under every RoPE
   variant; the scanned stack too."""
@@ -378,6 +386,7 @@ def test_cached_decoding_with_partial_and_scaled_rope(family, variant):
                            schedules=(PREFILL_THEN_ONE_AT_A_TIME,), **overrides)
 
 
+@pytest.mark.slow
 def test_scan_and_loop_compute_the_same_function():
   """The scanned stack is the loop with its layer parameters stacked."""
   for family in DECODER_FAMILIES:
@@ -530,6 +539,7 @@ def test_position_scheme_changes_positions_only(family, scale):
                                  **CLOSE, err_msg=position)
 
 
+@pytest.mark.slow
 def test_bert_embedding_norm_comes_before_dropout():
   """BERT: LayerNorm(E[id] + P[pos]), then dropout. The stack input is 0 where
   dropped and the normalised embedding / (1 - p) elsewhere; dropout before the

@@ -95,6 +95,7 @@ def test_router_matches_numpy(router, norm_topk):
   assert (np.asarray(unbiased) != want[1]).any()
 
 
+@pytest.mark.slow
 def test_a_moe_layer_is_the_weighted_sum_of_its_experts_ffns():
   """The whole layer against a per-token NumPy loop: route, run the k chosen
   experts' gated FFNs, weigh, add; padding tokens get nothing."""
@@ -132,6 +133,7 @@ def test_a_moe_layer_is_the_weighted_sum_of_its_experts_ffns():
     dict(), dict(activation="gelu", use_bias=True), dict(shared_experts=1),
     dict(router="sigmoid", router_norm_topk=False)], ids=["swiglu", "gelu_bias", "shared",
                                                           "sigmoid"])
+@pytest.mark.slow
 def test_dropless_and_capacity_agree_when_nothing_overflows(changes):
   params = _params(**changes)
   dropless = _forward(params, **changes)
@@ -173,6 +175,7 @@ def _np_balance(counts, scores, tokens):
   return counts.shape[-1] * (f * p).sum(-1)
 
 
+@pytest.mark.slow
 def test_balance_and_z_losses_match_numpy_per_batch_and_per_sequence():
   rng = np.random.default_rng(1)
   counts = rng.integers(0, 9, size=(3, 4, E)).astype(np.float32)  # [layers, B, E]
@@ -195,6 +198,7 @@ def test_balance_and_z_losses_match_numpy_per_batch_and_per_sequence():
   np.testing.assert_allclose(float(moe.balance_loss(uniform, "batch")), 1.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_expert_bias_moves_by_the_sign_rule_and_has_no_gradient():
   params = nn.unbox(_params(moe_balance="bias"))
   assert params["decoder"]["layer_0"]["ffn"]["expert_bias"].shape == (E,)
@@ -221,6 +225,7 @@ def test_the_expert_bias_moves_by_the_sign_rule_and_has_no_gradient():
 
 # ---------------------------------------------------- decode, scan, layers
 @pytest.mark.parametrize("scan", [False, True], ids=["loop", "scan"])
+@pytest.mark.slow
 def test_kv_cache_decoding_equals_the_full_forward(scan):
   params = nn.unbox(_params())
   if scan:
@@ -241,6 +246,7 @@ def test_kv_cache_decoding_equals_the_full_forward(scan):
   np.testing.assert_allclose(np.concatenate(steps, axis=1), np.asarray(full), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_scan_and_loop_compute_the_same_model_and_router_statistics():
   params = nn.unbox(_params())
   loop = _forward(params)
@@ -603,6 +609,7 @@ def test_a_mesh_expert_axis_must_divide_the_experts():
   run_config.resolve(config)
 
 
+@pytest.mark.slow
 def test_the_expert_bias_moves_once_per_update_under_accumulation():
   """optim.accumulate_steps=2: the first micro-batch leaves the bias where it
   was, the second (the optimizer's update) moves every entry by +-u or 0."""

@@ -641,6 +641,7 @@ def test_an_optimizers_own_tuned_values_are_arguments_of_the_program(name):
     {"optim.weight_decay": 0.1},
     {"optim.optimizer": "muon", "optim.schedule": "wsd", "optim.decay_fraction": 0.5,
      "optim.accumulate_steps": 2, "model.scan_layers": True, "optim.weight_decay": 0.1}])
+@pytest.mark.slow
 def test_traced_and_constant_forms_give_the_same_bits(overrides):
   from tfx_jax.run import sharding
   got = []

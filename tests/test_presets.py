@@ -146,6 +146,7 @@ _count_model = functools.cache(count_params)
 
 
 @pytest.mark.parametrize("name", CONFIG_FILES)
+@pytest.mark.slow
 def test_every_activation_has_the_parameters_of_the_ungated_model(name):
   """Shazeer 2020 compares the FFN variants at matched parameters: on every
   preset, each gated activation is within 1% of the ungated model (d_ff is the

@@ -26,6 +26,7 @@ def _operands(seed=0, t=96, k=48, n=80):
           jnp.asarray(r.normal(size=(t, n)), jnp.float32))
 
 
+@pytest.mark.slow
 def test_matmul_and_its_gradients_match_float32_to_bf16_rounding():
   x, w, g = _operands()
   y = products.matmul(x.astype(BF16), w.astype(BF16))
@@ -43,6 +44,7 @@ def test_matmul_and_its_gradients_match_float32_to_bf16_rounding():
 
 
 @pytest.mark.parametrize("features, axis", [(32, -1), ((4, 8), -1), (24, (-2, -1))])
+@pytest.mark.slow
 def test_dense_layers_through_the_fast_product(features, axis):
   """Dense / DenseGeneral shapes of the model (one axis; heads out; heads in):
   the same outputs and gradients as Flax's own bf16 product, to bf16 rounding."""
@@ -77,6 +79,7 @@ def test_the_fast_product_is_chosen_for_bf16_on_cpu_only():
 
 
 @pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.slow
 def test_a_bf16_model_trains_like_float32(tied, monkeypatch):
   """The LM's loss and gradients in bf16 (every projection and the logits
   through ``matmul``) against the same parameters in float32."""

@@ -29,11 +29,10 @@ import matplotlib.colors
 import matplotlib.pyplot
 import pytest
 
-from tfx_jax.run import metrics
-from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as records
 from tfx_jax.report import build, forest, schema, stats, style
-from tfx_jax.records.sweep import AxisRecord, RunEntry, SweepRecord
+
+import fakes
 
 # eval/loss per (norm_position, position) and seed; None: the run diverged.
 LOSSES = {
@@ -48,57 +47,46 @@ T_975_DF4 = 2.776445  # Student t, 0.975 quantile, 4 degrees of freedom (tables)
 T_975_DF2 = 4.302653
 
 
-def _axis(field, values, reference=0):
-  return {"label": field, "fields": [field], "values": [{field: v} for v in values],
-          "reference": reference}
-
-
 def write_run(root, name, seed, loss, *, state=None, layer_grad=(1.0, 1.0), lengths=None,
-              num_params=None, scaled=None, layer_steps=(1, 10), loss_se=None):
+              num_params=None, scaled=None, layer_steps=(1, 10), loss_se=None, **status):
   """One run's workdir as the trainer leaves it: training-loss and
   layer-gradient event files, eval/loss at step 30 (``loss`` None: the run
   stopped at step 12, ``state`` "diverged" unless given) with its standard
-  error ``loss_se`` (None: not logged), status.json, an extrapolation result
-  ``lengths`` ({multiple: perplexity})."""
-  workdir = root / name
-  workdir.mkdir(parents=True)
-  with metrics.MetricWriter(workdir / "tensorboard") as w:
-    for step, tps in ((10, 100.0), (20, 1000.0), (30, 3000.0)):
-      if loss is None and step > 12:
-        break
-      w.write_scalars(step, {"train/loss": 3.0 - step / 100 + seed / 10,
-                             "train/tokens_per_sec": tps})
-    for step, scale in zip(layer_steps, (1.0, 10.0)):
-      w.write_scalars(step, {f"layer_stats/grad_norm/decoder_{i:02d}": g * scale
-                             for i, g in enumerate(layer_grad)})
-    if loss is not None:
-      w.write_scalars(15, {"eval/loss": 9.0})  # an earlier evaluation
-      w.write_scalars(30, {"eval/loss": loss, "eval/perplexity": math.exp(loss),
-                           **({} if loss_se is None else {"eval/loss_se": loss_se})})
-  extra = {} if num_params is None else {"num_params": num_params}
+  error ``loss_se`` (None: not logged), status.json (``status``: its other
+  fields), an extrapolation result ``lengths`` ({multiple: perplexity})."""
+  scalars = []
+  for step, tps in ((10, 100.0), (20, 1000.0), (30, 3000.0)):
+    if loss is None and step > 12:
+      break
+    scalars.append((step, {"train/loss": 3.0 - step / 100 + seed / 10,
+                           "train/tokens_per_sec": tps}))
+  for step, scale in zip(layer_steps, (1.0, 10.0)):
+    scalars.append((step, {f"layer_stats/grad_norm/decoder_{i:02d}": g * scale
+                           for i, g in enumerate(layer_grad)}))
+  if loss is not None:
+    scalars.append((15, {"eval/loss": 9.0}))  # an earlier evaluation
+    scalars.append((30, {"eval/loss": loss, "eval/perplexity": math.exp(loss),
+                         **({} if loss_se is None else {"eval/loss_se": loss_se})}))
+  if num_params is not None:
+    status["num_params"] = num_params
   if loss is None:
-    status_lib.write_status(workdir, state or "diverged", 12, reason="non-finite loss",
-                            **extra)
+    workdir = fakes.write_run(root / name, scalars, state=state or "diverged", step=12,
+                              reason="non-finite loss", **status)
   else:
-    status_lib.write_status(workdir, state or "finished", 30, **extra)
+    workdir = fakes.write_run(root / name, scalars, state=state or "finished", step=30,
+                              **status)
   if lengths and loss is not None:
-    (workdir / "eval").mkdir()
-    (workdir / "eval" / "validation-30.lengths.json").write_text(json.dumps(
-        [{"multiple": k, "length": 64 * k, "perplexity": ppl}
-         for k, ppl in sorted(lengths.items())]))
+    fakes.write_lengths(workdir, 30, lengths)
   for tag, table in (scaled or {}).items():  # evaluate --lengths --rope_scaling
     for step, offset in ((20, 100.0), (30, 0.0)):  # the newest step is read
-      (workdir / "eval" / f"validation-{step}.lengths.rope-{tag}.json").write_text(json.dumps(
-          [{"multiple": k, "length": 64 * k, "perplexity": ppl + offset}
-           for k, ppl in sorted(table.items())]))
+      fakes.write_lengths(workdir, step, {k: ppl + offset for k, ppl in table.items()},
+                          scaling=tag)
 
 
 def sweep_record(name, axes, runs, seeds, **fields):
   """sweep.json's record of a synthetic sweep."""
-  return {"name": name, "description": "", "config": "configs/lm.py:tiny",
-          "overrides": {"train.num_steps": 30}, "seeds": list(seeds), "evaluations": [],
-          "axes": axes, "command": f"python -m tfx_jax.sweep experiments/{name}.py",
-          "runs": runs, **fields}
+  return fakes.record(name, axes, runs, seeds, overrides={"train.num_steps": 30},
+                      command=f"python -m tfx_jax.sweep experiments/{name}.py", **fields)
 
 
 @pytest.fixture(scope="module")
@@ -112,13 +100,13 @@ def sweep_dir(tmp_path_factory):
                 lengths={1: 10.0 + seed, 2: 20.0 if pos == "rope" else 10.0},
                 scaled=({"yarn-x2-from64": {1: 11.0, 2: 12.0 + seed / 10}} if pos == "rope"
                         else None))
-      runs.append({"name": name, "seed": seed,
-                   "values": [{"model.norm_position": norm}, {"model.position": pos}],
-                   "overrides": {}, "state": "finished", "wall_seconds": 60.0 + seed})
-  record = sweep_record("synthetic", [_axis("model.norm_position", ["pre", "post"]),
-                                      _axis("model.position", ["rope", "alibi"])],
+      runs.append(fakes.entry(name, seed,
+                              [{"model.norm_position": norm}, {"model.position": pos}],
+                              state="finished", wall_seconds=60.0 + seed))
+  record = sweep_record("synthetic", [fakes.axis("model.norm_position", ["pre", "post"]),
+                                      fakes.axis("model.position", ["rope", "alibi"])],
                         runs, seeds=[0, 1, 2])
-  (root / "sweep.json").write_text(json.dumps(record))
+  fakes.write_sweep(root, record)
   build.write_report(root)
   return root
 
@@ -133,11 +121,11 @@ def test_layer_statistics_logged_later_are_not_called_initialisation(tmp_path):
       name = f"norm_position-{norm}_s{seed}"
       write_run(root, name, seed, 1.0 + seed / 10, layer_grad=LAYER_GRAD[norm],
                 layer_steps=(10, 20))
-      runs.append({"name": name, "seed": seed, "values": [{"model.norm_position": norm}],
-                   "overrides": {}, "state": "finished", "wall_seconds": 60.0})
-  record = sweep_record("later", [_axis("model.norm_position", ["pre", "post"])], runs,
+      runs.append(fakes.entry(name, seed, [{"model.norm_position": norm}], state="finished",
+                              wall_seconds=60.0))
+  record = sweep_record("later", [fakes.axis("model.norm_position", ["pre", "post"])], runs,
                         seeds=[0, 1])
-  (root / "sweep.json").write_text(json.dumps(record))
+  fakes.write_sweep(root, record)
   build.write_report(root)
   report = (root / "report.md").read_text()
   assert "## Gradient norm per layer at the first logged step" in report
@@ -159,14 +147,13 @@ def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
       name = f"norm_position-{norm}_s{seed}"
       write_run(root, name, seed, 1.0 + seed / 10, layer_grad=(7.0, 7.0),
                 layer_steps=(10, 20))
-      with metrics.MetricWriter(root / name / "tensorboard") as w:
-        w.write_scalars(0, {f"layer_stats/init_grad_norm/ffn_out/decoder_{i:02d}": g + seed / 10
-                            for i, g in enumerate(init[norm])})
-      runs.append({"name": name, "seed": seed, "values": [{"model.norm_position": norm}],
-                   "overrides": {}, "state": "finished", "wall_seconds": 60.0})
-  record = sweep_record("init", [_axis("model.norm_position", list(init))], runs,
+      fakes.log(root / name, {0: {f"layer_stats/init_grad_norm/ffn_out/decoder_{i:02d}":
+                                  g + seed / 10 for i, g in enumerate(init[norm])}})
+      runs.append(fakes.entry(name, seed, [{"model.norm_position": norm}], state="finished",
+                              wall_seconds=60.0))
+  record = sweep_record("init", [fakes.axis("model.norm_position", list(init))], runs,
                         seeds=[0, 1, 2])
-  (root / "sweep.json").write_text(json.dumps(record))
+  fakes.write_sweep(root, record)
   build.write_report(root)
   report = (root / "report.md").read_text()
   assert "## Gradient norm per layer at initialisation\n" in report
@@ -217,19 +204,16 @@ def test_output_log_z_and_attention_logits_are_reported_per_run(tmp_path):
       diverged = qk == "none" and seed == 1
       write_run(root, name, seed, None if diverged else 1.0 + seed / 10)
       growth = 10.0 if qk == "none" else 1.0
-      with metrics.MetricWriter(root / name / "tensorboard") as w:
-        for step, log_z in ((10, 6.9), (20, 7.5 + seed), (30, 7.0 + seed)):
-          if diverged and step == 30:
-            log_z = math.nan
-          w.write_scalars(step, {"train/output_log_z": log_z,
-                                 "layer_stats/max_attention_logit/decoder_00": growth * step,
-                                 "layer_stats/max_attention_logit/decoder_01": step})
-      runs.append({"name": name, "seed": seed, "values": [{"model.qk_norm": qk}],
-                   "overrides": {}, "state": "diverged" if diverged else "finished",
-                   "wall_seconds": 60.0})
-  record = sweep_record("stability", [_axis("model.qk_norm", ["none", "layernorm"])], runs,
+      fakes.log(root / name, {
+          step: {"train/output_log_z": math.nan if diverged and step == 30 else log_z,
+                 "layer_stats/max_attention_logit/decoder_00": growth * step,
+                 "layer_stats/max_attention_logit/decoder_01": step}
+          for step, log_z in ((10, 6.9), (20, 7.5 + seed), (30, 7.0 + seed))})
+      runs.append(fakes.entry(name, seed, [{"model.qk_norm": qk}],
+                              state="diverged" if diverged else "finished", wall_seconds=60.0))
+  record = sweep_record("stability", [fakes.axis("model.qk_norm", ["none", "layernorm"])], runs,
                         seeds=[0, 1])
-  (root / "sweep.json").write_text(json.dumps(record))
+  fakes.write_sweep(root, record)
   build.write_report(root)
   data = json.loads((root / "report.json").read_text())
   seeds = {p["values"]["model.qk_norm"]: p["tuned"][0]["seeds"] for p in data["points"]}
@@ -380,10 +364,9 @@ def _one_seed_sweep(root):
     for lr, loss in zip((1e-3, 1e-2), losses):
       name = f"norm_position-{norm}_learning_rate-{lr!r}_s0"
       write_run(root, name, 0, loss)
-      runs.append({"name": name, "seed": 0, "values": [{"model.norm_position": norm}],
-                   "tuned": {"optim.learning_rate": lr}, "overrides": {},
-                   "state": "finished"})
-  return sweep_record("one_seed", [_axis("model.norm_position", ["post", "pre"], 1)], runs,
+      runs.append(fakes.entry(name, 0, [{"model.norm_position": norm}],
+                              tuned={"optim.learning_rate": lr}, state="finished"))
+  return sweep_record("one_seed", [fakes.axis("model.norm_position", ["post", "pre"], 1)], runs,
                       seeds=[0], tune={"optim.learning_rate": [1e-3, 1e-2]},
                       select_by="eval/loss", report_split="validation")
 
@@ -397,11 +380,10 @@ def _failed_run_sweep(root):
       name = f"activation-{act}_s{seed}"
       write_run(root, name, seed, loss, state="failed" if act == "swiglu" and loss is None
                 else None)
-      runs.append({"name": name, "seed": seed, "values": [{"model.activation": act}],
-                   "overrides": {}, "state": "finished"})
-  runs.append({"name": "activation-relu_s2", "seed": 2,
-               "values": [{"model.activation": "relu"}], "overrides": {}, "state": "pending"})
-  return sweep_record("failed_run", [_axis("model.activation", ["relu", "swiglu"])], runs,
+      runs.append(fakes.entry(name, seed, [{"model.activation": act}], state="finished"))
+  runs.append(fakes.entry("activation-relu_s2", 2, [{"model.activation": "relu"}],
+                          state="pending"))
+  return sweep_record("failed_run", [fakes.axis("model.activation", ["relu", "swiglu"])], runs,
                       seeds=[0, 1, 2])
 
 
@@ -418,13 +400,10 @@ def _size_axis_sweep(root):
         loss = 3.0 - 0.5 * si - (0.05 + 0.05 * si) * (act == "swiglu") + 0.01 * seed
         write_run(root, name, seed, loss, num_params=200_000 * 4 ** si,
                   lengths={1: 20.0 - si, 2: 30.0 + seed, 4: 300.0}, layer_grad=[1.0] * (2 + si))
-        runs.append({"name": name, "seed": seed,
-                     "values": [size, {"model.activation": act}], "overrides": {},
-                     "state": "finished"})
-  size_axis = {"label": "model.d_model+model.num_heads",
-               "fields": ["model.d_model", "model.num_heads"], "values": sizes,
-               "reference": 0}
-  return sweep_record("size_axis", [size_axis, _axis("model.activation", ["gelu", "swiglu"])],
+        runs.append(fakes.entry(name, seed, [size, {"model.activation": act}],
+                                state="finished"))
+  size_axis = fakes.axis("model.d_model+model.num_heads", sizes)
+  return sweep_record("size_axis", [size_axis, fakes.axis("model.activation", ["gelu", "swiglu"])],
                       runs, seeds=[0, 1, 2])
 
 
@@ -433,8 +412,7 @@ def _single_point_sweep(root):
   runs = []
   for seed, loss in enumerate((2.0, 2.1)):
     write_run(root, f"base_s{seed}", seed, loss)
-    runs.append({"name": f"base_s{seed}", "seed": seed, "values": [], "overrides": {},
-                 "state": "finished"})
+    runs.append(fakes.entry(f"base_s{seed}", seed, state="finished"))
   return sweep_record("single_point", [], runs, seeds=[0, 1])
 
 
@@ -444,9 +422,7 @@ def _per_point_sweep(root):
   record, summaries = _optimizer_sweep(seeds=(0, 1))
   for entry in record.runs:
     write_run(root, entry.name, entry.seed, summaries[entry.name]["final"]["eval/loss"])
-  data = record.to_json()
-  data.update(report_split="validation", evaluations=[])
-  return data
+  return dataclasses.replace(record, report_split="validation", evaluations=())
 
 
 SWEEPS = {"one_seed": _one_seed_sweep, "failed_run": _failed_run_sweep,
@@ -455,8 +431,7 @@ SWEEPS = {"one_seed": _one_seed_sweep, "failed_run": _failed_run_sweep,
 
 
 def _write(root, make):
-  record = make(root)
-  (root / "sweep.json").write_text(json.dumps(record))
+  fakes.write_sweep(root, make(root))
   with warnings.catch_warnings():
     warnings.simplefilter("error")  # matplotlib's, numpy's, anyone's
     build.write_report(root)
@@ -512,6 +487,7 @@ def _drawn_figures(monkeypatch, root, make):
   return figures
 
 
+@pytest.mark.slow
 def test_plots_read_without_decoding(tmp_path, monkeypatch):
   """Titles name the plot (never "-"), every axis is labelled, tick labels
   are plain numbers (no offsets, no powers of ten), and an axis value has
@@ -642,10 +618,9 @@ def _declared_pair_sweep(root, **fields):
   for act, losses in PAIR_LOSSES.items():
     for seed, loss in enumerate(losses):
       write_run(root, f"activation-{act}_s{seed}", seed, loss)
-      runs.append({"name": f"activation-{act}_s{seed}", "seed": seed,
-                   "values": [{"model.activation": act}], "overrides": {},
-                   "state": "finished"})
-  axis = dict(_axis("model.activation", list(PAIR_LOSSES)), comparisons=[[2, 1]])
+      runs.append(fakes.entry(f"activation-{act}_s{seed}", seed, [{"model.activation": act}],
+                              state="finished"))
+  axis = fakes.axis("model.activation", list(PAIR_LOSSES), comparisons=[[2, 1]])
   return sweep_record("declared_pair", [axis], runs, seeds=[0, 1, 2], **fields)
 
 
@@ -697,7 +672,7 @@ def test_per_point_tables_of_a_tuned_sweep_read_the_chosen_runs_only():
   """Lengths and layer tables show each point at its chosen tuned value: the
   runs at the other values (and a point that learned nothing keeps all)."""
   from tfx_jax.report.points import at_chosen
-  runs = lambda *lrs: [(RunEntry(f"r{lr}", 0, (), {}, tuned={"optim.learning_rate": lr}),
+  runs = lambda *lrs: [(fakes.entry(f"r{lr}", 0, tuned={"optim.learning_rate": lr}),
                         {"lr": lr}) for lr in lrs]
   points = {(0,): runs(1e-3, 1e-2, 1e-3), (1,): runs(1e-3, 1e-2)}
   chosen = {(0,): {"optim.learning_rate": 1e-3}, (1,): None}  # Report.chosen()
@@ -708,8 +683,8 @@ def test_per_point_tables_of_a_tuned_sweep_read_the_chosen_runs_only():
   # A confirmed point: its confirmation seeds alone, not the tuning seed at
   # the chosen value, which chose it.
   confirmed = {(0,): runs(1e-3, 1e-2) + [
-      (RunEntry(f"c{seed}", seed, (), {}, tuned={"optim.learning_rate": 1e-3},
-                stage="confirm"), {"lr": 1e-3, "seed": seed}) for seed in (1, 2)]}
+      (fakes.entry(f"c{seed}", seed, tuned={"optim.learning_rate": 1e-3}, stage="confirm"),
+       {"lr": 1e-3, "seed": seed}) for seed in (1, 2)]}
   picked = at_chosen(confirmed, {(0,): {"optim.learning_rate": 1e-3}})
   assert [s["seed"] for _, s in picked[(0,)]] == [1, 2]
 
@@ -719,12 +694,10 @@ def test_values_of_an_axis_over_several_fields_name_their_field():
   from tfx_jax.report.points import context_label, value_label
   rows = [{}, {"model.dropout": 0.0}, {"train.label_smoothing": 0.0},
           {"model.num_heads": 1, "model.d_ff": 256}]
-  axis = AxisRecord("model.dropout+train.label_smoothing",
-                    ("model.dropout", "train.label_smoothing", "model.num_heads",
-                     "model.d_ff"), tuple(rows), 0)
+  axis = fakes.axis("model.dropout+train.label_smoothing", rows)
   assert [value_label(v, axis) for v in rows] == [
       "base", "dropout=0", "label_smoothing=0", "num_heads=1,d_ff=256"]
-  single = AxisRecord.from_json(_axis("model.activation", ["gelu", "swiglu"]))
+  single = fakes.axis("model.activation", ["gelu", "swiglu"])
   assert value_label(single.values[1], single) == "swiglu"
   axes = [single, axis]
   assert context_label(axes, (None, 1), 0) == "dropout=0"
@@ -732,14 +705,14 @@ def test_values_of_an_axis_over_several_fields_name_their_field():
   # A plot's legend: the colouring axis's value alone, the other axes' named
   # once (not "label_smoothing=dropout=0").
   from tfx_jax.report.style import Palette
-  palette = Palette(SweepRecord("rows", "configs/lm.py:tiny", (0,), tuple(axes), []))
+  palette = Palette(fakes.record("rows", axes, [], [0]))
   assert palette.point_label((1, 1)) == "swiglu, dropout=0"
-  depth = AxisRecord.from_json(_axis("model.num_layers", [6, 24]))
-  palette = Palette(SweepRecord("depth", "configs/lm.py:tiny", (0,), (single, depth), []))
+  depth = fakes.axis("model.num_layers", [6, 24])
+  palette = Palette(fakes.record("depth", [single, depth], [], [0]))
   assert palette.point_label((0, 1)) == "gelu, num_layers=24"
   # The compute table's header names every field of such an axis.
   from tfx_jax.report import compute as compute_lib
-  rows = SweepRecord("rows", "configs/lm.py:tiny", (0,), tuple(axes), [])
+  rows = fakes.record("rows", axes, [], [0])
   phases = dict.fromkeys(compute_lib.status_lib.PHASES, 0.0)
   nothing = compute_lib.ComputeRow(None, 0, 0.0, phases)
   assert compute_lib.compute_table(rows, compute_lib.Compute((), nothing))[0][:2] == [
@@ -813,10 +786,10 @@ def test_points_show_the_evaluation_standard_error_beside_the_seed_spread(tmp_pa
     for seed, (loss, se) in enumerate(zip(losses, ses)):
       name = f"position-{pos}_s{seed}"
       write_run(root, name, seed, loss, loss_se=se)
-      runs.append({"name": name, "seed": seed, "values": [{"model.position": pos}],
-                   "overrides": {}, "state": "finished", "wall_seconds": 1.0})
-  (root / "sweep.json").write_text(json.dumps(sweep_record(
-      "noise", [_axis("model.position", ["rope", "alibi"])], runs, seeds=[0, 1, 2])))
+      runs.append(fakes.entry(name, seed, [{"model.position": pos}], state="finished",
+                              wall_seconds=1.0))
+  fakes.write_sweep(root, sweep_record(
+      "noise", [fakes.axis("model.position", ["rope", "alibi"])], runs, seeds=[0, 1, 2]))
   build.write_report(root)
   data = json.loads((root / "report.json").read_text())
   for point, (pos, (losses, ses)) in zip(data["points"], planted.items()):
@@ -884,16 +857,14 @@ def _optimizer_sweep(effective=EFFECTIVE, seeds=(0, 1, 2)):
     row = run.values[0]
     loss = (adamw_curve(row["train.num_steps"] * effective[row["optim.optimizer"]])
             + _penalty(row["optim.optimizer"], run.tuned) + 0.01 * run.seed)
-    entries.append({"name": run.name, "seed": run.seed, "values": [row],
-                    "tuned": run.tuned, "overrides": run.overrides, "state": "finished"})
-    summaries[run.name] = {"state": "finished", "step": row["train.num_steps"],
-                           "final": {"eval/loss": loss}, "test": {"eval/loss": loss},
-                           "initial": {"eval/loss": OPT_L0}, "curves": {}, "lengths": {}}
-  axis = {"label": "optimizer", "fields": ["optim.optimizer", "train.num_steps"],
-          "values": OPT_ROWS, "reference": 0}
-  record = records.SweepRecord.from_json(sweep_record(
-      "optimizers", [axis], entries, seeds=list(seeds), tune=OPT_TUNE,
-      report_split="test", evaluations=[["--split", "test"]]))
+    entries.append(fakes.entry(run.name, run.seed, [row], run.overrides, run.tuned,
+                               state="finished"))
+    summaries[run.name] = fakes.summary({"eval/loss": loss}, step=row["train.num_steps"],
+                                        test={"eval/loss": loss},
+                                        initial={"eval/loss": OPT_L0}, curves={}, lengths={})
+  axis = fakes.axis("optimizer", OPT_ROWS, fields=["optim.optimizer", "train.num_steps"])
+  record = sweep_record("optimizers", [axis], entries, seeds=list(seeds), tune=OPT_TUNE,
+                        report_split="test", evaluations=[["--split", "test"]])
   return record, summaries
 
 
@@ -998,15 +969,14 @@ def test_compute_table_sums_core_time_and_the_train_steps_share(tmp_path):
                                           ("gelu", 0, 1, 80.0, 20.0),
                                           ("gelu", 1, 1, 0.0, 10.0)):
     name = f"activation-{act}_s{seed}"
-    write_run(root, name, seed, 3.0 + seed / 10)
-    status_lib.write_status(root / name, "finished", 30, cores=cores, seconds={
+    write_run(root, name, seed, 3.0 + seed / 10, cores=cores, seconds={
         "startup": 10.0, "compile": 5.0, "train_steps": train_s, "evaluations": 4.0,
         "checkpointing": 1.0})
-    runs.append({"name": name, "seed": seed, "values": [{"model.activation": act}],
-                 "overrides": {}, "state": "finished", "wall_seconds": wall})
-  record = sweep_record("cost", [_axis("model.activation", ["relu", "gelu"])], runs,
+    runs.append(fakes.entry(name, seed, [{"model.activation": act}], state="finished",
+                            wall_seconds=wall))
+  record = sweep_record("cost", [fakes.axis("model.activation", ["relu", "gelu"])], runs,
                         seeds=[0, 1])
-  (root / "sweep.json").write_text(json.dumps(record))
+  fakes.write_sweep(root, record)
   build.write_report(root)
   data = json.loads((root / "report.json").read_text())
   relu, gelu = data["compute"]["points"]

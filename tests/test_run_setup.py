@@ -200,6 +200,7 @@ def _tiny_model(family, scanned, activation="gelu"):
 
 @pytest.mark.parametrize("scanned", [True, False], ids=["scan", "loop"])
 @pytest.mark.parametrize("family", ["decoder_only", "encoder_only", "encoder_decoder"])
+@pytest.mark.slow
 def test_layer_stats_param_reads_its_arrays(family, scanned):
   """Each choice of train.layer_stats_param (all of them, from the Literal)
   gives each layer the NumPy norm of the arrays it names, in every family,
@@ -230,6 +231,7 @@ def test_layer_stats_param_reads_its_arrays(family, scanned):
     assert set(run_setup.per_layer_norms(params, "cross_attention")) == {"decoder"}
 
 
+@pytest.mark.slow
 def test_init_grad_norms_of_ffn_out_averaged_over_batches():
   """train.layer_stats_init_batches: each layer's gradient norm of its FFN output
   matrix W2 (Xiong et al. 2020, Figure 3) is the NumPy norm of that array's

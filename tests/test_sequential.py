@@ -34,9 +34,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+import fakes
 from helpers import sweep_in_process
-from tfx_jax.run import metrics
-from tfx_jax.records import status as status_lib
 from tfx_jax.report import analysis, build, collect, schema, stats
 from tfx_jax.report.schema import Baseline, Options
 from tfx_jax.sweep import adaptive
@@ -48,21 +47,19 @@ POINTS = ("a", "b")  # a is the base
 
 
 def _record(declared: int, until_resolved: int | None) -> SweepRecord:
-  runs = [{"name": f"x-{p}_s{seed}", "seed": seed, "values": [{"x": p}], "tuned": {},
-           "overrides": {"x": p, "seed": seed}} for p in POINTS for seed in range(declared)]
-  return SweepRecord.from_json({
-      "name": "sim", "config": "configs/lm.py:tiny", "seeds": list(range(declared)),
-      "axes": [{"label": "x", "values": [{"x": p} for p in POINTS]}], "runs": runs,
-      "until_resolved": until_resolved})
+  runs = [fakes.entry(f"x-{p}_s{seed}", seed, [{"x": p}], {"x": p, "seed": seed})
+          for p in POINTS for seed in range(declared)]
+  return fakes.record("sim", [fakes.axis("x", POINTS)], runs, range(declared),
+                      until_resolved=until_resolved)
 
 
 def _sweep(losses: np.ndarray, declared: int, max_seeds: int, sequential: bool):
   """One sweep's final comparison; ``losses[i, seed]`` is point i's loss at a seed."""
   record = _record(declared, max_seeds if sequential else None)
   while True:
-    summaries = {e.name: {"state": "finished", "lengths": {}, "num_params": 1000,
-                          "final": {"eval/loss": float(losses[POINTS.index(
-                              e.values[0]["x"]), e.seed])}} for e in record.runs}
+    summaries = {e.name: fakes.summary({"eval/loss": float(losses[POINTS.index(
+                     e.values[0]["x"]), e.seed])}, lengths={}, num_params=1000)
+                 for e in record.runs}
     report = analysis.analyze(record, summaries,
                               {name: Baseline(None, None) for name in summaries})
     if not adaptive.add_seeds(record, report, max_seeds):
@@ -112,6 +109,7 @@ def _draws(seed: int, sweeps: int, seeds: int, diff: float, sd: float) -> np.nda
   return 3.0 + shared + own + np.array([0.0, diff])[None, :, None]
 
 
+@pytest.mark.slow
 def test_false_better_or_worse_verdicts_stay_below_alpha_under_the_null():
   """Two points with the same distribution, 4 declared seeds, --until-resolved
   8 (5 looks). The noise (sd 0.05 of the per-seed differences) is wide against
@@ -131,6 +129,7 @@ def test_false_better_or_worse_verdicts_stay_below_alpha_under_the_null():
   assert looks.count(5) > n / 2 and min(looks) < 5
 
 
+@pytest.mark.slow
 def test_false_equivalent_verdicts_stay_below_alpha_at_a_difference_of_the_margin():
   """The points differ by exactly the margin (b worse by 0.01 nats), per-seed
   differences with sd 0.01: equivalence is just false, and a worse verdict
@@ -162,10 +161,8 @@ def test_the_design_counts_its_looks_from_the_seeds_of_the_first(declared, max_s
 def test_a_confirmed_sweep_counts_its_looks_in_confirmation_seeds():
   """--seeds 0 --confirm 3 --until-resolved 5: the first look reads
   confirmation seeds 1-3, and seeds 4 and 5 make looks 2 and 3."""
-  record = SweepRecord.from_json({
-      "name": "c", "config": "configs/lm.py:tiny", "seeds": [0], "confirm": 3,
-      "tune": {"optim.learning_rate": [1e-3, 1e-2]}, "until_resolved": 5,
-      "axes": [{"label": "x", "values": [{"x": p} for p in POINTS]}], "runs": []})
+  record = fakes.record("c", [fakes.axis("x", POINTS)], [], [0], confirm=3,
+                        tune={"optim.learning_rate": [1e-3, 1e-2]}, until_resolved=5)
   assert analysis.first_look_seeds(record) == {1, 2, 3}
   design = analysis.sequential_design(record)
   assert (design.first, design.last, design.looks) == (3, 5, 3)
@@ -176,29 +173,26 @@ NORMS = ("post", "pre")  # post is the base
 
 
 def _plant(root, losses: dict[str, list[float]], running: set[str] = frozenset(),
-           **record):
+           written_before=(), **record):
   """A finished untuned sweep on disk: declared seeds 0-2, seed 3 added by
-  --until-resolved 4 (runs named in ``running`` not finished yet)."""
+  --until-resolved 4 (runs named in ``running`` not finished yet);
+  ``written_before``: sweep.json as a version before those keys wrote it."""
   runs, added = [], []
   for norm in NORMS:
     for seed, loss in enumerate(losses[norm]):
       name = f"norm_position-{norm}_s{seed}"
-      runs.append({"name": name, "seed": seed, "values": [{"model.norm_position": norm}],
-                   "overrides": {"model.norm_position": norm, "seed": seed}})
+      runs.append(fakes.entry(name, seed, [{"model.norm_position": norm}],
+                              {"model.norm_position": norm, "seed": seed}))
       if seed == 3:
         added.append({"name": name, "seed": 3, "like": f"norm_position-{norm}_s0"})
-      workdir = root / name
-      with metrics.MetricWriter(workdir / "tensorboard") as w:
-        w.write_scalars(30, {"eval/loss": loss, "eval/perplexity": float(np.exp(loss))})
-      status_lib.write_status(workdir, "running" if name in running else "finished", 30,
-                              num_params=1000)
-  root.mkdir(parents=True, exist_ok=True)
-  (root / "sweep.json").write_text(json.dumps({
-      "name": root.name, "config": "configs/lm.py:tiny", "seeds": [0, 1, 2],
-      "axes": [{"label": "model.norm_position",
-                "values": [{"model.norm_position": n} for n in NORMS]}],
-      "runs": runs, "added": added, **record}))
-  return root
+      fakes.write_run(root / name, {30: {"eval/loss": loss,
+                                         "eval/perplexity": float(np.exp(loss))}},
+                      state="running" if name in running else "finished", step=30,
+                      num_params=1000)
+  record = {"added": added, **record}
+  return fakes.write_sweep(root, fakes.record(
+      root.name, [fakes.axis("model.norm_position", NORMS)], runs, [0, 1, 2], **record),
+      written_before)
 
 
 LOSSES = {"post": [3.00, 3.10, 3.20, 3.05], "pre": [3.05, 3.16, 3.24, 3.11]}
@@ -249,16 +243,18 @@ def test_the_report_names_the_sequential_test_and_each_comparisons_look(tmp_path
 def test_a_sweep_json_from_before_reads_its_budget_from_its_command(tmp_path):
   """sweep.json written before the budget was kept: the command's
   --until-resolved, else the most seeds a point reached, else none."""
-  root = _plant(tmp_path / "old", LOSSES,
+  root = _plant(tmp_path / "old", LOSSES, written_before=["until_resolved"],
                 command="python -m tfx_jax.sweep --config c --until-resolved 6")
   record, _ = collect.collect(root)
   assert record.until_resolved == 6
   assert analysis.sequential_design(record).looks == 4
-  root = _plant(tmp_path / "old2", LOSSES, command="python -m tfx_jax.sweep --config c")
+  root = _plant(tmp_path / "old2", LOSSES, written_before=["until_resolved"],
+                command="python -m tfx_jax.sweep --config c")
   assert collect.collect(root)[0].until_resolved == 4  # seeds were added all the same
   # No seed added, no flag: a fixed-seed sweep, tested once by the ordinary paired t.
   root = _plant(tmp_path / "fixed", {n: v[:3] for n, v in LOSSES.items()},
-                command="python -m tfx_jax.sweep --config c", added=[])
+                written_before=["until_resolved"], command="python -m tfx_jax.sweep --config c",
+                added=[])
   record, summaries = collect.collect(root)
   assert record.until_resolved is None and analysis.sequential_design(record) is None
   report = analysis.analyze(record, summaries,

@@ -31,6 +31,7 @@ from tfx_jax.sweep import local
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
 from tfx_jax.records.sweep import SweepRecord
+import fakes
 from helpers import ROOT, TINY, subprocess_env, sweep_in_process
 
 # ml_collections loads config files with the deprecated importlib load_module().
@@ -478,11 +479,7 @@ def test_a_sweep_written_by_an_earlier_version_resumes_and_reports(tmp_path, cap
   names = ["activation-relu_s0", "activation-swiglu_s0"]
   sweep_dir = tmp_path / "runs" / "old"
   for name, loss in zip(names, (5.0, 4.5)):
-    workdir = sweep_dir / name
-    workdir.mkdir(parents=True)
-    with metrics.MetricWriter(workdir / "tensorboard") as w:
-      w.write_scalars(20, {"eval/loss": loss, "train/loss": loss})
-    status_lib.write_status(workdir, "finished", 20)
+    fakes.write_run(sweep_dir / name, {20: {"eval/loss": loss, "train/loss": loss}}, step=20)
   old = {
       "name": "old", "description": "", "config": "configs/lm.py:tiny", "overrides": {},
       "seeds": [0], "evaluations": [],

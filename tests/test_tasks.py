@@ -195,6 +195,7 @@ def test_only_the_generation_module_imports_decoding():
 
 
 @pytest.mark.parametrize("name", list(tasks.TASKS))
+@pytest.mark.slow
 def test_evaluation_standard_errors_are_those_of_the_rows(name):
   """eval/loss_se (and eval/accuracy_se) on a planted batch against NumPy: the
   cluster-robust standard error of a mean with each row a cluster, computed

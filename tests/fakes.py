@@ -1,0 +1,175 @@
+"""Planted sweeps: a sweep directory as the sweep command and its runs leave
+it, written by the code's own writers, so that the report's and the sweep's
+tests read exactly what a real sweep would give them, in seconds.
+
+- The record (sweep.json): ``axis``, ``entry`` and ``record`` build the
+  ``SweepRecord`` the sweep command builds (the report's tests read it in
+  memory, or plant it); ``write_sweep`` writes it as the command does
+  (``records.sweep.write``), or as an earlier version did (``written_before``).
+- A run's workdir: ``write_run`` (TensorBoard scalars through the trainer's
+  ``MetricWriter``, status.json through ``write_status``, the markers of the
+  evaluations after training that finished), ``log`` (more scalars, from one
+  more writer: a resumed run, a second logger), ``write_evaluation``
+  (``eval/<split>-<step>.json``) and ``write_lengths`` (``evaluate
+  --lengths``'s rows), as ``python -m tfx_jax.evaluate`` writes them.
+- A run's summary in memory, as ``report.collect.run_summary`` reads it from a
+  workdir: ``summary``, for tests that drive the analysis without files.
+
+Which files a run's workdir holds for the report: ``report/collect.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any, Iterable, Mapping, Sequence
+
+from tfx_jax.core import atomic
+from tfx_jax.records import status as status_lib
+from tfx_jax.records import sweep as sweep_lib
+from tfx_jax.records.sweep import AddedRun, AxisRecord, Evaluation, RunEntry, SweepRecord
+from tfx_jax.run import metrics
+
+CONFIG = "configs/lm.py:tiny"
+
+Scalars = Mapping[int, Mapping[str, float]] | Iterable[tuple[int, Mapping[str, float]]]
+
+
+# ------------------------------------------------------------------ the record
+def axis(label: str, values: Sequence[Any], reference: int = 0,
+         comparisons: Sequence[Sequence[int]] = (),
+         fields: Sequence[str] | None = None) -> AxisRecord:
+  """An axis as sweep.json records it. ``values``: each a dict of overrides,
+  or a bare value of the field named ``label`` ({label: value});
+  ``fields``: those the values set unless given; ``comparisons``: the
+  declared (value index, base index) pairs."""
+  values = tuple(dict(v) if isinstance(v, Mapping) else {label: v} for v in values)
+  if fields is None:
+    fields = tuple(dict.fromkeys(k for v in values for k in v))
+  return AxisRecord(label, tuple(fields), values, reference,
+                    tuple((int(v), int(b)) for v, b in comparisons))
+
+
+def entry(name: str, seed: int, values: Sequence[Mapping[str, Any]] = (),
+          overrides: Mapping[str, Any] | None = None, tuned: Mapping[str, Any] | None = None,
+          **bookkeeping: Any) -> RunEntry:
+  """One run of the record: the value of each axis (in axis order), its
+  overrides and tuned values; ``bookkeeping``: any other ``RunEntry`` field
+  (state, step, attempts, wall_seconds, compile_seconds, stage, ...)."""
+  return RunEntry(name=name, seed=seed, values=tuple(dict(v) for v in values),
+                  overrides=dict(overrides or {}), tuned=dict(tuned or {}), **bookkeeping)
+
+
+def record(name: str, axes: Sequence[AxisRecord], runs: Sequence[RunEntry],
+           seeds: Sequence[int], **fields: Any) -> SweepRecord:
+  """The ``SweepRecord`` of a planted sweep (config ``CONFIG`` unless given).
+
+  ``fields``: any other ``SweepRecord`` field; ``evaluations`` and ``added``
+  may be given as sweep.json has them (argument lists, dicts). A run without
+  evaluations of its own gets the record's that apply to its overrides, as
+  the sweep command gives them (``records.sweep.evaluations_for``).
+  """
+  fields.setdefault("config", CONFIG)
+  evaluations = tuple(e if isinstance(e, Evaluation) else Evaluation.from_json(e)
+                      for e in fields.pop("evaluations", ()))
+  added = [a if isinstance(a, AddedRun) else AddedRun(**a) for a in fields.pop("added", ())]
+  runs = [e if e.evaluations else dataclasses.replace(
+              e, evaluations=sweep_lib.evaluations_for(evaluations, e.overrides))
+          for e in runs]
+  return SweepRecord(name=name, seeds=tuple(seeds), axes=tuple(axes), runs=runs,
+                     evaluations=evaluations, added=added, **fields)
+
+
+def write_sweep(root: pathlib.Path, sweep: SweepRecord,
+                written_before: Sequence[str] = ()) -> pathlib.Path:
+  """Writes ``sweep`` as ``root``'s sweep.json, as the sweep command does;
+  ``written_before``: top-level keys left out, as a version from before
+  they were kept wrote the file (the reader's migration then fills them).
+  Returns ``root``."""
+  sweep_lib.write(root, sweep)
+  if written_before:
+    path = pathlib.Path(root) / sweep_lib.FILENAME
+    data = json.loads(path.read_text())
+    for key in written_before:
+      del data[key]
+    atomic.write_json(path, data)
+  return pathlib.Path(root)
+
+
+# ------------------------------------------------------------ a run's workdir
+def log(workdir: pathlib.Path, scalars: Scalars) -> None:
+  """TensorBoard scalars of the run, from one writer (one event file, as one
+  process of the trainer): ``scalars`` {step: {tag: value}} or (step, {tag:
+  value}) pairs, in the order they are logged."""
+  items = scalars.items() if isinstance(scalars, Mapping) else scalars
+  with metrics.MetricWriter(pathlib.Path(workdir) / "tensorboard") as writer:
+    for step, values in items:
+      writer.write_scalars(step, dict(values))
+
+
+def write_run(workdir: pathlib.Path, scalars: Scalars = (), *, state: str = "finished",
+              step: int = 30, reason: str = "",
+              evaluated: Mapping[int, Sequence[str]] | None = None,
+              **status: Any) -> pathlib.Path:
+  """A run's workdir as training leaves it: its TensorBoard ``scalars``
+  (``log``; none: no event file) and its status.json (``state`` at ``step``,
+  ``reason``; ``status``: its other fields, e.g. num_params, cores,
+  seconds); ``evaluated``: {index: arguments} of the evaluations after
+  training that finished (their markers). Returns ``workdir``."""
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  if scalars:
+    log(workdir, scalars)
+  for index, args in (evaluated or {}).items():
+    status_lib.mark_evaluation_done(workdir, index, args)
+  status_lib.write_status(workdir, state, step, reason, **status)
+  return workdir
+
+
+def write_evaluation(workdir: pathlib.Path, split: str, step: int,
+                     scores: Mapping[str, Any], task: str = "lm",
+                     num_examples: int = 100) -> pathlib.Path:
+  """``eval/<split>-<step>.json`` as ``python -m tfx_jax.evaluate --split
+  SPLIT`` writes it: the scores, then the examples, step, split and task."""
+  path = pathlib.Path(workdir) / "eval" / f"{split}-{step}.json"
+  path.parent.mkdir(parents=True, exist_ok=True)
+  atomic.write_json(path, {**scores, "num_examples": num_examples, "step": step,
+                           "split": split, "task": task})
+  return path
+
+
+def write_lengths(workdir: pathlib.Path, step: int, perplexities: Mapping[int, float],
+                  split: str = "validation", window: int = 64,
+                  scaling: str | None = None) -> pathlib.Path:
+  """``evaluate --lengths``'s result at ``step``: a row per multiple of the
+  training window ({multiple: perplexity}), ``window`` x multiple tokens
+  long; ``scaling``: the RoPE scaling's tag of ``--rope_scaling``
+  (``yarn-x2-from64``), whose results have a file of their own."""
+  suffix = f".lengths.rope-{scaling}.json" if scaling else ".lengths.json"
+  path = pathlib.Path(workdir) / "eval" / f"{split}-{step}{suffix}"
+  path.parent.mkdir(parents=True, exist_ok=True)
+  atomic.write_json(path, [{"multiple": k, "length": window * k, "perplexity": ppl}
+                           for k, ppl in sorted(perplexities.items())])
+  return path
+
+
+# --------------------------------------------------------- a summary in memory
+def summary(final: Mapping[str, float] | None = None, **keys: Any) -> dict[str, Any]:
+  """A run's summary as ``report.collect.run_summary`` gives it: ``final``
+  its last eval/* values, ``keys`` any other of its keys (state, step,
+  test, initial, curves, lengths, num_params, ...); the rest as a finished
+  run whose workdir holds its status.json alone has them
+  (tests/test_fakes.py checks that against ``run_summary``)."""
+  out = {
+      "state": "finished", "step": 0, "final": dict(final or {}), "initial": {},
+      "curves": {}, "tokens_per_sec": None, "wall_seconds": None, "compile_seconds": None,
+      "lengths": {}, "window_tokens": {}, "scaled_lengths": {}, "lengths_split": None,
+      "layer_stats": {}, "layer_stats_step": None, "training": {}, "test": {},
+      "num_params": None, "seconds": {}, "cores": None,
+  }
+  unknown = set(keys) - set(out)
+  if unknown:
+    raise KeyError(f"not keys of a run summary: {sorted(unknown)}")
+  out.update(keys)
+  return out
