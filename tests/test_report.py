@@ -30,6 +30,7 @@ import matplotlib.pyplot
 import pytest
 
 from tfx_jax.run import metrics
+from tfx_jax.records import serial
 from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as records
 from tfx_jax.report import build, forest, schema, stats, style
@@ -724,7 +725,7 @@ def test_values_of_an_axis_over_several_fields_name_their_field():
                      "model.d_ff"), tuple(rows), 0)
   assert [value_label(v, axis) for v in rows] == [
       "base", "dropout=0", "label_smoothing=0", "num_heads=1,d_ff=256"]
-  single = AxisRecord.from_json(_axis("model.activation", ["gelu", "swiglu"]))
+  single = serial.from_json(AxisRecord, _axis("model.activation", ["gelu", "swiglu"]))
   assert value_label(single.values[1], single) == "swiglu"
   axes = [single, axis]
   assert context_label(axes, (None, 1), 0) == "dropout=0"
@@ -734,7 +735,7 @@ def test_values_of_an_axis_over_several_fields_name_their_field():
   from tfx_jax.report.style import Palette
   palette = Palette(SweepRecord("rows", "configs/lm.py:tiny", (0,), tuple(axes), []))
   assert palette.point_label((1, 1)) == "swiglu, dropout=0"
-  depth = AxisRecord.from_json(_axis("model.num_layers", [6, 24]))
+  depth = serial.from_json(AxisRecord, _axis("model.num_layers", [6, 24]))
   palette = Palette(SweepRecord("depth", "configs/lm.py:tiny", (0,), (single, depth), []))
   assert palette.point_label((0, 1)) == "gelu, num_layers=24"
   # The compute table's header names every field of such an axis.
