@@ -214,7 +214,7 @@ def _read(tp: Any, value: Any, where: str, path: str) -> Any:
       raise errors[0]
     _fail(where, path, f"{value!r} is none of {_name(tp)}")
   if origin is Literal:
-    if value not in args or isinstance(value, bool) != any(isinstance(a, bool) for a in args):
+    if not any(value == a and type(value) is type(a) for a in args):  # 1 is not True
       _fail(where, path, f"{value!r} is not one of {list(args)}")
     return value
   if dataclasses.is_dataclass(tp):
