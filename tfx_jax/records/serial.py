@@ -108,7 +108,8 @@ def layout(order: Sequence[str] = (), keys: Mapping[str, str] | None = None,
     shape = Layout(tuple(order), dict(keys or {}), frozenset(flat), frozenset(omit_none),
                    dict(written or {}), dict(derived or {}))
     names = [f.name for f in dataclasses.fields(cls)]
-    if shape.order and sorted(shape.order) != sorted([*names, *shape.derived]):
+    if (shape.order or shape.derived) and sorted(shape.order) != sorted(
+        [*names, *shape.derived]):  # derived keys are written where the order puts them
       raise TypeError(f"{cls.__name__}: layout order {list(shape.order)} is not its fields "
                       f"{names} and derived keys {list(shape.derived)}.")
     unknown = (set(shape.keys) | shape.flat | shape.omit_none | set(shape.written)) - set(names)
