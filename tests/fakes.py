@@ -71,7 +71,7 @@ def record(name: str, axes: Sequence[AxisRecord], runs: Sequence[RunEntry],
   the sweep command gives them (``records.sweep.evaluations_for``).
   """
   fields.setdefault("config", CONFIG)
-  evaluations = tuple(e if isinstance(e, Evaluation) else Evaluation.from_json(e)
+  evaluations = tuple(e if isinstance(e, Evaluation) else sweep_lib.parse_evaluation(e)
                       for e in fields.pop("evaluations", ()))
   added = [a if isinstance(a, AddedRun) else AddedRun(**a) for a in fields.pop("added", ())]
   runs = [e if e.evaluations else dataclasses.replace(

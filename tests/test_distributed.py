@@ -117,7 +117,7 @@ def test_two_processes_train_and_evaluate_to_the_one_process_numbers(one_process
   assert [s for s, _ in got["eval/loss"]] == [0, 10, 20]  # step 0: eval.at_start
   # Only process 0 writes TensorBoard, status.json and the console.
   assert len(list((two_processes / "tensorboard").glob("events.*"))) == 1
-  assert status_lib.read_status(two_processes)["state"] == "finished"
+  assert status_lib.read_status(two_processes).state == "finished"
   logs = [(two_processes.parent / f"run.{i}.log").read_text() for i in range(2)]
   assert "Finished at step 20" in logs[0] and "Finished at step 20" not in logs[1]
   assert "step     20/20" not in logs[1]
@@ -166,7 +166,8 @@ def test_kill_9_of_either_process_then_restarting_both_resumes_exactly(two_proce
     time.sleep(0.5)
     procs[1 - first].send_signal(signal.SIGKILL)
     procs[1 - first].wait()
-    assert (status_lib.read_status(workdir) or {}).get("state") != "finished", (
+    status = status_lib.read_status(workdir)
+    assert status is None or status.state != "finished", (
         "the run finished before it was killed")
 
   # 1. Process 0 (coordinator, checkpoint primary) dies after step 5's checkpoint.

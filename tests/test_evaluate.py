@@ -481,8 +481,8 @@ def test_evaluations_in_the_training_process_write_what_the_command_writes(tmp_p
   assert [status_lib.evaluation_marker(workdir, i).read_text().split()
           for i in range(3)] == AFTER_TRAINING
   status = status_lib.read_status(workdir)
-  assert status["state"] == "finished" and status["cores"] >= 1
-  assert all(status["seconds"][p] > 0 for p in status_lib.PHASES), status["seconds"]
+  assert status.state == "finished" and status.cores >= 1
+  assert all(status.seconds[p] > 0 for p in status_lib.PHASES), status.seconds
   for args in AFTER_TRAINING:
     ok(evaluate, "--workdir", workdir, *args)
   assert _eval_files(workdir) == written
@@ -495,10 +495,10 @@ def test_evaluations_in_the_training_process_write_what_the_command_writes(tmp_p
   assert _eval_files(workdir) == written
   assert {p: p.stat().st_mtime_ns for p in kept} == kept
   resumed = status_lib.read_status(workdir)
-  assert resumed["state"] == "finished" and resumed["num_params"] == status["num_params"]
+  assert resumed.state == "finished" and resumed.num_params == status.num_params
   # Its time adds to the first attempt's: more evaluating, no more training.
-  assert resumed["seconds"]["evaluations"] > status["seconds"]["evaluations"]
-  assert resumed["seconds"]["train_steps"] == status["seconds"]["train_steps"]
+  assert resumed.seconds["evaluations"] > status.seconds["evaluations"]
+  assert resumed.seconds["train_steps"] == status.seconds["train_steps"]
 
 
 def test_a_bad_evaluation_is_refused_before_training(tmp_path):

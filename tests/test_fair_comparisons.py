@@ -18,6 +18,7 @@ import typing
 import pytest
 from scipy import stats as scipy_stats
 
+from tfx_jax.records import serial
 from tfx_jax.report import analysis, build, schema
 from tfx_jax.sweep import adaptive
 from tfx_jax.records.sweep import SweepRecord
@@ -189,7 +190,7 @@ def test_verdicts_on_other_metrics_are_listed_when_the_selection_metric_is_not_c
 def test_stalled_runs_are_counted_and_never_averaged(sweep_dir):
   _, report = _analyze(sweep_dir)
   post = next(p for p in report.points if p.values["model.norm_position"] == "post")
-  assert post.counts.to_json() == {"learned": 3, "stalled": 3, "diverged": 0}
+  assert serial.to_json(post.counts) == {"learned": 3, "stalled": 3, "diverged": 0}
   by_lr = {r.tuned["optim.learning_rate"]: r for r in post.tuned}
   assert by_lr[1e-2].counts.stalled == 3 and by_lr[1e-2].selection_mean is None
   # A wider margin does not change a run far below the unigram entropy.

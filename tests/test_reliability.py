@@ -51,7 +51,7 @@ def checkpoint_steps(workdir) -> list[int]:
   return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
 
 
-def read_status(workdir) -> dict:
+def read_status(workdir) -> status_lib.Status:
   return status_lib.read_status(workdir)
 
 
@@ -165,7 +165,7 @@ def test_sigint_checkpoints_the_current_step_and_resumes_exactly(reference, tmp_
   assert signal.getsignal(signal.SIGINT) is handler  # restored
   assert (result.status, result.step) == ("preempted", 6)
   status = read_status(workdir)
-  assert (status["state"], status["step"], status["reason"]) == (
+  assert (status.state, status.step, status.reason) == (
       "preempted", 6, "received SIGINT")
   assert checkpoint_steps(workdir) == [6]
   monkeypatch.undo()
@@ -187,7 +187,7 @@ def test_sigterm_checkpoints_and_the_same_command_resumes(reference, tmp_path, j
         if line.startswith("step      3/100"):
           break
       assert child.poll() is None, "the run ended before step 3"
-      assert read_status(workdir)["state"] == "running"
+      assert read_status(workdir).state == "running"
       sent = time.time()
       child.send_signal(signal.SIGTERM)
       out = child.stdout.read()
@@ -200,8 +200,8 @@ def test_sigterm_checkpoints_and_the_same_command_resumes(reference, tmp_path, j
   assert returncode == 0, (tmp_path / "stderr").read_text()[-3000:]
   assert elapsed < 30
   status = read_status(workdir)
-  step = status["step"]
-  assert (status["state"], status["reason"]) == ("preempted", "received SIGTERM")
+  step = status.step
+  assert (status.state, status.reason) == ("preempted", "received SIGTERM")
   assert 3 <= step < 100 and checkpoint_steps(workdir)[-1] == step
   assert f"saved a checkpoint at step {step}" in out
 
@@ -209,7 +209,7 @@ def test_sigterm_checkpoints_and_the_same_command_resumes(reference, tmp_path, j
                          timeout=300)
   assert again.returncode == 0, again.stderr[-3000:]
   assert f"Resumed from step {step}" in again.stdout
-  assert (read_status(workdir)["state"], read_status(workdir)["step"]) == ("finished", 100)
+  assert (read_status(workdir).state, read_status(workdir).step) == ("finished", 100)
   assert_same_run(scalars(workdir), reference[0])
 
 
@@ -295,7 +295,7 @@ def test_kill_9_at_any_moment_resumes_exactly(reference, tmp_path, jax_cache_dir
                          timeout=300)
   assert final.returncode == 0, final.stderr[-3000:]
   check_resumed(final.stdout, complete)
-  assert read_status(workdir)["state"] == "finished"
+  assert read_status(workdir).state == "finished"
   # Kills 3 and 4 left a complete checkpoint: the runs after them resumed; no
   # run went back to an older checkpoint than the run before it.
   assert resumed_from[0] == 0 and all(resumed_from[3:]), resumed_from
@@ -316,8 +316,8 @@ def test_nonfinite_stop_reports_the_step_and_exits_non_zero(bad_step, tmp_path,
       "train.log_every_steps": 5, "checkpoint.every_steps": 2, "train.on_nonfinite": "stop"})
   assert code == 1
   status = read_status(workdir)
-  assert (status["state"], status["step"]) == ("diverged", bad_step)
-  assert status["reason"] == f"non-finite loss or gradient at step {bad_step}"
+  assert (status.state, status.step) == ("diverged", bad_step)
+  assert status.reason == f"non-finite loss or gradient at step {bad_step}"
   assert f"Run diverged: non-finite loss or gradient at step {bad_step}" in out
   assert checkpoint_steps(workdir) == [2]  # nothing non-finite is saved
 
@@ -331,7 +331,7 @@ def test_nonfinite_skip_skips_the_update_and_continues(tmp_path, monkeypatch):
   assert (result.status, result.step) == ("finished", 8)
   assert all(math.isfinite(v) for v in result.metrics.values())
   status = read_status(workdir)
-  assert (status["state"], status["num_nonfinite_skipped"]) == ("finished", 1)
+  assert (status.state, status.num_nonfinite_skipped) == ("finished", 1)
   got = scalars(workdir)
   assert got["train/nonfinite_skipped"] == [(4, 1.0)]
   losses = dict(got["train/loss"])
@@ -357,8 +357,8 @@ def test_crash_writes_failed_status_with_the_reason(tmp_path, monkeypatch):
   with pytest.raises(OSError):
     train("lm.py:tiny", workdir, RUN, {"checkpoint.every_steps": 1})
   status = read_status(workdir)
-  assert (status["state"], status["step"]) == ("failed", 3)
-  assert status["reason"] == "OSError: input file vanished"
+  assert (status.state, status.step) == ("failed", 3)
+  assert status.reason == "OSError: input file vanished"
 
 
 def test_restart_after_a_crash_before_the_first_checkpoint_logs_each_step_once(

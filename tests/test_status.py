@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tfx_jax.core import atomic as files
 from tfx_jax.records import status
 
 _IMPORTED = time.time()
@@ -22,10 +23,10 @@ def test_write_then_read(tmp_path):
                                 num_nonfinite_skipped=3)
   read = status.read_status(tmp_path)
   assert read == written
-  assert read["state"] == "diverged" and read["step"] == 42
-  assert read["reason"] == "loss is nan at step 42"
-  assert read["num_nonfinite_skipped"] == 3
-  updated = datetime.datetime.fromisoformat(read["updated"])
+  assert read.state == "diverged" and read.step == 42
+  assert read.reason == "loss is nan at step 42"
+  assert read.num_nonfinite_skipped == 3 and read.num_params is None
+  updated = datetime.datetime.fromisoformat(read.updated)
   assert updated.tzinfo is not None
   # Only the status file remains: no temporary files left behind.
   assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
@@ -43,8 +44,8 @@ def test_failed_write_keeps_previous_status(tmp_path):
   cyclic = []
   cyclic.append(cyclic)
   with pytest.raises(ValueError, match="Circular"):  # fails mid-write
-    status.write_status(tmp_path, "running", 6, bad=cyclic)
-  assert status.read_status(tmp_path)["step"] == 5
+    files.write_json(tmp_path / status.FILENAME, {"state": "running", "step": 6, "bad": cyclic})
+  assert status.read_status(tmp_path).step == 5
   assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
 
 
@@ -57,22 +58,23 @@ def test_seconds_add_up_over_attempts_and_over_runs(tmp_path):
   with first.timed("checkpointing"):
     pass
   status.write_status(tmp_path, "preempted", 10, seconds=first.to_json(), cores=2)
-  again = status.Seconds(status.read_status(tmp_path)["seconds"])
+  again = status.Seconds(status.read_status(tmp_path).seconds)
   again.add("train_steps", 1.5)
   again.add("startup", -1.0)  # a clock step back never removes time
   written = again.to_json()
   assert list(written) == list(status.PHASES)
   assert (written["compile"], written["train_steps"], written["startup"]) == (2.0, 6.5, 0.0)
   assert written["checkpointing"] >= 0.0
-  summed = status.summed([{"seconds": written}, None, {"state": "running"},
-                          {"seconds": {"train_steps": 0.5}}])
+  summed = status.summed([status.Status("finished", 10, seconds=written), None,
+                          status.Status("running", 0),
+                          status.Status("running", 3, seconds={"train_steps": 0.5})])
   assert summed["train_steps"] == 7.0 and summed["compile"] == 2.0
 
 
 def test_process_start_is_this_process_s_own():
   """A fresh interpreter started moments ago reports a start just before its
   own clock reading, not the machine's boot or its parent's start."""
-  code = ("import time; from tfx_jax import status; "
+  code = ("import time; from tfx_jax.records import status; "
           "print(time.time() - status.process_start())")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        check=True, cwd=pathlib.Path(__file__).resolve().parents[1]).stdout
@@ -87,3 +89,21 @@ def test_evaluation_markers_hold_their_arguments(tmp_path):
   status.mark_evaluation_done(tmp_path, 1, ["--split", "test", "--lengths", "1x,2x"])
   assert status.evaluation_marker(tmp_path, 1).read_text() == "--split test --lengths 1x,2x\n"
   assert not status.evaluation_marker(tmp_path, 0).exists()
+
+
+def test_a_status_file_reads_as_its_record_and_a_bad_value_is_named(tmp_path):
+  """status.json reads as ``Status`` by attribute: keys an earlier version did
+  not write read as not known, keys it does not know are ignored, and a value
+  of the wrong type is refused naming its field."""
+  (tmp_path / status.FILENAME).write_text(json.dumps(
+      {"state": "finished", "step": 4, "reason": "", "updated": "2026-11-23T10:49:04+00:00",
+       "num_nonfinite_skipped": 0, "written_later": 1}))
+  read = status.read_status(tmp_path)
+  assert (read.state, read.step, read.num_nonfinite_skipped) == ("finished", 4, 0)
+  assert (read.num_params, read.seconds, read.cores) == (None, None, None)
+  (tmp_path / status.FILENAME).write_text(json.dumps({"state": "finished", "step": "4"}))
+  with pytest.raises(ValueError, match=r"status.json: step: an integer, got a string '4'"):
+    status.read_status(tmp_path)
+  (tmp_path / status.FILENAME).write_text(json.dumps({"state": "paused", "step": 4}))
+  with pytest.raises(ValueError, match=r"status.json: state: 'paused' is not one of"):
+    status.read_status(tmp_path)

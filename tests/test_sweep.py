@@ -548,7 +548,7 @@ def test_grid_runs_every_point_and_writes_the_report(grid):
   assert "8 finished" in proc.stdout
   for entry in record["runs"]:
     workdir = sweep_dir / entry["name"]
-    assert status_lib.read_status(workdir)["state"] == "finished"
+    assert status_lib.read_status(workdir).state == "finished"
     config = json.loads((workdir / "config.json").read_text())
     values = {k: v for value in entry["values"] for k, v in value.items()}
     assert config["model"]["activation"] == values["model.activation"]
@@ -557,7 +557,7 @@ def test_grid_runs_every_point_and_writes_the_report(grid):
     assert config["train"]["num_steps"] == TINY["train.num_steps"]
     assert [s for s, _ in final_scalars(workdir, "eval/loss")] == [0, 10, 20]
     assert f"start  {entry['name']}" in proc.stdout
-    seconds = status_lib.read_status(workdir)["seconds"]
+    seconds = status_lib.read_status(workdir).seconds
     assert seconds["train_steps"] > 0 and seconds["startup"] > 0
   if len(os.sched_getaffinity(0)) >= 2:  # one core each
     assert "(core 0;" in proc.stdout and "(core 1;" in proc.stdout

@@ -67,7 +67,7 @@ def test_slurm_executor_runs_unfinished_runs_as_one_job_array(slurm_cluster, tmp
   wait_until(lambda: not queued(), 240, f"job {job_id} did not finish")
   for name in ("activation-relu_s0", "activation-swiglu_s0"):
     workdir = sweep_dir / name
-    assert status_lib.read_status(workdir)["state"] == "finished", (
+    assert status_lib.read_status(workdir).state == "finished", (
         (workdir / "sweep.log").read_text())
     assert [s for s, _ in metrics.read_scalars(workdir / "tensorboard")["eval/loss"]] == [
         0, 10, 20]

@@ -54,7 +54,7 @@ def lm_run(tmp_path_factory):
 def check_run(workdir: pathlib.Path, result: trainer.RunResult, task: str) -> dict:
   """The observable outputs of a finished 20-step run; returns its scalars."""
   assert result.status == "finished" and result.step == 20
-  assert status_lib.read_status(workdir)["state"] == "finished"
+  assert status_lib.read_status(workdir).state == "finished"
   logdir = workdir / "tensorboard"
   scalars = metrics.read_scalars(logdir)
   eval_tags = ["eval/loss"]
@@ -100,7 +100,7 @@ def test_the_loss_at_initialisation_is_evaluated_at_step_0(lm_run, tmp_path):
   step, loss = scalars["eval/loss"][0]
   assert step == 0 and abs(loss - math.log(1024)) < 0.1, loss
   entry = collect.RunEntry(name="run", seed=0, values=(), overrides={})
-  assert collect.run_summary(workdir, entry)["initial"]["eval/loss"] == loss
+  assert collect.read_run(workdir, entry).initial["eval/loss"] == loss
   short = {"train.num_steps": 2, "train.log_every_steps": 2, "eval.every_steps": 2,
            "checkpoint.every_steps": 2}
   train("lm.py:tiny", tmp_path / "stats", short, {"train.log_layer_stats": True,
@@ -117,7 +117,7 @@ def test_the_loss_at_initialisation_is_evaluated_at_step_0(lm_run, tmp_path):
   train("lm.py:tiny", tmp_path / "off", short, {"eval.at_start": False})
   got = metrics.read_scalars(tmp_path / "off" / "tensorboard")
   assert [s for s, _ in got["eval/loss"]] == [2]
-  assert collect.run_summary(tmp_path / "off", entry)["initial"] == {}
+  assert collect.read_run(tmp_path / "off", entry).initial == {}
 
 
 @pytest.mark.parametrize("spec,task", [
@@ -197,7 +197,7 @@ def test_finished_run_started_again_does_nothing(lm_run, monkeypatch, capsys):
   assert sorted(os.listdir(workdir / "tensorboard")) == event_files
   assert checkpoint_steps(workdir) == [10, 20]
   status = status_lib.read_status(workdir)
-  assert (status["state"], status["step"]) == ("finished", 20)
+  assert (status.state, status.step) == ("finished", 20)
 
 
 def test_incompatible_config_in_an_existing_workdir(lm_run, monkeypatch):
@@ -209,7 +209,7 @@ def test_incompatible_config_in_an_existing_workdir(lm_run, monkeypatch):
   assert "model.d_model: saved 32 -> new 64" in err
   assert "train.batch_size: saved 4 -> new 8" in err
   assert "learning_rate" not in err  # may change between sessions
-  assert status_lib.read_status(workdir)["state"] == "finished"
+  assert status_lib.read_status(workdir).state == "finished"
 
 
 def test_damaged_latest_checkpoint_falls_back_to_the_previous(lm_run, tmp_path, caplog,

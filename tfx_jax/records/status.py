@@ -19,6 +19,11 @@ first call compiles the eval step: that is compile, not evaluation),
 saving (and waiting for) checkpoints. ``cores`` is what the
 process had: its CPU cores (affinity) on a CPU, else its local accelerators.
 
+It is the ``Status`` record (``records.serial``): its fields in that order,
+each optional one left out where not known (a status written before the
+train step compiled has no ``num_params``; one the sweep writes for a run
+that crashed has only state, step, reason and time).
+
 The file is replaced atomically (write a temporary file in the same
 directory, then `os.replace`), so a reader never sees a half-written file,
 even if the writer is killed.
@@ -27,24 +32,47 @@ even if the writer is killed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
 import pathlib
 import shlex
 import time
-from typing import Any, Iterator, Mapping, Sequence
+import typing
+from typing import Any, Iterator, Literal, Mapping, Sequence
 
 from tfx_jax.core import atomic as files
+from tfx_jax.records import serial
 
-STATES = ("running", "finished", "diverged", "failed", "preempted")
+State = Literal["running", "finished", "diverged", "failed", "preempted"]
+STATES: tuple[str, ...] = typing.get_args(State)
 FILENAME = "status.json"
 # Where a run's time goes (status.json's ``seconds``), in the order it is spent.
 PHASES = ("startup", "compile", "train_steps", "evaluations", "checkpointing")
 
 
+@serial.layout(omit_none=("num_nonfinite_skipped", "num_params", "compile_seconds", "seconds",
+                          "cores"))
+@dataclasses.dataclass(frozen=True)
+class Status:
+  """status.json: where a run stands and what it cost (None: not known yet)."""
+  state: State
+  step: int                    # the last completed training step
+  reason: str = ""             # why it diverged, failed or stopped ("" none)
+  updated: str = ""            # when it was written: UTC, to the second
+  num_nonfinite_skipped: int | None = None  # updates skipped as non-finite (run's end)
+  num_params: int | None = None             # the model's, once the step compiled
+  compile_seconds: float | None = None      # the train step's compilation
+  seconds: dict[str, float] | None = None   # {PHASES: seconds}, every attempt (``Seconds``)
+  cores: int | None = None     # CPU cores (affinity), or local accelerators
+
+
+serial.versioned(Status, FILENAME)
+
+
 def write_status(workdir: str | os.PathLike, state: str, step: int,
-                 reason: str = "", **extra: Any) -> dict[str, Any]:
+                 reason: str = "", **fields: Any) -> Status:
   """Atomically writes the status of a run and returns what was written.
 
   Args:
@@ -52,27 +80,22 @@ def write_status(workdir: str | os.PathLike, state: str, step: int,
     state: one of `STATES`.
     step: last completed training step.
     reason: human-readable explanation, e.g. why a run diverged or failed.
-    **extra: further JSON-able fields, e.g. num_nonfinite_skipped=3.
+    **fields: the other fields of ``Status``, e.g. num_nonfinite_skipped=3.
   """
   if state not in STATES:
     raise ValueError(f"status state={state!r}; choose one of {list(STATES)}")
-  status = {
-      "state": state,
-      "step": int(step),
-      "reason": reason,
-      "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(
-          timespec="seconds"),
-      **extra,
-  }
-  files.write_json(pathlib.Path(workdir) / FILENAME, status)
+  status = Status(state, int(step), reason,
+                  datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  **fields)
+  files.write_json(pathlib.Path(workdir) / FILENAME, serial.to_json(status))
   return status
 
 
-def read_status(workdir: str | os.PathLike) -> dict[str, Any] | None:
+def read_status(workdir: str | os.PathLike) -> Status | None:
   """Returns the last status written in `workdir`, or None if there is none."""
   try:
     with open(pathlib.Path(workdir) / FILENAME) as f:
-      return json.load(f)
+      return serial.from_json(Status, json.load(f))
   except FileNotFoundError:
     return None
 
@@ -159,11 +182,11 @@ class Seconds:
     return {p: round(self.seconds[p], 3) for p in PHASES}
 
 
-def summed(statuses: list[Mapping[str, Any] | None]) -> dict[str, float]:
+def summed(statuses: Sequence[Status | None]) -> dict[str, float]:
   """The phases' seconds summed over runs' statuses (a run without: 0)."""
   out = dict.fromkeys(PHASES, 0.0)
   for status in statuses:
-    for phase, value in ((status or {}).get("seconds") or {}).items():
+    for phase, value in ((status.seconds if status else None) or {}).items():
       if phase in out and isinstance(value, (int, float)):
         out[phase] += float(value)
   return out

@@ -25,24 +25,25 @@ them so once, from the command line's strings): a learning rate is a float
 in memory, in this file and in the run's ``run_spec.json``
 (``records.run_spec``), which its process trains from.
 
-Files written by earlier versions load (``SweepRecord.from_json`` runs
-``_migrate`` first, the one place that knows the older shapes), so a sweep
-started before resumes and reports with the same command.
+sweep.json is ``SweepRecord.to_json`` and reads back with
+``SweepRecord.from_json`` (``records.serial``, from these types). Files
+written by earlier versions load (the migrations at the end, the one place
+that knows the older shapes, run first), so a sweep started before resumes
+and reports with the same command.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime
 import json
 import pathlib
 import shlex
-import typing
-from typing import Any, Literal, Mapping, Sequence
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
 from tfx_jax.core import atomic as files
 from tfx_jax.core.errors import ConfigError
+from tfx_jax.records import serial
 
 FILENAME = "sweep.json"
 
@@ -73,24 +74,28 @@ class Evaluation:
   def applies(self, overrides: Mapping[str, Any]) -> bool:
     return all(k in overrides and overrides[k] == v for k, v in self.when.items())
 
-  def to_json(self) -> list[str] | dict[str, Any]:
-    """sweep.json's form: the argument list, or {"args", "when"} when conditional."""
-    return {"args": list(self.args), "when": dict(self.when)} if self.when else list(self.args)
 
-  @classmethod
-  def from_json(cls, data: Any) -> Evaluation:
-    """An argument list or {"args", "when"} (ConfigError naming what is wrong)."""
-    if isinstance(data, Mapping):
-      unknown = set(data) - {"args", "when"}
-      if unknown or "args" not in data:
-        raise ConfigError(f"an evaluation given as a dict has keys 'args' and optionally "
-                          f"'when', got {sorted(data)}.")
-      args, when = data["args"], data.get("when") or {}
-    else:
-      args, when = data, {}
-    if isinstance(args, str) or not all(isinstance(a, str) for a in args):
-      raise ConfigError(f"an evaluation's arguments are a list of strings, got {args!r}.")
-    return cls(tuple(args), dict(when))
+def parse_evaluation(data: Any) -> Evaluation:
+  """An evaluation declared (or read from sweep.json) as an argument list or
+  {"args", "when"} (ConfigError naming what is wrong)."""
+  if isinstance(data, Mapping):
+    unknown = set(data) - {"args", "when"}
+    if unknown or "args" not in data:
+      raise ConfigError(f"an evaluation given as a dict has keys 'args' and optionally "
+                        f"'when', got {sorted(data)}.")
+    args, when = data["args"], data.get("when") or {}
+  else:
+    args, when = data, {}
+  if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+    raise ConfigError(f"an evaluation's arguments are a list of strings, got {args!r}.")
+  return Evaluation(tuple(args), dict(when))
+
+
+# sweep.json's form of an evaluation: its argument list, or {"args", "when"}
+# when it is conditional.
+serial.form(Evaluation,
+            lambda e: {"args": list(e.args), "when": dict(e.when)} if e.when else list(e.args),
+            parse_evaluation)
 
 
 def evaluations_for(evaluations: Sequence[Evaluation], overrides: Mapping[str, Any]
@@ -113,13 +118,6 @@ class TunedGrid:
 
   def applies(self, overrides: Mapping[str, Any]) -> bool:
     return all(k in overrides and overrides[k] == v for k, v in self.when.items())
-
-  def to_json(self) -> dict[str, Any]:
-    return {"values": list(self.values), "when": dict(self.when)}
-
-
-# {field: its grids, at most one of which applies at any point}
-Tune = dict[str, tuple[TunedGrid, ...]]
 
 
 def _grid(field: str, entry: Any) -> TunedGrid:
@@ -173,8 +171,13 @@ def tune_json(tune: Tune) -> dict[str, Any]:
   """A field with one grid for every point as its list of values (the shape
   sweep.json had before per-point grids), else its grids as {"values", "when"}."""
   return {field: (list(grids[0].values) if len(grids) == 1 and not grids[0].when
-                  else [g.to_json() for g in grids])
+                  else [serial.to_json(g) for g in grids])
           for field, grids in tune.items()}
+
+
+# {field: its grids, at most one of which applies at any point}; in sweep.json
+# and report.json in the form ``tune_json`` writes, any declared form read.
+Tune = Annotated[dict[str, tuple[TunedGrid, ...]], serial.Form(tune_json, tune_grids)]
 
 
 def grid_at(tune: Tune, overrides: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
@@ -217,21 +220,12 @@ class AxisRecord:
   reference: int = 0
   comparisons: tuple[tuple[int, int], ...] = ()
 
-  def to_json(self) -> dict[str, Any]:
-    return {"label": self.label, "fields": list(self.fields),
-            "values": [dict(v) for v in self.values], "reference": self.reference,
-            "comparisons": [list(pair) for pair in self.comparisons]}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> AxisRecord:
-    values = tuple(dict(v) for v in data["values"])
-    # An axis written before declared pairs has none (``_migrate``).
-    pairs = tuple((int(v), int(b)) for v, b in data.get("comparisons", ()))
-    for v, b in pairs:
-      if v == b or not (0 <= v < len(values) and 0 <= b < len(values)):
-        raise ValueError(f"sweep.json: axis {data['label']}: comparison [{v}, {b}] is not "
-                         f"two different value indices of its {len(values)} values.")
-    return cls(data["label"], tuple(data["fields"]), values, int(data["reference"]), pairs)
+  def __post_init__(self):
+    n = len(self.values)
+    for v, b in self.comparisons:
+      if v == b or not (0 <= v < n and 0 <= b < n):
+        raise ValueError(f"sweep.json: axis {self.label}: comparison [{v}, {b}] is not "
+                         f"two different value indices of its {n} values.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +237,9 @@ class RunProgress:
   compile_seconds: float | None
 
 
+@serial.layout(order=("name", "seed", "values", "tuned", "overrides", "evaluations", "notes",
+                      "stage", "state", "step", "reason", "attempts", "wall_seconds",
+                      "compile_seconds"))
 @dataclasses.dataclass
 class RunEntry:
   """One run of the sweep.
@@ -280,25 +277,6 @@ class RunEntry:
       self.attempts, self.wall_seconds = previous.attempts, previous.wall_seconds
       self.compile_seconds = previous.compile_seconds
 
-  def to_json(self) -> dict[str, Any]:
-    return {"name": self.name, "seed": self.seed, "values": [dict(v) for v in self.values],
-            "tuned": dict(self.tuned), "overrides": dict(self.overrides),
-            "evaluations": [list(e) for e in self.evaluations], "notes": list(self.notes),
-            "stage": self.stage, "state": self.state,
-            "step": self.step, "reason": self.reason, "attempts": self.attempts,
-            "wall_seconds": self.wall_seconds, "compile_seconds": self.compile_seconds}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> RunEntry:
-    return cls(name=data["name"], seed=int(data["seed"]),
-               values=tuple(dict(v) for v in data["values"]),
-               overrides=dict(data["overrides"]), tuned=dict(data["tuned"]),
-               evaluations=tuple(tuple(e) for e in data["evaluations"]),
-               notes=tuple(data["notes"]), stage=_choice(data["stage"], Stage, "stage"),
-               state=_choice(data["state"], State, "state"), step=int(data["step"]),
-               reason=data["reason"], attempts=int(data["attempts"]),
-               wall_seconds=float(data["wall_seconds"]),
-               compile_seconds=data["compile_seconds"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,14 +286,6 @@ class SlurmJob:
   submitted: str
   slurm_args: str
   runs: tuple[str, ...]
-
-  def to_json(self) -> dict[str, Any]:
-    return {"job_id": self.job_id, "submitted": self.submitted,
-            "slurm_args": self.slurm_args, "runs": list(self.runs)}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> SlurmJob:
-    return cls(str(data["job_id"]), data["submitted"], data["slurm_args"], tuple(data["runs"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,14 +299,6 @@ class AddedRun:
   like: str
   stage: Stage = "tune"
 
-  def to_json(self) -> dict[str, Any]:
-    return {"name": self.name, "seed": self.seed, "like": self.like, "stage": self.stage}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> AddedRun:
-    return cls(data["name"], int(data["seed"]), data["like"],
-               _choice(data["stage"], Stage, "stage"))
-
 
 @dataclasses.dataclass(frozen=True)
 class ReportOptions:
@@ -345,13 +307,14 @@ class ReportOptions:
   equivalence_margin: float | None = None
 
   def to_json(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> ReportOptions:
-    return cls(data["stall_margin"], data["equivalence_margin"])
+    """{margin: value} (``serial.to_json``)."""
+    return serial.to_json(self)
 
 
+@serial.layout(order=("name", "description", "config", "overrides", "seeds", "evaluations",
+                      "tune", "select_by", "confirm", "until_resolved", "report_split", "axes",
+                      "base_values", "command", "cwd", "created", "slurm_jobs", "runs",
+                      "added", "report_options", "updated"))
 @dataclasses.dataclass(frozen=True)
 class SweepRecord:
   """The content of sweep.json. Its fields are fixed once built; its lists
@@ -414,107 +377,73 @@ class SweepRecord:
     return tuple(range(top + 1, top + 1 + self.confirm))
 
   def to_json(self) -> dict[str, Any]:
-    return {
-        "name": self.name, "description": self.description, "config": self.config,
-        "overrides": dict(self.overrides), "seeds": list(self.seeds),
-        "evaluations": [e.to_json() for e in self.evaluations],
-        "tune": tune_json(self.tune), "select_by": self.select_by,
-        "confirm": self.confirm, "until_resolved": self.until_resolved,
-        "report_split": self.report_split, "axes": [a.to_json() for a in self.axes],
-        "base_values": dict(self.base_values), "command": self.command, "cwd": self.cwd,
-        "created": self.created, "slurm_jobs": [j.to_json() for j in self.slurm_jobs],
-        "runs": [r.to_json() for r in self.runs], "added": [a.to_json() for a in self.added],
-        "report_options": self.report_options.to_json(), "updated": self.updated}
+    """sweep.json's content (``serial.to_json``)."""
+    return serial.to_json(self)
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> SweepRecord:
-    """The record of sweep.json's content, written by this or an earlier version."""
-    data = _migrate(data)
-    return cls(
-        name=data["name"], config=data["config"], seeds=tuple(int(s) for s in data["seeds"]),
-        axes=tuple(AxisRecord.from_json(a) for a in data["axes"]),
-        runs=[RunEntry.from_json(r) for r in data["runs"]],
-        description=data["description"], overrides=dict(data["overrides"]),
-        evaluations=tuple(Evaluation.from_json(e) for e in data["evaluations"]),
-        tune=tune_grids(data["tune"]), select_by=data["select_by"],
-        confirm=int(data["confirm"]),
-        until_resolved=(None if data["until_resolved"] is None
-                        else int(data["until_resolved"])),
-        report_split=_choice(data["report_split"], Split, "report_split"),
-        base_values=dict(data["base_values"]), command=data["command"], cwd=data["cwd"],
-        created=data["created"], updated=data["updated"],
-        slurm_jobs=[SlurmJob.from_json(j) for j in data["slurm_jobs"]],
-        added=[AddedRun.from_json(a) for a in data["added"]],
-        report_options=ReportOptions.from_json(data["report_options"]))
+    """The record of sweep.json's content, written by this or an earlier
+    version (its migrations below)."""
+    return serial.from_json(cls, data)
 
 
-def _choice(value: Any, kind: Any, what: str) -> Any:
-  """``value`` if it is one of the ``Literal`` ``kind``'s choices."""
-  if value not in typing.get_args(kind):
-    raise ValueError(f"sweep.json: {what}={value!r} is not one of "
-                     f"{list(typing.get_args(kind))}.")
-  return value
-
-
-def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
-  """sweep.json's content in the current shape (a copy; the current shape as is).
-
-  What earlier versions did not write, and what it means:
-
-  - before tuned fields: no ``tune`` (nothing tuned), ``select_by``
-    (eval/loss), ``report_split`` (validation, the only split then), and no
-    ``tuned`` per run;
-  - before ``--until-resolved``: no ``added``; before the report's margins
-    were kept: no ``report_options`` (the report's defaults);
-  - before confirmation seeds: no ``confirm`` (0: none), no ``stage`` per run
-    or per added run (every run was a declared run or a seed added to one:
-    ``tune``);
-  - before the sequential test of adaptive seeds: no ``until_resolved``. A
-    sweep whose command has ``--until-resolved N`` was run with adaptive
-    seeds, up to N (``_until_resolved``): its report tests it sequentially;
-    otherwise none (None: the fixed-seed analysis);
-  - before per-point tuned grids: each tuned field as one list of values
-    for every point, which ``tune_grids`` reads as it is (the form still
-    written for such a field);
-  - before conditional evaluations: evaluations as argument lists only, and
-    no ``evaluations`` per run: every run had every evaluation of the record;
-  - before shared settings inactive at some points were allowed: no
-    ``notes`` per run;
-  - before declared comparisons (``Sweep.comparisons``): no ``comparisons``
-    per axis (none: every value against the axis's reference only), which
-    ``AxisRecord.from_json`` reads as none;
-  - bookkeeping a hand-written record (a test, a tool) may leave out:
-    description, overrides, base values, command, cwd, times, SLURM jobs;
-    an axis's ``fields`` (those its values set) and ``reference`` (its first
-    value); a run's overrides, state (pending), step, reason, attempts and times.
-  """
-  data = copy.deepcopy(dict(data))
-  for key, default in (("description", ""), ("overrides", {}), ("evaluations", []),
-                       ("tune", {}), ("select_by", "eval/loss"), ("confirm", 0),
-                       ("report_split", "validation"), ("base_values", {}),
-                       ("command", ""), ("cwd", ""), ("created", ""), ("updated", ""),
-                       ("slurm_jobs", []), ("added", []),
-                       ("report_options", {"stall_margin": None, "equivalence_margin": None})):
-    data.setdefault(key, default)
+# ----------------------------------------------------------- older files
+# What earlier versions of sweep.json did not write, oldest first, where the
+# field's default does not say it (``serial.versioned``). The defaults say the
+# rest: before tuned fields, no ``tune`` (nothing tuned), ``select_by``
+# (eval/loss), ``report_split`` (validation, the only split then) and no
+# ``tuned`` per run; before ``--until-resolved``, no ``added``; before the
+# report's margins were kept, no ``report_options`` (the report's defaults);
+# before confirmation seeds, no ``confirm`` (0: none) and no ``stage`` per run
+# or per added run (every run was a declared run or a seed added to one:
+# ``tune``); before shared settings inactive at some points were allowed, no
+# ``notes`` per run; before declared comparisons, no ``comparisons`` per axis
+# (every value against the axis's reference only); before per-point tuned
+# grids, each tuned field as one list of values for every point, which
+# ``tune_grids`` reads as it is (the form still written for such a field).
+# And the bookkeeping a hand-written record (a test, a tool) may leave out:
+# description, overrides, base values, command, cwd, times, SLURM jobs; an
+# axis's ``reference`` (its first value); a run's state (pending), step,
+# reason, attempts and times.
+def _axis_fields(data: dict[str, Any]) -> None:
+  """An axis without ``fields`` (a hand-written record): those its values set."""
   for axis in data["axes"]:
     axis.setdefault("fields", list(dict.fromkeys(k for v in axis["values"] for k in v)))
-    axis.setdefault("reference", 0)
-  for added in data["added"]:
-    added.setdefault("stage", "tune")
-  evaluations = [Evaluation.from_json(e) for e in data["evaluations"]]
+
+
+def _run_overrides(data: dict[str, Any]) -> None:
+  """A run without ``overrides`` (a hand-written record): none."""
   for run in data["runs"]:
     run.setdefault("overrides", {})
-    run.setdefault("tuned", {})
+
+
+def _run_evaluations(data: dict[str, Any]) -> None:
+  """Before conditional evaluations, evaluations were argument lists only and
+  a run had no ``evaluations`` of its own: it had every one of the record."""
+  evaluations = [parse_evaluation(e) for e in data.get("evaluations", [])]
+  for run in data["runs"]:
     if "evaluations" not in run:
       run["evaluations"] = [list(a) for a in evaluations_for(evaluations, run["overrides"])]
-    for key, default in (("notes", []), ("stage", "tune"), ("state", "pending"),
-                         ("step", 0), ("reason", ""),
-                         ("attempts", 0),
-                         ("wall_seconds", 0.0), ("compile_seconds", None)):
-      run.setdefault(key, default)
+
+
+def _until_resolved_recorded(data: dict[str, Any]) -> None:
+  """Before the sequential test of adaptive seeds, no ``until_resolved``: a
+  sweep whose command has ``--until-resolved N`` was run with adaptive seeds,
+  up to N (``_until_resolved``), and its report tests it sequentially;
+  otherwise none (None: the fixed-seed analysis)."""
   if "until_resolved" not in data:
     data["until_resolved"] = _until_resolved(data)
-  return data
+
+
+def _job_ids(data: dict[str, Any]) -> None:
+  """A SLURM job id written as a number (a tool): its string."""
+  for job in data.get("slurm_jobs", []):
+    if isinstance(job.get("job_id"), int):
+      job["job_id"] = str(job["job_id"])
+
+
+serial.versioned(SweepRecord, FILENAME, (_axis_fields, _run_overrides, _run_evaluations,
+                                         _until_resolved_recorded, _job_ids))
 
 
 def _until_resolved(data: Mapping[str, Any]) -> int | None:
@@ -532,11 +461,11 @@ def _until_resolved(data: Mapping[str, Any]) -> int | None:
              else argv[i + 1] if arg == "--until-resolved" and i + 1 < len(argv) else None)
     if value is not None and value.isdigit() and int(value) > 0:
       return int(value)
-  if not data["added"]:
+  if not data.get("added"):
     return None
   seeds: dict[str, set[int]] = {}
   for run in data["runs"]:
-    key = json.dumps([run["values"], run["tuned"]], sort_keys=True)
+    key = json.dumps([run["values"], run.get("tuned", {})], sort_keys=True)
     seeds.setdefault(key, set()).add(int(run["seed"]))
   return max(len(s) for s in seeds.values())
 

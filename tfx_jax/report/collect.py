@@ -2,13 +2,15 @@
 each run's run_spec.json (the values it trained with), TensorBoard scalars
 (through TensorBoard's own event reader), status.json, extra evaluations.
 
-Each run's figures are a plain dict (``run_summary``), so that the tables,
+Each run's figures are a ``RunSummary`` (``read_run``), so that the tables,
 statistics and plots are pure functions of them (and testable on event
-files written by a test).
+files written by a test); ``run_summary`` and ``collect`` give them as plain
+dicts of the same names, as the analysis, markdown and plots read them now.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -21,6 +23,7 @@ from tfx_jax.run import metrics
 from tfx_jax.records import run_spec
 from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as sweep_record
+from tfx_jax.records.summary import RunSummary
 from tfx_jax.records.sweep import RunEntry, SweepRecord
 
 # layer_stats/<kind>[/<param>]/<stack>_<NN> (tfx_jax/run/layer_stats.py).
@@ -117,30 +120,10 @@ def split_metrics(workdir: pathlib.Path, split: str) -> dict[str, float]:
           and k not in ("step", "num_examples", "beam_size")}
 
 
-def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
-  """The figures of one run that the report aggregates.
-
-  Keys: state, step, final (last value of every eval/* and train/nll tag,
-  each evaluation metric's standard error ``eval/<metric>_se`` among them),
-  initial (every eval/* tag at step 0: the evaluation before the first update,
-  ``eval.at_start``; {} for a run that did not evaluate at step 0),
-  curves ({tag: [(step, value)]} for train/loss, train/nll and eval/loss),
-  tokens_per_sec (median of train/tokens_per_sec, first interval excluded:
-  it includes compilation), wall_seconds, compile_seconds, lengths
-  ({multiple: perplexity}), window_tokens ({multiple: the window in tokens}),
-  scaled_lengths (the same with RoPE scaled at evaluation, per scaling),
-  layer_stats ({kind: {(stack, layer): value}} at the first step they were
-  logged; kind ``grad_norm``, ``param_norm``, ``update_norm``, with
-  ``/<param>`` for ``train.layer_stats_param`` other than all, and
-  ``init_grad_norm/<param>``, the mean at initialisation logged at step 0),
-  layer_stats_step (the first step of those logged during training), training
-  (``training_signals``: the output log Z and largest attention logit), test
-  (``split_metrics(workdir, "test")``),
-  num_params (the model's parameter count, from status.json), seconds (where
-  the run's time went: status.json's ``seconds``, {} where not recorded) and
-  cores (status.json's ``cores``).
-  """
-  status = status_lib.read_status(workdir) or {}
+def read_run(workdir: pathlib.Path, entry: RunEntry) -> RunSummary:
+  """The figures of one run that the report aggregates (``RunSummary``: what
+  each field holds), read from its workdir and its sweep.json entry."""
+  status = status_lib.read_status(workdir)
   scalars = read_scalars(workdir / "tensorboard")
   final = {tag: points[-1][1] for tag, points in scalars.items()
            if tag.startswith("eval/") or tag == "train/nll"}
@@ -162,29 +145,35 @@ def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
       layer.setdefault(kind, {})[(m.group(3), int(m.group(4)))] = first[1]
       if m.group(1) != INIT_KIND:  # those are at step 0, before any update
         layer_steps.add(int(first[0]))
-  return {
-      "state": status.get("state", entry.state),
-      "step": int(status.get("step", 0)),
-      "final": final,
-      "initial": {tag: points[0][1] for tag, points in scalars.items()
-                  if tag.startswith("eval/") and points and points[0][0] == 0},
-      "curves": {t: [(s, v) for s, v, _ in scalars[t]]
-                 for t in ("train/loss", "train/nll", "eval/loss") if t in scalars},
-      "tokens_per_sec": statistics.median(tps) if tps else None,
-      "wall_seconds": wall,
-      "compile_seconds": status.get("compile_seconds", entry.compile_seconds),
-      "lengths": lengths,
-      "window_tokens": window_tokens,
-      "scaled_lengths": scaled_lengths(workdir),
-      "lengths_split": lengths_split(workdir),
-      "layer_stats": layer,
-      "layer_stats_step": min(layer_steps) if layer_steps else None,
-      "training": training_signals(scalars),
-      "test": split_metrics(workdir, "test"),
-      "num_params": status.get("num_params"),
-      "seconds": dict(status.get("seconds") or {}),
-      "cores": status.get("cores"),
-  }
+  return RunSummary(
+      state=status.state if status else entry.state,
+      step=status.step if status else 0,
+      final=final,
+      initial={tag: points[0][1] for tag, points in scalars.items()
+               if tag.startswith("eval/") and points and points[0][0] == 0},
+      curves={t: [(s, v) for s, v, _ in scalars[t]]
+              for t in ("train/loss", "train/nll", "eval/loss") if t in scalars},
+      tokens_per_sec=statistics.median(tps) if tps else None,
+      wall_seconds=wall,
+      compile_seconds=(entry.compile_seconds if status is None
+                       or status.compile_seconds is None else status.compile_seconds),
+      lengths=lengths,
+      window_tokens=window_tokens,
+      scaled_lengths=scaled_lengths(workdir),
+      lengths_split=lengths_split(workdir),
+      layer_stats=layer,
+      layer_stats_step=min(layer_steps) if layer_steps else None,
+      training=training_signals(scalars),
+      test=split_metrics(workdir, "test"),
+      num_params=status.num_params if status else None,
+      seconds=dict((status.seconds if status else None) or {}),
+      cores=status.cores if status else None)
+
+
+def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
+  """``read_run`` as the plain dict of its fields (same names), the form the
+  report's analysis, markdown and plots read until they read the record."""
+  return dataclasses.asdict(read_run(workdir, entry))
 
 
 def shown_layer_kind(summaries) -> str | None:
@@ -230,13 +219,18 @@ def as_trained(sweep_dir: pathlib.Path, record: SweepRecord) -> SweepRecord:
   return record
 
 
-def collect(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, dict[str, Any]]]:
+def read_runs(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, RunSummary]]:
   """(sweep.json's record, each run's values those it trained with
-  (``as_trained``); {run name: run_summary}) of a sweep directory."""
+  (``as_trained``); {run name: ``read_run``}) of a sweep directory."""
   record = sweep_record.read(sweep_dir)
   if record is None:
     raise FileNotFoundError(f"{sweep_dir / sweep_record.FILENAME} does not exist: not a "
                             "sweep directory.")
   as_trained(sweep_dir, record)
-  runs = {e.name: run_summary(sweep_dir / e.name, e) for e in record.runs}
-  return record, runs
+  return record, {e.name: read_run(sweep_dir / e.name, e) for e in record.runs}
+
+
+def collect(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, dict[str, Any]]]:
+  """``read_runs`` with each summary as ``run_summary``'s dict."""
+  record, runs = read_runs(sweep_dir)
+  return record, {name: dataclasses.asdict(run) for name, run in runs.items()}

@@ -22,11 +22,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from tfx_jax.records import serial
 from tfx_jax.records import status as status_lib
 from tfx_jax.report.points import group_points, value_label
 from tfx_jax.records.sweep import RunEntry, SweepRecord
 
 
+# report.json rounds the seconds to the millisecond and writes the train
+# steps' share (to 4 places) beside them; the share is not read back.
+@serial.layout(order=("key", "runs", "core_seconds", "train_fraction", "phases"),
+               written={"core_seconds": lambda v: round(v, 3),
+                        "phases": lambda phases: {p: round(v, 3) for p, v in phases.items()}},
+               derived={"train_fraction": lambda row: (None if row.train_fraction is None
+                                                       else round(row.train_fraction, 4))})
 @dataclasses.dataclass(frozen=True)
 class ComputeRow:
   """The runs of one point (``key``; None: the whole sweep) and their cost."""
@@ -42,33 +50,12 @@ class ComputeRow:
       return None
     return self.phases.get("train_steps", 0.0) / self.core_seconds
 
-  def to_json(self) -> dict[str, Any]:
-    return {"key": None if self.key is None else list(self.key), "runs": self.runs,
-            "core_seconds": round(self.core_seconds, 3),
-            "train_fraction": (None if self.train_fraction is None
-                               else round(self.train_fraction, 4)),
-            "phases": {p: round(v, 3) for p, v in self.phases.items()}}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> ComputeRow:
-    return cls(None if data["key"] is None else tuple(data["key"]), int(data["runs"]),
-               float(data["core_seconds"]),
-               {p: float(v) for p, v in data["phases"].items()})
-
 
 @dataclasses.dataclass(frozen=True)
 class Compute:
   """Each point's row and the total."""
   points: tuple[ComputeRow, ...]
   total: ComputeRow
-
-  def to_json(self) -> dict[str, Any]:
-    return {"points": [p.to_json() for p in self.points], "total": self.total.to_json()}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> Compute:
-    return cls(tuple(ComputeRow.from_json(p) for p in data["points"]),
-               ComputeRow.from_json(data["total"]))
 
 
 def _row(key: tuple[int, ...] | None, runs_: list[tuple[RunEntry, Mapping[str, Any]]]

@@ -25,7 +25,9 @@
 ``analysis.analyze`` builds a ``Report``; the markdown (``build``), the
 plots (``plots``, ``forest``) and the sweep's adaptive seeds read it;
 report.json is ``Report.to_json`` and reads back with ``Report.from_json``
-(seeds, which JSON keys as strings, back to ints). The comparison's interval
+(``records.serial``, from these types: seeds, which JSON keys as strings,
+back to ints; the layouts say where a file's keys are not the fields in
+order; the migrations of older files are at the end). The comparison's interval
 is written flat beside its other fields (``method``, ``diff``, ``low``,
 ``high``, ``df``, ``se``, ``p``, ``n``, ``n_base``, ``level``), as readers of
 report.json know it.
@@ -33,18 +35,17 @@ report.json know it.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
 import pathlib
-import typing
 from typing import Any, Iterable, Literal, Mapping
 
+from tfx_jax.records import serial
 from tfx_jax.report import stats
 from tfx_jax.report.compute import Compute
 from tfx_jax.report.speedup import Speedup
-from tfx_jax.records.sweep import Split, Tune, tune_grids, tune_json
+from tfx_jax.records.sweep import Split, Tune, tune_grids
 
 FILENAME = "report.json"
 # A comparison with a side that never learned, at any tuned value.
@@ -75,19 +76,6 @@ SE_SUFFIX = "_se"
 def is_standard_error(metric: str) -> bool:
   """``metric`` is another metric's evaluation standard error (eval/loss_se)."""
   return metric.endswith(SE_SUFFIX)
-
-
-def _choice(value: Any, kind: Any, what: str) -> Any:
-  """``value`` if it is one of the ``Literal`` ``kind``'s choices (None passes)."""
-  if value is not None and value not in typing.get_args(kind):
-    raise ValueError(f"report.json: {what}={value!r} is not one of "
-                     f"{list(typing.get_args(kind))}.")
-  return value
-
-
-def _by_seed(data: Mapping[Any, Any], value=lambda v: v) -> dict[int, Any]:
-  """JSON's {"0": ...} (or an in-memory {0: ...}) as {0: ...}."""
-  return {int(seed): value(v) for seed, v in data.items()}
 
 
 # ----------------------------------------------------------------- inputs
@@ -130,14 +118,8 @@ class Counts:
   def __add__(self, other: Counts) -> Counts:
     return Counts(**{o: getattr(self, o) + getattr(other, o) for o in stats.OUTCOMES})
 
-  def to_json(self) -> dict[str, int]:
-    return {o: getattr(self, o) for o in stats.OUTCOMES}
 
-  @classmethod
-  def from_json(cls, data: Mapping[str, int]) -> Counts:
-    return cls(**{o: int(data[o]) for o in stats.OUTCOMES})
-
-
+@serial.layout(omit_none=("test",))  # written only where read
 @dataclasses.dataclass(frozen=True)
 class SeedResult:
   """One run of a point at one tuned value: its outcome and final metrics."""
@@ -155,20 +137,6 @@ class SeedResult:
     """The metrics on ``split``."""
     return self.validation if split == "validation" else self.test or {}
 
-  def to_json(self) -> dict[str, Any]:
-    out = {"run": self.run, "outcome": self.outcome, "validation": dict(self.validation)}
-    if self.test is not None:
-      out["test"] = dict(self.test)
-    return {**out, "lengths": dict(self.lengths), "num_params": self.num_params,
-            "training": dict(self.training)}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> SeedResult:
-    """Reports before ``training`` have none (not read)."""
-    return cls(data["run"], _choice(data["outcome"], stats.Outcome, "outcome"),
-               dict(data["validation"]), data.get("test"), dict(data["lengths"]),
-               data["num_params"], dict(data.get("training", {})))
-
 
 @dataclasses.dataclass(frozen=True)
 class TunedValue:
@@ -180,21 +148,6 @@ class TunedValue:
   selection_mean: float | None   # mean select_by of the learned choosing runs
   selection_failed: int          # choosing runs that stalled or diverged
   selection_score: tuple[float, ...] | None  # lowest is chosen; None: none learned
-
-  def to_json(self) -> dict[str, Any]:
-    return {"tuned": dict(self.tuned), "label": self.label,
-            "seeds": {s: r.to_json() for s, r in self.seeds.items()},
-            "counts": self.counts.to_json(), "selection_mean": self.selection_mean,
-            "selection_failed": self.selection_failed,
-            "selection_score": (None if self.selection_score is None
-                                else list(self.selection_score))}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> TunedValue:
-    score = data["selection_score"]
-    return cls(dict(data["tuned"]), data["label"], _by_seed(data["seeds"], SeedResult.from_json),
-               Counts.from_json(data["counts"]), data["selection_mean"],
-               int(data["selection_failed"]), None if score is None else tuple(score))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,16 +172,13 @@ class Trend:
   noise_from: NoiseFrom | None
   still_improving: bool | None
 
-  def to_json(self) -> dict[str, Any]:
-    return {**dataclasses.asdict(self), "steps": list(self.steps)}
 
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> Trend:
-    return cls(tuple(data["steps"]), data["drop"], int(data["runs"]), data["seed_noise"],
-               _choice(data["noise_from"], NoiseFrom, "noise_from"),
-               data["still_improving"])
-
-
+# ``eval_se`` and ``seed_sd`` are derived from ``compared`` (not read back):
+# the evaluation noise beside the seed noise.
+@serial.layout(order=("key", "values", "chosen", "chosen_label", "chosen_at_edge", "tuned",
+                      "counts", "runs", "compared", "num_params", "eval_se", "seed_sd",
+                      "trend", "confirmed", "confirmation"),
+               derived={"eval_se": lambda p: p.eval_se, "seed_sd": lambda p: p.seed_sd})
 @dataclasses.dataclass(frozen=True)
 class Point:
   """One combination of axis values (``key``: the index of each axis's value)."""
@@ -278,47 +228,13 @@ class Point:
         out[key[:-len(SE_SUFFIX)]] = (sum(x * x for x in se) / len(se)) ** 0.5
     return out
 
-  def to_json(self) -> dict[str, Any]:
-    return {"key": list(self.key), "values": dict(self.values),
-            "chosen": None if self.chosen is None else dict(self.chosen),
-            "chosen_label": self.chosen_label, "chosen_at_edge": dict(self.chosen_at_edge),
-            "tuned": [t.to_json() for t in self.tuned], "counts": self.counts.to_json(),
-            "runs": self.runs,
-            "compared": {s: dict(m) for s, m in self.compared.items()},
-            "num_params": self.num_params,
-            # Derived from ``compared`` (not read back): the evaluation noise
-            # beside the seed noise.
-            "eval_se": self.eval_se, "seed_sd": self.seed_sd,
-            "trend": None if self.trend is None else self.trend.to_json(),
-            "confirmed": None if self.confirmed is None else dict(self.confirmed),
-            "confirmation": {s: r.to_json() for s, r in self.confirmation.items()}}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> Point:
-    return cls(tuple(data["key"]), dict(data["values"]), data["chosen"],
-               data["chosen_label"], dict(data["chosen_at_edge"]),
-               tuple(TunedValue.from_json(t) for t in data["tuned"]),
-               Counts.from_json(data["counts"]), int(data["runs"]),
-               _by_seed(data["compared"], dict), data["num_params"],
-               trend=None if data["trend"] is None else Trend.from_json(data["trend"]),
-               confirmed=data["confirmed"],
-               confirmation=_by_seed(data["confirmation"], SeedResult.from_json))
-
 
 # -------------------------------------------------------------- comparisons
-def interval_to_json(iv: stats.Interval) -> dict[str, Any]:
-  """report.json's flat form of an interval (``p`` the p-value, ``n`` and
-  ``n_base`` the values on each side)."""
-  return {"method": iv.method, "diff": iv.diff, "low": iv.low, "high": iv.high,
-          "df": iv.df, "se": iv.se, "p": iv.p_value, "n": iv.n_a, "n_base": iv.n_b,
-          "level": iv.level}
-
-
-def interval_from_json(data: Mapping[str, Any]) -> stats.Interval:
-  return stats.Interval(
-      diff=data["diff"], low=data["low"], high=data["high"], df=data["df"], se=data["se"],
-      p_value=data["p"], method=_choice(data["method"], stats.Method, "method"),
-      n_a=int(data["n"]), n_b=int(data["n_base"]), level=data["level"])
+# report.json's form of an interval: ``p`` the p-value, ``n`` and ``n_base``
+# the values on each side (written flat beside a comparison's other fields).
+serial.layout(order=("method", "diff", "low", "high", "df", "se", "p_value", "n_a", "n_b",
+                     "level"),
+              keys={"p_value": "p", "n_a": "n", "n_b": "n_base"})(stats.Interval)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,15 +249,13 @@ class Look:
   share: float
   p_equivalence: float | None
 
-  def to_json(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
 
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> Look:
-    return cls(int(data["look"]), int(data["looks"]), float(data["share"]),
-               data["p_equivalence"])
-
-
+@serial.layout(order=("axis", "axis_index", "value", "value_index", "base_index",
+                      "base_value", "context", "context_key", "metric", "split", "seeds",
+                      "base_seeds", "margin", "chosen", "base_chosen", "counts",
+                      "base_counts", "p_adjusted", "verdict", "seeds_needed", "text", "look",
+                      "design", "interval"),
+               flat=("interval",))
 @dataclasses.dataclass(frozen=True)
 class Comparison:
   """A value against its base, in one context, on one metric. The base is its
@@ -382,38 +296,6 @@ class Comparison:
     return tuple(value_index if j == self.axis_index else c
                  for j, c in enumerate(self.context_key))
 
-  def to_json(self) -> dict[str, Any]:
-    return {"axis": self.axis, "axis_index": self.axis_index, "value": self.value,
-            "value_index": self.value_index, "base_index": self.base_index,
-            "base_value": self.base_value,
-            "context": self.context, "context_key": list(self.context_key),
-            "metric": self.metric, "split": self.split, "seeds": list(self.seeds),
-            "base_seeds": list(self.base_seeds), "margin": self.margin,
-            "chosen": self.chosen, "base_chosen": self.base_chosen,
-            "counts": self.counts.to_json(), "base_counts": self.base_counts.to_json(),
-            "p_adjusted": self.p_adjusted, "verdict": self.verdict,
-            "seeds_needed": self.seeds_needed, "text": self.text,
-            "look": None if self.look is None else self.look.to_json(),
-            "design": self.design, **interval_to_json(self.interval)}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> Comparison:
-    return cls(
-        axis=data["axis"], axis_index=int(data["axis_index"]), value=data["value"],
-        value_index=int(data["value_index"]), base_index=int(data["base_index"]),
-        base_value=data["base_value"],
-        context=data["context"], context_key=tuple(data["context_key"]),
-        metric=data["metric"], split=_choice(data["split"], Split, "split"),
-        seeds=tuple(data["seeds"]),
-        base_seeds=tuple(data["base_seeds"]), interval=interval_from_json(data),
-        margin=data["margin"], chosen=data["chosen"], base_chosen=data["base_chosen"],
-        counts=Counts.from_json(data["counts"]),
-        base_counts=Counts.from_json(data["base_counts"]), p_adjusted=data["p_adjusted"],
-        verdict=_choice(data["verdict"], stats.Verdict, "verdict"),
-        seeds_needed=data["seeds_needed"], text=data["text"],
-        look=None if data["look"] is None else Look.from_json(data["look"]),
-        design=data.get("design", ""))
-
 
 @dataclasses.dataclass(frozen=True)
 class FailedComparison:
@@ -433,21 +315,6 @@ class FailedComparison:
   confirmed: str | None = None
   base_confirmed: str | None = None
 
-  def to_json(self) -> dict[str, Any]:
-    return {"axis": self.axis, "value": self.value, "base_value": self.base_value,
-            "context": self.context, "counts": self.counts.to_json(),
-            "base_counts": self.base_counts.to_json(), "runs": self.runs,
-            "base_runs": self.base_runs, "verdict": self.verdict, "text": self.text,
-            "confirmed": self.confirmed, "base_confirmed": self.base_confirmed}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> FailedComparison:
-    return cls(data["axis"], data["value"], data["base_value"], data["context"],
-               Counts.from_json(data["counts"]), Counts.from_json(data["base_counts"]),
-               int(data["runs"]), int(data["base_runs"]),
-               _choice(data["verdict"], Failure, "verdict"), data["text"],
-               data["confirmed"], data["base_confirmed"])
-
 
 # ------------------------------------------------------- sensitivity, noise
 @dataclasses.dataclass(frozen=True)
@@ -462,16 +329,9 @@ class CurvePoint:
   # seeds, a diverged seed at l0 (``stats.capped_mean``); None: l0 not known.
   value: float | None = None
 
-  def to_json(self) -> dict[str, Any]:
-    return {"tuned": dict(self.tuned), "label": self.label, "seeds": dict(self.seeds),
-            "mean": self.mean, "failed": self.failed, "value": self.value}
 
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> CurvePoint:
-    return cls(dict(data["tuned"]), data["label"], _by_seed(data["seeds"]), data["mean"],
-               int(data["failed"]), data["value"])
-
-
+@serial.layout(order=("point", "key", "curve", "initial_loss", "initial_loss_source",
+                      "initial_loss_runs", "sensitivity", "all_failed"))
 @dataclasses.dataclass(frozen=True)
 class Sensitivity:
   """A point's learning-rate curve and its sensitivity (Wortsman et al. 2023)."""
@@ -483,22 +343,6 @@ class Sensitivity:
   all_failed: bool            # no run learned, at any tuned value: no number
   initial_loss_source: InitialLossSource | None = None  # None: l0 not known
   initial_loss_runs: int = 0  # the runs whose step-0 evaluations l0 is the mean of
-
-  def to_json(self) -> dict[str, Any]:
-    return {"point": dict(self.point), "key": list(self.key),
-            "curve": [c.to_json() for c in self.curve], "initial_loss": self.initial_loss,
-            "initial_loss_source": self.initial_loss_source,
-            "initial_loss_runs": self.initial_loss_runs,
-            "sensitivity": self.sensitivity, "all_failed": self.all_failed}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> Sensitivity:
-    return cls(dict(data["point"]), tuple(data["key"]),
-               tuple(CurvePoint.from_json(c) for c in data["curve"]), data["initial_loss"],
-               data["sensitivity"], bool(data["all_failed"]),
-               _choice(data["initial_loss_source"], InitialLossSource,
-                       "initial_loss_source"),
-               int(data["initial_loss_runs"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -512,13 +356,6 @@ class Noise:
   min_detectable_difference: float | None
   method: stats.Method | None
   power: float
-
-  def to_json(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> Noise:
-    return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -535,14 +372,10 @@ class ScaleEffect:
   high: float | None
   verdict: stats.Verdict
 
-  def to_json(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
 
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> ScaleEffect:
-    return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
-
-
+@serial.layout(order=("key", "point", "evaluation", "metric", "seeds", "margin",
+                      "p_adjusted", "verdict", "interval"),
+               flat=("interval",))
 @dataclasses.dataclass(frozen=True)
 class EvaluationEffect:
   """One point's models evaluated another way against as trained, the same
@@ -560,26 +393,19 @@ class EvaluationEffect:
   p_adjusted: float | None
   verdict: stats.Verdict
 
-  def to_json(self) -> dict[str, Any]:
-    return {"key": list(self.key), "point": self.point, "evaluation": self.evaluation,
-            "metric": self.metric, "seeds": list(self.seeds), "margin": self.margin,
-            "p_adjusted": self.p_adjusted, "verdict": self.verdict,
-            **interval_to_json(self.interval)}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> EvaluationEffect:
-    return cls(key=tuple(data["key"]), point=data["point"], evaluation=data["evaluation"],
-               metric=data["metric"], seeds=tuple(data["seeds"]),
-               interval=interval_from_json(data), margin=data["margin"],
-               p_adjusted=data["p_adjusted"],
-               verdict=_choice(data["verdict"], stats.Verdict, "verdict"))
-
 
 # Which way a per-layer statistic runs from the first layer to the last
 # (``LayerProfile``): resolved up or down after Holm, or not resolved.
 LayerTrend = Literal["grows", "falls", "unresolved"]
 
 
+# The ratio and its ends are derived from the interval (written, not read back).
+@serial.layout(order=("key", "point", "statistic", "stack", "seeds", "means", "half_widths",
+                      "ratio", "ratio_low", "ratio_high", "p_adjusted", "trend", "same_as",
+                      "interval"),
+               keys={"interval": "log_ratio"},
+               derived={"ratio": lambda p: p.ratio[0], "ratio_low": lambda p: p.ratio[1],
+                        "ratio_high": lambda p: p.ratio[2]})
 @dataclasses.dataclass(frozen=True)
 class LayerProfile:
   """One point's per-layer statistic in one stack over the runs the report's
@@ -612,25 +438,14 @@ class LayerProfile:
     return (math.exp(iv.diff), None if iv.low is None else math.exp(iv.low),
             None if iv.high is None else math.exp(iv.high))
 
-  def to_json(self) -> dict[str, Any]:
-    ratio, low, high = self.ratio
-    return {"key": list(self.key), "point": self.point, "statistic": self.statistic,
-            "stack": self.stack, "seeds": list(self.seeds), "means": list(self.means),
-            "half_widths": list(self.half_widths), "ratio": ratio, "ratio_low": low,
-            "ratio_high": high, "p_adjusted": self.p_adjusted, "trend": self.trend,
-            "same_as": self.same_as, "log_ratio": interval_to_json(self.interval)}
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> LayerProfile:
-    return cls(key=tuple(data["key"]), point=data["point"], statistic=data["statistic"],
-               stack=data["stack"], seeds=tuple(data["seeds"]), means=tuple(data["means"]),
-               half_widths=tuple(data["half_widths"]),
-               interval=interval_from_json(data["log_ratio"]),
-               p_adjusted=data["p_adjusted"],
-               trend=_choice(data["trend"], LayerTrend, "trend"), same_as=data["same_as"])
-
 
 # ------------------------------------------------------------------- whole
+# The design's looks, derived from its first and last, are written beside them.
+serial.layout(order=("first", "last", "looks", "rho"),
+              derived={"looks": lambda d: d.looks})(stats.SequentialDesign)
+
+
+@serial.layout(order=("method", "reference", "max_seeds", "design"), flat=("design",))
 @dataclasses.dataclass(frozen=True)
 class Sequential:
   """How a sweep with adaptive seeds (``--until-resolved MAX_SEEDS``) is
@@ -641,19 +456,13 @@ class Sequential:
   method: str = stats.SEQUENTIAL_METHOD
   reference: str = stats.SEQUENTIAL_REFERENCE
 
-  def to_json(self) -> dict[str, Any]:
-    return {"method": self.method, "reference": self.reference,
-            "max_seeds": self.max_seeds, "first": self.design.first,
-            "last": self.design.last, "looks": self.design.looks, "rho": self.design.rho}
 
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> Sequential:
-    return cls(int(data["max_seeds"]),
-               stats.SequentialDesign(int(data["first"]), int(data["last"]),
-                                      float(data["rho"])),
-               data["method"], data["reference"])
-
-
+@serial.layout(order=("sweep", "select_by", "tune", "report_split", "reserved_seed",
+                      "options", "baselines", "points", "comparisons", "failed",
+                      "sensitivity", "noise", "scale", "verdict_runs", "selection_biased",
+                      "tuning_seeds", "confirmation_seeds", "sequential", "speedups",
+                      "compute", "evaluation_effects", "layer_profiles"),
+               derived={"selection_biased": lambda r: r.selection_biased})
 @dataclasses.dataclass(frozen=True)
 class Report:
   """report.json."""
@@ -697,122 +506,87 @@ class Report:
     return {p.key: p.chosen for p in self.points}
 
   def to_json(self) -> dict[str, Any]:
-    return {
-        "sweep": self.sweep, "select_by": self.select_by,
-        "tune": tune_json(self.tune),
-        "report_split": self.report_split, "reserved_seed": self.reserved_seed,
-        "options": dataclasses.asdict(self.options),
-        "baselines": {name: dataclasses.asdict(b) for name, b in self.baselines.items()},
-        "points": [p.to_json() for p in self.points],
-        "comparisons": [c.to_json() for c in self.comparisons],
-        "failed": [f.to_json() for f in self.failed],
-        "sensitivity": [s.to_json() for s in self.sensitivity],
-        "noise": [n.to_json() for n in self.noise],
-        "scale": [s.to_json() for s in self.scale],
-        "verdict_runs": self.verdict_runs, "selection_biased": self.selection_biased,
-        "tuning_seeds": list(self.tuning_seeds),
-        "confirmation_seeds": list(self.confirmation_seeds),
-        "sequential": None if self.sequential is None else self.sequential.to_json(),
-        "speedups": [s.to_json() for s in self.speedups],
-        "compute": None if self.compute is None else self.compute.to_json(),
-        "evaluation_effects": [e.to_json() for e in self.evaluation_effects],
-        "layer_profiles": [p.to_json() for p in self.layer_profiles]}
+    """report.json's content (``serial.to_json``)."""
+    return serial.to_json(self)
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> Report:
-    """A report written by this or an earlier version (``_migrate``)."""
-    data = _migrate(data)
-    return cls(
-        sweep=data["sweep"], select_by=data["select_by"],
-        tune=tune_grids(data["tune"]),
-        report_split=_choice(data["report_split"], Split, "report_split"),
-        reserved_seed=data["reserved_seed"], options=Options(**data["options"]),
-        baselines={name: Baseline(**b) for name, b in data["baselines"].items()},
-        points=tuple(Point.from_json(p) for p in data["points"]),
-        comparisons=tuple(Comparison.from_json(c) for c in data["comparisons"]),
-        failed=tuple(FailedComparison.from_json(f) for f in data["failed"]),
-        sensitivity=tuple(Sensitivity.from_json(s) for s in data["sensitivity"]),
-        noise=tuple(Noise.from_json(n) for n in data["noise"]),
-        scale=tuple(ScaleEffect.from_json(s) for s in data["scale"]),
-        verdict_runs=_choice(data["verdict_runs"], VerdictRuns, "verdict_runs"),
-        tuning_seeds=tuple(data["tuning_seeds"]),
-        confirmation_seeds=tuple(data["confirmation_seeds"]),
-        sequential=(None if data["sequential"] is None
-                    else Sequential.from_json(data["sequential"])),
-        speedups=tuple(Speedup.from_json(s) for s in data["speedups"]),
-        compute=None if data["compute"] is None else Compute.from_json(data["compute"]),
-        evaluation_effects=tuple(EvaluationEffect.from_json(e)
-                                 for e in data["evaluation_effects"]),
-        layer_profiles=tuple(LayerProfile.from_json(p) for p in data["layer_profiles"]))
+    """The report of report.json's content, written by this or an earlier
+    version (its migrations below)."""
+    return serial.from_json(cls, data)
 
 
-def _migrate(data: Mapping[str, Any]) -> dict[str, Any]:
-  """report.json's content in the current shape (a copy; the current shape as is).
-
-  What earlier versions did not write: the failed comparisons (``failed``);
-  per point, the tuned values chosen at a grid's end (``chosen_at_edge``);
-  per tuned value, the failed choosing runs and the score
-  (``selection_failed``, ``selection_score``: not known, None); per
-  comparison, the outcome counts of both sides and the seeds needed
-  (``counts``, ``base_counts``, ``seeds_needed``); per point, its ``trend``
-  (not known, None); per sensitivity, where l0 came from (earlier reports
-  took it as the uniform prediction's loss, ln |V|: ``initial_loss_source``
-  "uniform", ``initial_loss_runs`` 0) and each tuned value's capped mean
-  (``value``: not known, None; those reports' ``seeds`` are None for stalled
-  runs too). Before confirmation seeds: no ``verdict_runs`` (a tuned sweep's
-  verdicts read its tuning seeds, or all but the reserved seed; an untuned
-  sweep's every run), ``tuning_seeds`` (not known: empty) or
-  ``confirmation_seeds`` (none); per point no ``confirmed`` or
-  ``confirmation``; per failed comparison no ``confirmed`` side. Before the
-  sequential test of adaptive seeds: no ``sequential`` and no ``look`` per
-  comparison (those reports tested every look at a fixed alpha: None).
-  Before declared comparisons: no ``base_index`` per comparison (every base
-  was its axis's base value: the index of the points' value of that label).
-  Before the effective speedup: no ``speedups`` (none). Before the compute
-  table: no ``compute`` (None: not recorded). Before the evaluation effects:
-  no ``evaluation_effects`` (none tested). Before the layer profiles: no
-  ``layer_profiles`` (none). Before per-point
-  tuned grids: each tuned field as one list of values, which ``tune_grids``
-  reads as it is.
-  """
-  data = copy.deepcopy(dict(data))
+# ---------------------------------------------------------- older reports
+# What earlier versions of report.json did not write, oldest first: each step
+# adds what its era's files lack (``serial.versioned``). A key whose absence
+# means its field's default needs no step: per point its ``trend`` (not
+# known), ``confirmed`` and ``confirmation`` (before confirmation seeds);
+# per comparison its ``look`` (before the sequential test: every look at a
+# fixed alpha) and ``design`` line; per failed comparison its ``confirmed``
+# sides; per seed its ``training`` signals (not read); per sensitivity its
+# ``initial_loss_runs`` (0) and each tuned value's capped mean (``value``: not
+# known; those reports' ``seeds`` are None for stalled runs too); the
+# report's ``tuning_seeds`` (not known: empty), ``confirmation_seeds``,
+# ``sequential``, ``speedups``, ``compute`` (not recorded),
+# ``evaluation_effects`` and ``layer_profiles`` (none). Before per-point tuned
+# grids each tuned field was one list of values, which ``tune_grids`` reads
+# as it is.
+def _failed_comparisons(data: dict[str, Any]) -> None:
+  """Before comparisons with a side that never learned were listed: none."""
   data.setdefault("failed", [])
-  data.setdefault("evaluation_effects", [])
-  data.setdefault("layer_profiles", [])
-  data.setdefault("verdict_runs", "all" if not data["tune"] else
-                  "tuning" if data.get("reserved_seed") is None else "reserved")
-  data.setdefault("tuning_seeds", [])
-  data.setdefault("confirmation_seeds", [])
-  data.setdefault("sequential", None)
-  data.setdefault("speedups", [])
-  data.setdefault("compute", None)
-  for row in data["failed"]:
-    row.setdefault("confirmed", None)
-    row.setdefault("base_confirmed", None)
+
+
+def _grid_edges(data: dict[str, Any]) -> None:
+  """Before a choice at a grid's end was flagged: none flagged."""
   for point in data["points"]:
     point.setdefault("chosen_at_edge", {})
-    point.setdefault("trend", None)
-    point.setdefault("confirmed", None)
-    point.setdefault("confirmation", {})
+
+
+def _selection_failures(data: dict[str, Any]) -> None:
+  """Before a tuned value counted its failed choosing runs and its score:
+  none counted, the score not known."""
+  for point in data["points"]:
     for row in point["tuned"]:
       row.setdefault("selection_failed", 0)
       row.setdefault("selection_score", None)
+
+
+def _outcome_counts(data: dict[str, Any]) -> None:
+  """Before a comparison kept both sides' outcome counts and the seeds it
+  needs: none counted, not known."""
   for row in data["comparisons"]:
     for key in ("counts", "base_counts"):
-      row.setdefault(key, Counts().to_json())
+      row.setdefault(key, serial.to_json(Counts()))
     row.setdefault("seeds_needed", None)
-    row.setdefault("look", None)
+
+
+def _initial_loss_source(data: dict[str, Any]) -> None:
+  """Before l0 was read at step 0: it was the uniform prediction's loss, ln |V|."""
+  for row in data.get("sensitivity", []):
+    row.setdefault("initial_loss_source",
+                   None if row.get("initial_loss") is None else "uniform")
+
+
+def _verdict_runs(data: dict[str, Any]) -> None:
+  """Before confirmation seeds: a tuned sweep's verdicts read its tuning
+  seeds, or all but the reserved seed; an untuned sweep's every run."""
+  data.setdefault("verdict_runs", "all" if not data["tune"] else
+                  "tuning" if data.get("reserved_seed") is None else "reserved")
+
+
+def _base_index(data: dict[str, Any]) -> None:
+  """Before declared comparisons every base was its axis's base value: the
+  index of the points' value of that label."""
+  for row in data["comparisons"]:
     if "base_index" not in row:
       row["base_index"] = next(
           p["key"][row["axis_index"]] for p in data["points"]
           if p["values"].get(row["axis"]) == row["base_value"])
-  for row in data.get("sensitivity", []):
-    row.setdefault("initial_loss_source",
-                   None if row.get("initial_loss") is None else "uniform")
-    row.setdefault("initial_loss_runs", 0)
-    for point in row["curve"]:
-      point.setdefault("value", None)
-  return data
+
+
+serial.versioned(Report, FILENAME, (_failed_comparisons, _grid_edges, _selection_failures,
+                                    _outcome_counts, _initial_loss_source, _verdict_runs,
+                                    _base_index))
 
 
 def read(sweep_dir: str | pathlib.Path) -> Report | None:

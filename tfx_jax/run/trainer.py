@@ -138,8 +138,8 @@ class _TrainingLoop:
     self.first_hparams = tuple(first_hparams)
     self.requests, self.started = list(requests), time.time() if started is None else started
     # Where the time goes, added to what earlier attempts in this workdir spent.
-    self.previous = status_lib.read_status(workdir) or {}
-    self.seconds = status_lib.Seconds(self.previous.get("seconds"))
+    self.previous = status_lib.read_status(workdir)
+    self.seconds = status_lib.Seconds(self.previous.seconds if self.previous else None)
     # The dataset's version (a files corpus's key) is recorded with every
     # checkpoint, so that a resume never reads another version's splits or
     # tokenizer.
@@ -268,8 +268,8 @@ class _TrainingLoop:
                    if pending else "nothing to do."))
       self.seconds.add("startup", time.time() - self.started)
       self._evaluate_after(latest, live=False)
-      kept = {k: self.previous[k] for k in ("num_nonfinite_skipped", "num_params",
-                                            "compile_seconds") if k in self.previous}
+      kept = {k: getattr(self.previous, k) for k in ("num_nonfinite_skipped", "num_params",
+                                                     "compile_seconds")} if self.previous else {}
       _write_status(self.workdir, "finished", latest, reason="already finished", **kept,
                     **self.timing())
       return RunResult("finished", latest, {})

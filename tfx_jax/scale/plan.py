@@ -31,6 +31,7 @@ from tfx_jax.run import config as run_config
 from tfx_jax.run import setup as run_setup
 from tfx_jax.run import sharding as sharding_lib
 from tfx_jax.core.errors import ConfigError
+from tfx_jax.records import serial
 from tfx_jax.scale import flops as flops_lib
 from tfx_jax.scale import hlo
 from tfx_jax.scale import roofline as roofline_lib
@@ -39,6 +40,10 @@ from tfx_jax.scale import topology as topology_lib
 GIB = 2**30
 
 
+# Written with its total last (derived, not read back).
+@serial.layout(order=("parameters", "optimizer", "other_arguments", "temporaries", "outputs",
+                      "code", "total"),
+               derived={"total": lambda m: m.total})
 @dataclasses.dataclass
 class StepMemory:
   """Bytes per device of one compiled step."""
@@ -53,9 +58,6 @@ class StepMemory:
   def total(self) -> int:
     return (self.parameters + self.optimizer + self.other_arguments + self.temporaries
             + self.outputs + self.code)
-
-  def to_json(self) -> dict:
-    return {**dataclasses.asdict(self), "total": self.total}
 
 
 @dataclasses.dataclass
@@ -92,10 +94,8 @@ class Report:
   compile_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
   def to_json(self) -> dict:
-    out = dataclasses.asdict(self)
-    out["train"] = self.train.to_json() if self.train else None
-    out["eval"] = self.eval.to_json() if self.eval else None
-    return out
+    """The check as JSON (``serial.to_json``): ``compile --out``'s file."""
+    return serial.to_json(self)
 
 
 # ------------------------------------------------------------------ building

@@ -55,7 +55,7 @@ def time_line(sweep_dir: pathlib.Path, record: SweepRecord) -> str | None:
   seconds = status_lib.summed(statuses)
   if not any(seconds.values()):
     return None
-  runs = sum(1 for s in statuses if s and s.get("seconds"))
+  runs = sum(1 for s in statuses if s and s.seconds)
   wall = sum(e.wall_seconds for e in record.runs)
   line = ("  time in the runs, summed over " + f"{runs} run(s): " + ", ".join(
       f"{PHASE_NAMES[p]} {seconds[p]:.1f}s" for p in status_lib.PHASES))

@@ -107,6 +107,12 @@ def points_first(record: SweepRecord, entries: list[RunEntry]) -> list[RunEntry]
   return [entry for _, _, entry in sorted(ranked, key=lambda r: r[:2])]
 
 
+def _state(workdir: pathlib.Path) -> str | None:
+  """The state the run's status.json gives (None: none written)."""
+  status = status_lib.read_status(workdir)
+  return status.state if status else None
+
+
 @dataclasses.dataclass
 class _Job:
   entry: RunEntry
@@ -176,8 +182,7 @@ class LocalExecutor:
     # A finished training run skips straight to its missing evaluation
     # commands (the training command runs its own evaluations: started again,
     # it evaluates from the checkpoint).
-    if job.phase == 0 and len(job.commands) > 1 and (
-        status_lib.read_status(job.workdir) or {}).get("state") == "finished":
+    if job.phase == 0 and len(job.commands) > 1 and _state(job.workdir) == "finished":
       job.phase = 1
     while job.phase > 0 and job.phase <= len(job.commands) - 1 and \
         state_lib.eval_marker(job.workdir, job.phase - 1).exists():
@@ -203,14 +208,14 @@ class LocalExecutor:
   def _finished(self, job: _Job) -> bool:
     """Handles the exit of ``job``'s current command; True when the run is over."""
     rc = job.proc.returncode if job.proc is not None else 0
-    status = status_lib.read_status(job.workdir) or {}
+    state = _state(job.workdir)
     if job.phase == 0:
-      if status.get("state") == "diverged":
+      if state == "diverged":
         return True  # a result, not a failure; no evaluations of a diverged run
-      if status.get("state") == "preempted":
+      if state == "preempted":
         return True  # stopped by a signal of its own: resumes next time
-      if rc != 0 or status.get("state") != "finished":
-        if status.get("state") != "failed":  # a crash the trainer did not record
+      if rc != 0 or state != "finished":
+        if state != "failed":  # a crash the trainer did not record
           state_lib.record_failure(
               job.workdir, f"train exited with code {rc}: {state_lib.log_tail(job.workdir)}")
         return True

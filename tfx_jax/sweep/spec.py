@@ -79,7 +79,8 @@ import re
 from typing import Any, Mapping, Sequence
 
 from tfx_jax.core.errors import ConfigError
-from tfx_jax.records.sweep import Evaluation, Tune, TunedGrid, grid_at, tune_grids
+from tfx_jax.records.sweep import (Evaluation, Tune, TunedGrid, grid_at, parse_evaluation,
+                                   tune_grids)
 
 Overrides = Mapping[str, Any]
 
@@ -89,7 +90,7 @@ def normalize_evaluation(evaluation: Any) -> Evaluation:
   sweep.json's {"args", "when"} (ConfigError if malformed)."""
   if isinstance(evaluation, Evaluation):
     evaluation = {"args": evaluation.args, "when": evaluation.when}
-  return Evaluation.from_json(evaluation)
+  return parse_evaluation(evaluation)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -116,12 +116,12 @@ def run_state(workdir: pathlib.Path, num_evaluations: int = 0, *,
 
   ``check_lock=False``: the caller holds the run's lock itself.
   """
-  status = status_lib.read_status(workdir) or {}
-  step = int(status.get("step", 0))
-  reason, compile_seconds = status.get("reason", ""), status.get("compile_seconds")
+  status = status_lib.read_status(workdir)
+  step = status.step if status else 0
+  reason, compile_seconds = (status.reason, status.compile_seconds) if status else ("", None)
   if check_lock and is_locked(workdir):
     return RunProgress("running", step, reason, compile_seconds)
-  state = status.get("state")
+  state = status.state if status else None
   if state == "finished" and not evaluations_done(workdir, num_evaluations):
     return RunProgress("pending", step, "evaluations pending", compile_seconds)
   if state in ("finished", "diverged", "failed"):
@@ -133,7 +133,8 @@ def run_state(workdir: pathlib.Path, num_evaluations: int = 0, *,
 
 def record_failure(workdir: pathlib.Path, reason: str) -> None:
   """Marks a run failed in its own status.json (a crash the trainer could not record)."""
-  step = int((status_lib.read_status(workdir) or {}).get("step", 0))
+  status = status_lib.read_status(workdir)
+  step = status.step if status else 0
   workdir.mkdir(parents=True, exist_ok=True)
   status_lib.write_status(workdir, "failed", step, reason=reason)
 
