@@ -25,7 +25,8 @@ from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import runs_csv
 from tfx_jax.report.context import Context, Summaries
 from tfx_jax.report.schema import Baseline, Options, Report
-from tfx_jax.report.sections import SECTIONS, verdicts
+from tfx_jax.report import sections
+from tfx_jax.report.sections import verdicts
 
 REPORT_FIELDS = frozenset(f.name for f in dataclasses.fields(Report))
 
@@ -35,7 +36,7 @@ def fields(ctx: Context) -> dict[str, Any]:
 
   def make() -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for section in SECTIONS:
+    for section in sections.SECTIONS:
       if hasattr(section, "compute"):
         out.update(section.compute(ctx))
     return out
@@ -78,7 +79,7 @@ def report_json(ctx: Context, report: Report) -> dict[str, Any]:
 
 def render_context(ctx: Context, report: Report, plots: Mapping[str, str]) -> str:
   """The report's markdown: every section's part, in order."""
-  return "\n".join(line for section in SECTIONS if hasattr(section, "markdown")
+  return "\n".join(line for section in sections.SECTIONS if hasattr(section, "markdown")
                    for line in section.markdown(ctx, report, plots))
 
 
@@ -114,7 +115,7 @@ def write_report(sweep_dir: str | pathlib.Path, *, stall_margin: float | None = 
   report = report_of(ctx)
   palette = style.Palette(record)
   plots: dict[str, str] = {}
-  for section in SECTIONS:
+  for section in sections.SECTIONS:
     if hasattr(section, "plots"):
       plots.update(section.plots(ctx, report, sweep_dir, palette))
   runs_csv.write_csv(sweep_dir / "report.csv", record, summaries,
