@@ -34,6 +34,8 @@ from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as records
 from tfx_jax.report import assemble, forest, schema, stats, stats_sequential, style
 from tfx_jax.report.sections import comparisons as comparisons_section
+from tfx_jax.report.sections import sequential as sequential_section
+from tfx_jax.report.sections import speedup as speedup_section
 from tfx_jax.report.sections import verdicts
 from tfx_jax.records.sweep import AxisRecord, RunEntry, SweepRecord
 
@@ -658,7 +660,6 @@ def test_a_declared_pair_is_compared_in_the_reports_family(tmp_path):
   the comparisons table and the forest plot, and its points are the ones that
   take more seeds once the rows against the base are resolved."""
   from tfx_jax.report import collect  # pylint: disable=import-outside-toplevel
-  from tfx_jax.report.sections import sequential as sequential_section  # pylint: disable=import-outside-toplevel
   root = tmp_path / "declared_pair"
   text = _write(root, _declared_pair_sweep)
   record, report = records.read(root), schema.read(root)
@@ -952,14 +953,14 @@ def test_effective_speedup_on_synthetic_curves_with_a_known_answer():
   assert muon.reference_steps_to_reach == pytest.approx(300.0)
   assert muon.speedup == pytest.approx(3.0) and rows["lion"].speedup == pytest.approx(1.5)
   assert (muon.interval.low, muon.interval.high) == (pytest.approx(3.0), pytest.approx(3.0))
-  from tfx_jax.report.sections.speedup import speedup_text  # pylint: disable=import-outside-toplevel
-  assert speedup_text(muon) == "3.00x [3.00, 3.00]" and not muon.not_decayed
+  assert speedup_section.speedup_text(muon) == "3.00x [3.00, 3.00]" and not muon.not_decayed
   # Outside AdamW's lengths: a bound, never an extrapolation.
   _, report = _analyze_optimizers(effective={"adamw": 1.0, "muon": 8.0, "lion": 0.6})
   rows = {r.optimizer: r for r in report.speedups}
   assert (rows["muon"].speedup, rows["muon"].bound, rows["muon"].bound_value) == (
       None, "more than", 4.0)
-  assert speedup_text(rows["lion"]) == "at most 1.00x" and rows["lion"].interval is None
+  assert speedup_section.speedup_text(rows["lion"]) == "at most 1.00x"
+  assert rows["lion"].interval is None
 
 
 def test_speedup_interval_is_the_delta_method_over_paired_seeds():

@@ -106,7 +106,8 @@ def write_report(sweep_dir: str | pathlib.Path, *, stall_margin: float | None = 
   """Writes report.md, report.json, report.csv and the PNG plots of
   ``sweep_dir``; returns report.md. Margins not given are the sweep's own
   (``report_options`` in sweep.json), else the defaults."""
-  from tfx_jax.report import baselines  # pylint: disable=import-outside-toplevel  # data, tokenizers
+  # The datasets' baselines read the data and its tokenizers: imported when a report is written.
+  from tfx_jax.report import baselines  # pylint: disable=import-outside-toplevel
   from tfx_jax.report import style  # pylint: disable=import-outside-toplevel
   sweep_dir = pathlib.Path(sweep_dir)
   record, summaries = collect_lib.collect(sweep_dir)

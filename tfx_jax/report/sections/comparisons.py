@@ -317,7 +317,8 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
 
 def plots(ctx: Context, report: Report, sweep_dir, palette) -> dict[str, str]:
   """The loss curves of each axis."""
-  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel  # matplotlib
+  # matplotlib, imported where a plot is drawn
+  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel
   out = {}
   for ai, axis in enumerate(ctx.record.axes):
     name = plots_lib.file_name("curves", axis.label)

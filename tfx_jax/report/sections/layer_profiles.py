@@ -158,7 +158,8 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
 
 def plots(ctx: Context, report: Report, sweep_dir, palette) -> dict[str, str]:
   """The per-layer statistic against the layer."""
-  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel  # matplotlib
+  # matplotlib, imported where a plot is drawn
+  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel
   if plots_lib.layers_plot(sweep_dir / "layers.png", ctx.record,
                            at_chosen(ctx.groups, report.chosen()), palette):
     return {"layers": "layers.png"}

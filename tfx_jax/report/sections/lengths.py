@@ -58,7 +58,8 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
 
 def plots(ctx: Context, report: Report, sweep_dir, palette) -> dict[str, str]:
   """Perplexity against the length multiple."""
-  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel  # matplotlib
+  # matplotlib, imported where a plot is drawn
+  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel
   if plots_lib.lengths_plot(sweep_dir / "lengths.png", ctx.record,
                             at_chosen(ctx.groups, report.chosen()), palette):
     return {"lengths": "lengths.png"}

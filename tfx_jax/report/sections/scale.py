@@ -79,7 +79,8 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
 
 def plots(ctx: Context, report: Report, sweep_dir, palette) -> dict[str, str]:
   """The effects against size."""
-  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel  # matplotlib
+  # matplotlib, imported where a plot is drawn
+  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel
   if report.scale and plots_lib.scale_plot(sweep_dir / "scale.png", ctx.record, report, palette):
     return {"scale:": "scale.png"}
   return {}

@@ -69,7 +69,8 @@ def sequential_seeds_to_resolve(iv: stats.Interval, design: stats_sequential.Seq
   if iv.se is None or not iv.se or iv.diff == 0.0:
     return None
   sd = iv.se * iv.n_a ** 0.5  # the sequential test is paired
-  return stats_sequential.sequential_seeds_needed(iv.diff, sd, design.first, alpha, power, design.rho)
+  return stats_sequential.sequential_seeds_needed(iv.diff, sd, design.first, alpha, power,
+                                                  design.rho)
 
 
 def sequential(record: SweepRecord) -> Sequential | None:

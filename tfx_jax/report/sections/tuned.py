@@ -91,7 +91,8 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
 
 def plots(ctx: Context, report: Report, sweep_dir, palette) -> dict[str, str]:
   """The sensitivity curves: per numeric tuned field, one plot per axis."""
-  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel  # matplotlib
+  # matplotlib, imported where a plot is drawn
+  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel
   record, out = ctx.record, {}
   for field, grids in record.tune.items():
     values = tuned_values(grids)  # every point's grid of the field
