@@ -32,7 +32,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from tfx_jax.records import sweep as sweep_record
-from tfx_jax.report import analysis, build, collect, schema
+from tfx_jax.report import assemble, collect, schema
+from tfx_jax.report.sections import comparisons, verdicts
 from tfx_jax.sweep import adaptive, cli, confirm
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
@@ -98,12 +99,12 @@ def summaries(sweep_dir, record: SweepRecord) -> dict:
 
 def analyze(sweep_dir, record: SweepRecord) -> schema.Report:
   """The report of ``record``'s runs, as read from ``sweep_dir``."""
-  baselines = {e.name: analysis.Baseline(5.7, math.log(1024)) for e in record.runs}
-  return analysis.analyze(record, summaries(sweep_dir, record), baselines)
+  baselines = {e.name: schema.Baseline(5.7, math.log(1024)) for e in record.runs}
+  return assemble.analyze(record, summaries(sweep_dir, record), baselines)
 
 
 def render(sweep_dir, record: SweepRecord, report: schema.Report) -> str:
-  return build.render(record, summaries(sweep_dir, record), report, {})
+  return assemble.render(record, summaries(sweep_dir, record), report, {})
 
 
 def loss_row(report: schema.Report) -> schema.Comparison:
@@ -218,7 +219,7 @@ def test_a_lucky_tuning_seed_decides_an_unconfirmed_verdict_but_not_a_confirmed_
   assert row.interval.method == "paired"
   assert (row.interval.low, row.interval.high) == pytest.approx((ci.low, ci.high))
   assert row.verdict == "unresolved"
-  assert "3 confirmation seeds paired" in row.text
+  assert "3 confirmation seeds paired" in verdicts.verdict_text(record, row)
   # The tuning stage chooses and is reported apart: its rows, the sensitivity
   # and the grid-edge check read the tuning seeds only.
   point = report.point((1,))
@@ -242,13 +243,15 @@ def test_a_lucky_tuning_seed_decides_an_unconfirmed_verdict_but_not_a_confirmed_
 def test_each_comparison_states_its_design_in_one_line(lucky):
   sweep_dir, record, unconfirmed = lucky
   report = analyze(sweep_dir, record)
-  assert loss_row(report).design == (
+  design = comparisons.design_line(record, loss_row(report))
+  assert design == (
       "tuned on seeds 0-2 over learning_rate {0.001, 0.01}; confirmed on seeds 3-5 "
       "(paired, test split); fixed seeds: t test, Holm over the report")
   text = render(sweep_dir, record, report)
-  assert f"| post vs pre | - | {loss_row(report).design} |" in text
-  assert schema.Report.from_json(report.to_json()).comparisons[0].design  # in report.json
-  biased = loss_row(analyze(sweep_dir, unconfirmed)).design
+  assert f"| post vs pre | - | {design} |" in text
+  written = verdicts.with_sentences(record, report).to_json()  # as report.json has it
+  assert schema.Report.from_json(written).comparisons[0].design == design
+  biased = comparisons.design_line(unconfirmed, loss_row(analyze(sweep_dir, unconfirmed)))
   assert biased.startswith("tuned on seeds 0-2 over learning_rate {0.001, 0.01}; compared on "
                            "seeds 0-2 (paired, test split); selection-biased")
 

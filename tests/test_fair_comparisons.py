@@ -18,8 +18,10 @@ import typing
 import pytest
 from scipy import stats as scipy_stats
 
+from tfx_jax.report import assemble, schema, stats, tuning
+from tfx_jax.report.sections import scale as scale_section
+from tfx_jax.report.sections import selection, verdicts
 from tfx_jax.records import serial
-from tfx_jax.report import analysis, build, schema
 from tfx_jax.sweep import adaptive
 from tfx_jax.records.sweep import SweepRecord
 
@@ -85,8 +87,8 @@ def _write_sweep(root, losses, seeds=(0, 1, 2), test_metrics=None, initial=None)
 def _analyze(sweep_dir, **options):
   from tfx_jax.report import collect
   record, summaries = collect.collect(sweep_dir)
-  baselines = {name: analysis.Baseline(UNIGRAM, math.log(1024)) for name in summaries}
-  return record, analysis.analyze(record, summaries, baselines, analysis.Options(**options))
+  baselines = {name: schema.Baseline(UNIGRAM, math.log(1024)) for name in summaries}
+  return record, assemble.analyze(record, summaries, baselines, schema.Options(**options))
 
 
 def test_each_point_is_chosen_on_validation_and_compared_on_test(sweep_dir):
@@ -127,20 +129,21 @@ def test_a_rate_at_which_some_seeds_stall_is_not_chosen_for_the_others(tmp_path)
 def test_a_point_that_never_learned_is_a_failed_verdict_not_a_missing_one(tmp_path):
   losses = {**LOSSES, ("post", 1e-3): [(STALLED, 5.7)] * 3}
   root = _write_sweep(tmp_path / "tuned", losses)
-  _, report = _analyze(root)
+  record, report = _analyze(root)
   assert list(report.comparisons) == []
   (row,) = report.failed
   assert row.verdict == "base failed"  # post is the base of this sweep
-  assert row.text == ("pre vs post: base failed: post never learned (6 stalled of 6 "
-                      "runs, at every learning rate); pre learned in 6 of 6")
+  text = verdicts.failed_text(record, row, verdicts.failed_grids(record, row))
+  assert text == ("pre vs post: base failed: post never learned (6 stalled of 6 "
+                  "runs, at every learning rate); pre learned in 6 of 6")
   from tfx_jax.report import collect
-  record, summaries = collect.collect(root)
-  assert f"- {row.text}" in build.render(record, summaries, report, {})
+  _, summaries = collect.collect(root)
+  assert f"- {text}" in assemble.render(record, summaries, report, {})
   # Its runs all stalled near the unigram loss: no sensitivity, which would
   # read as "insensitive" (every rate 5.69, below l0).
   sens = next(s for s in report.sensitivity if s.point["model.norm_position"] == "post")
   assert sens.all_failed and sens.sensitivity is None
-  assert "| post | all failed | 6 | 6.931 |" in build.render(record, summaries, report, {})
+  assert "| post | all failed | 6 | 6.931 |" in assemble.render(record, summaries, report, {})
   # Both sides failing is said too.
   losses.update({("pre", 1e-3): [(STALLED, 5.7)] * 3, ("pre", 1e-2): [(STALLED, 5.7)] * 3})
   _, report = _analyze(_write_sweep(tmp_path / "both", losses))
@@ -148,7 +151,7 @@ def test_a_point_that_never_learned_is_a_failed_verdict_not_a_missing_one(tmp_pa
 
 
 def test_a_metric_without_l0_chooses_the_fewest_failures_first():
-  score = analysis._selection_score
+  score = selection._selection_score
   assert score([("learned", 1.0), ("stalled", 5.0)], None, "eval/loss") == (1.0, 1.0)
   assert score([("learned", 30.0)], None, "eval/bleu") == (0.0, -30.0)
   assert score([("learned", 30.0), ("diverged", None)], 6.9, "eval/bleu") == (1.0, -30.0)
@@ -164,12 +167,12 @@ def test_a_choice_at_the_end_of_the_grid_is_flagged(sweep_dir):
   edges = {p.values["model.norm_position"]: p.chosen_at_edge for p in report.points}
   assert edges == {"post": {"optim.learning_rate": "lowest"},
                    "pre": {"optim.learning_rate": "highest"}}
-  text = build.render(record, summaries, report, {})
+  text = assemble.render(record, summaries, report, {})
   assert "post (learning_rate = 0.001, the lowest tried); pre (learning_rate = 0.01" in text
   record = dataclasses.replace(record, tune={"optim.learning_rate": (1e-4, 1e-3, 1e-2)})
-  assert analysis.grid_edges(record.point_grid(report.points[0].key),
+  assert tuning.grid_edges(record.point_grid(report.points[0].key),
                              {"optim.learning_rate": 1e-3}) == {}
-  assert analysis.grid_edges({"model.norm_position": ["pre", "post"]},
+  assert tuning.grid_edges({"model.norm_position": ["pre", "post"]},
                              {"model.norm_position": "pre"}) == {}
 
 
@@ -183,8 +186,9 @@ def test_verdicts_on_other_metrics_are_listed_when_the_selection_metric_is_not_c
   _, report = _analyze(root)
   (row,) = report.comparisons
   assert row.metric == "eval/bleu"
-  assert row.text.startswith("pre vs post eval/bleu: better by 4.600 [")
-  assert f"- {row.text}" in build.render(record, summaries, report, {})
+  text = verdicts.verdict_text(record, row)
+  assert text.startswith("pre vs post eval/bleu: better by 4.600 [")
+  assert f"- {text}" in assemble.render(record, summaries, report, {})
 
 
 def test_stalled_runs_are_counted_and_never_averaged(sweep_dir):
@@ -200,7 +204,7 @@ def test_stalled_runs_are_counted_and_never_averaged(sweep_dir):
 
 
 def test_the_comparison_is_paired_on_test_with_a_verdict(sweep_dir):
-  _, report = _analyze(sweep_dir)
+  record, report = _analyze(sweep_dir)
   row = next(r for r in report.comparisons if r.metric == "eval/loss")
   pre = [2.10, 2.12, 2.28]
   post = [2.55, 2.62, 2.71]
@@ -210,8 +214,9 @@ def test_the_comparison_is_paired_on_test_with_a_verdict(sweep_dir):
   assert (row.interval.low, row.interval.high) == pytest.approx((ci.low, ci.high))
   assert row.interval.p_value == pytest.approx(res.pvalue)
   assert row.verdict == "better"
-  assert row.text.startswith("pre vs post: better by 0.460 nats")
-  assert "3 seeds paired, learning rate tuned per point" in row.text
+  text = verdicts.verdict_text(record, row)
+  assert text.startswith("pre vs post: better by 0.460 nats")
+  assert "3 seeds paired, learning rate tuned per point" in text
 
 
 def test_sensitivity_counts_stalled_runs_at_their_own_loss(sweep_dir):
@@ -237,7 +242,7 @@ def test_the_sensitivity_plot_marks_each_stalled_run_at_its_own_loss(sweep_dir):
 
 
 def test_report_files_open_with_verdicts_and_show_the_choice(sweep_dir):
-  build.write_report(sweep_dir)
+  assemble.write_report(sweep_dir)
   report = (sweep_dir / "report.md").read_text()
   data = json.loads((sweep_dir / "report.json").read_text())
   assert report.startswith("# Sweep `tuned`\n\n## Verdicts")
@@ -247,15 +252,15 @@ def test_report_files_open_with_verdicts_and_show_the_choice(sweep_dir):
   assert (sweep_dir / png).stat().st_size > 5000 and f"]({png})" in report
   assert {p["chosen_label"] for p in data["points"]} == {"learning_rate=0.001",
                                                          "learning_rate=0.01"}
-  assert data["comparisons"][0]["verdict"] in typing.get_args(analysis.stats.Verdict)
+  assert data["comparisons"][0]["verdict"] in typing.get_args(stats.Verdict)
 
 
 def test_without_a_test_split_the_first_seed_is_reserved_for_the_choice(sweep_dir):
   from tfx_jax.report import collect
   record, summaries = collect.collect(sweep_dir)
   record = dataclasses.replace(record, report_split="validation")
-  baselines = {name: analysis.Baseline(UNIGRAM, math.log(1024)) for name in summaries}
-  report = analysis.analyze(record, summaries, baselines)
+  baselines = {name: schema.Baseline(UNIGRAM, math.log(1024)) for name in summaries}
+  report = assemble.analyze(record, summaries, baselines)
   assert report.reserved_seed == 0
   pre = next(p for p in report.points if p.values["model.norm_position"] == "pre")
   assert sorted(pre.compared) == [1, 2]  # seed 0 only chose
@@ -309,12 +314,12 @@ def test_effects_are_set_against_model_size_where_an_axis_changes_it():
         runs.append(fakes.entry(name, seed, [size, act]))
         summaries[name] = fakes.summary({"eval/loss": loss}, lengths={},
                                         num_params=1000 * (si + 1) + ai)
-  baselines = {name: analysis.Baseline(None, None) for name in summaries}
+  baselines = {name: schema.Baseline(None, None) for name in summaries}
   record = fakes.record("scale", [fakes.axis("model.d_model+model.num_heads", size_values),
                                   fakes.axis("model.activation", act_values)], runs, [0, 1, 2],
                         select_by="eval/loss", report_split="validation", tune={})
-  report = analysis.analyze(record, summaries, baselines)
-  assert analysis.size_axes(record, report.points) == [0]
+  report = assemble.analyze(record, summaries, baselines)
+  assert scale_section.size_axes(record, report.points) == [0]
   scale = sorted(report.scale, key=lambda r: r.num_params)
   assert [r.axis for r in scale] == ["model.activation"] * 2
   assert [r.diff for r in scale] == pytest.approx([-0.05, -0.10])
@@ -336,7 +341,7 @@ def test_a_tuned_sweep_without_axes_gets_its_sensitivity_plot(tmp_path):
   fakes.write_sweep(root, dataclasses.replace(
       _record(runs, seeds=(0, 1)), name="lr_only", axes=(),
       tune={"optim.learning_rate": [1e-3, 1e-2, 1e-1]}, report_split="validation"))
-  build.write_report(root)
+  assemble.write_report(root)
   report = (root / "report.md").read_text()
   data = json.loads((root / "report.json").read_text())
   assert data["points"][0]["chosen"] == {"optim.learning_rate": 1e-2}
@@ -413,7 +418,7 @@ def test_the_tuned_value_is_chosen_by_the_same_rule(tmp_path):
   assert post.chosen == {"optim.learning_rate": 1e-2}
   assert sorted(post.compared) == [0]  # the seed that learned there
   # A tuned value at which no seed learned is never chosen, however low.
-  assert analysis._selection_score([("stalled", 2.0)], l0, "eval/loss") is None
+  assert selection._selection_score([("stalled", 2.0)], l0, "eval/loss") is None
 
 
 def test_l0_is_the_step_0_evaluation_else_the_uniform_loss(tmp_path):
@@ -429,7 +434,7 @@ def test_l0_is_the_step_0_evaluation_else_the_uniform_loss(tmp_path):
       pytest.approx(l0), "uniform", 0)
   at_1e2 = (2.0 + STALLED + l0) / 3
   assert [c.value for c in sens.curve] == pytest.approx([5.0, at_1e2])
-  text = build.render(record, summaries, report, {})
+  text = assemble.render(record, summaries, report, {})
   assert "| post | 0.0631 | 2 | 6.931 | uniform prediction (no run evaluated at step 0) |" in text
   data = json.loads(json.dumps(report.to_json()))
   assert data["sensitivity"][0]["initial_loss_source"] == "uniform"
@@ -437,17 +442,17 @@ def test_l0_is_the_step_0_evaluation_else_the_uniform_loss(tmp_path):
   root = _write_sweep(tmp_path / "new", MIXED, initial=INITIAL)
   record, summaries = collect.collect(root)
   _, report = _analyze(root)
-  text = build.render(record, summaries, report, {})
+  text = assemble.render(record, summaries, report, {})
   assert "| post | 0.0683 | 2 | 6.900 | step 0 (mean of 6 runs) |" in text
   # Where only some runs evaluated at step 0, l0 is their mean.
   some = [{"initial": {"eval/loss": 6.0}}, {"initial": {}}, {"initial": {"eval/loss": 7.0}}]
-  assert analysis.initial_loss(some, "eval/loss", 9.0) == analysis.InitialLoss(
+  assert selection.initial_loss(some, "eval/loss", 9.0) == selection.InitialLoss(
       6.5, "step 0", 2)
-  assert analysis.initial_loss([{}], "eval/loss", 9.0) == analysis.InitialLoss(
+  assert selection.initial_loss([{}], "eval/loss", 9.0) == selection.InitialLoss(
       9.0, "uniform", 0)
   # ln |V| is a value of eval/loss only; a higher-is-better metric has no l0.
-  assert analysis.initial_loss([{}], "eval/perplexity", 9.0) is None
-  assert analysis.initial_loss([{"initial": {"eval/bleu": 0.0}}], "eval/bleu", 9.0) is None
+  assert selection.initial_loss([{}], "eval/perplexity", 9.0) is None
+  assert selection.initial_loss([{"initial": {"eval/bleu": 0.0}}], "eval/bleu", 9.0) is None
 
 
 # ------------------------------------------------------------- still improving?
@@ -464,8 +469,8 @@ def _curves_report(curves):
           curves={"eval/loss": curve}, num_params=1000)
   record = fakes.record("curves", [fakes.axis("model.norm_position", list(curves))], runs,
                         [0, 1, 2], select_by="eval/loss", report_split="validation", tune={})
-  baselines = {name: analysis.Baseline(None, None) for name in summaries}
-  return record, summaries, analysis.analyze(record, summaries, baselines)
+  baselines = {name: schema.Baseline(None, None) for name in summaries}
+  return record, summaries, assemble.analyze(record, summaries, baselines)
 
 
 def test_a_curve_still_falling_by_more_than_the_seed_noise_is_flagged():
@@ -491,7 +496,7 @@ def test_a_curve_still_falling_by_more_than_the_seed_noise_is_flagged():
   assert (trend["sandwich"].noise_from, trend["sandwich"].seed_noise) == (
       "base point", pytest.approx(0.02))
   assert trend["deepnorm"] is None
-  text = build.render(record, summaries, report, {})
+  text = assemble.render(record, summaries, report, {})
   note = "(still improving: a longer run may change this verdict; "
   verdicts = [line for line in text.splitlines() if line.startswith("- ")]
   assert len(verdicts) == 3 and all(note in line for line in verdicts)
@@ -507,4 +512,4 @@ def test_a_curve_still_falling_by_more_than_the_seed_noise_is_flagged():
   assert schema.Report.from_json(data) == report
   # The base point flat too: no verdict carries the note.
   record, summaries, report = _curves_report({"post": flat, "pre": flat})
-  assert "still improving: a longer run" not in build.render(record, summaries, report, {})
+  assert "still improving: a longer run" not in assemble.render(record, summaries, report, {})

@@ -29,8 +29,14 @@ import matplotlib.colors
 import matplotlib.pyplot
 import pytest
 
+from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as records
-from tfx_jax.report import build, forest, schema, stats, style
+from tfx_jax.report import assemble, forest, schema, stats, stats_sequential, style
+from tfx_jax.report.sections import comparisons as comparisons_section
+from tfx_jax.report.sections import sequential as sequential_section
+from tfx_jax.report.sections import speedup as speedup_section
+from tfx_jax.report.sections import verdicts
+from tfx_jax.records.sweep import SweepRecord
 
 import fakes
 
@@ -107,7 +113,7 @@ def sweep_dir(tmp_path_factory):
                                       fakes.axis("model.position", ["rope", "alibi"])],
                         runs, seeds=[0, 1, 2])
   fakes.write_sweep(root, record)
-  build.write_report(root)
+  assemble.write_report(root)
   return root
 
 
@@ -126,7 +132,7 @@ def test_layer_statistics_logged_later_are_not_called_initialisation(tmp_path):
   record = sweep_record("later", [fakes.axis("model.norm_position", ["pre", "post"])], runs,
                         seeds=[0, 1])
   fakes.write_sweep(root, record)
-  build.write_report(root)
+  assemble.write_report(root)
   report = (root / "report.md").read_text()
   assert "## Gradient norm per layer at the first logged step" in report
   assert "at initialisation\n" not in report and "step 10, after that many updates" in report
@@ -154,7 +160,7 @@ def test_layer_statistics_at_initialisation_are_read_at_step_0(tmp_path):
   record = sweep_record("init", [fakes.axis("model.norm_position", list(init))], runs,
                         seeds=[0, 1, 2])
   fakes.write_sweep(root, record)
-  build.write_report(root)
+  assemble.write_report(root)
   report = (root / "report.md").read_text()
   assert "## Gradient norm per layer at initialisation\n" in report
   assert "`layer_stats/init_grad_norm/ffn_out/<stack>_<layer>`" in report
@@ -214,7 +220,7 @@ def test_output_log_z_and_attention_logits_are_reported_per_run(tmp_path):
   record = sweep_record("stability", [fakes.axis("model.qk_norm", ["none", "layernorm"])], runs,
                         seeds=[0, 1])
   fakes.write_sweep(root, record)
-  build.write_report(root)
+  assemble.write_report(root)
   data = json.loads((root / "report.json").read_text())
   seeds = {p["values"]["model.qk_norm"]: p["tuned"][0]["seeds"] for p in data["points"]}
   assert seeds["none"]["0"]["training"] == pytest.approx({  # float32 in event files
@@ -434,7 +440,7 @@ def _write(root, make):
   fakes.write_sweep(root, make(root))
   with warnings.catch_warnings():
     warnings.simplefilter("error")  # matplotlib's, numpy's, anyone's
-    build.write_report(root)
+    assemble.write_report(root)
   return (root / "report.md").read_text()
 
 
@@ -630,7 +636,7 @@ def test_a_declared_pair_is_compared_in_the_reports_family(tmp_path):
   (with adaptive seeds, over every row's sequential p); it is in the verdicts,
   the comparisons table and the forest plot, and its points are the ones that
   take more seeds once the rows against the base are resolved."""
-  from tfx_jax.report import analysis, collect  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report import collect  # pylint: disable=import-outside-toplevel
   root = tmp_path / "declared_pair"
   text = _write(root, _declared_pair_sweep)
   record, report = records.read(root), schema.read(root)
@@ -654,16 +660,16 @@ def test_a_declared_pair_is_compared_in_the_reports_family(tmp_path):
   drawn = next(r for r in panel.rows if r.label.startswith("model.activation: swiglu vs gelu"))
   assert drawn.seed_diffs == pytest.approx(differences)
   # The points that get more seeds: the pair's, the others being resolved.
-  assert analysis.unresolved_points(report) == [(2,), (1,)]
+  assert sequential_section.unresolved_points(report) == [(2,), (1,)]
   # Adaptive seeds: the pair joins the sequential test's families.
   adaptive = dataclasses.replace(record, until_resolved=5)
   _, summaries = collect.collect(root)
-  sequential = analysis.analyze(adaptive, summaries,
+  sequential = assemble.analyze(adaptive, summaries,
                                 {name: schema.Baseline(None, None) for name in summaries})
   assert len(sequential.comparisons) == 3
   assert all(r.look is not None for r in sequential.comparisons)
   assert [r.p_adjusted for r in sequential.comparisons] == stats.holm(
-      [stats.sequential_p(r.interval.p_value, r.look.share)
+      [stats_sequential.sequential_p(r.interval.p_value, r.look.share)
        for r in sequential.comparisons])
   assert sequential.comparisons[2].base_value == "gelu"
 
@@ -711,11 +717,12 @@ def test_values_of_an_axis_over_several_fields_name_their_field():
   palette = Palette(fakes.record("depth", [single, depth], [], [0]))
   assert palette.point_label((0, 1)) == "gelu, num_layers=24"
   # The compute table's header names every field of such an axis.
-  from tfx_jax.report import compute as compute_lib
-  rows = fakes.record("rows", axes, [], [0])
-  phases = dict.fromkeys(compute_lib.status_lib.PHASES, 0.0)
-  nothing = compute_lib.ComputeRow(None, 0, 0.0, phases)
-  assert compute_lib.compute_table(rows, compute_lib.Compute((), nothing))[0][:2] == [
+  from tfx_jax.records.compute import Compute, ComputeRow
+  from tfx_jax.report.sections import compute as compute_section
+  rows = SweepRecord("rows", "configs/lm.py:tiny", (0,), tuple(axes), [])
+  phases = dict.fromkeys(status_lib.PHASES, 0.0)
+  nothing = ComputeRow(None, 0, 0.0, phases)
+  assert compute_section.compute_table(rows, Compute((), nothing))[0][:2] == [
       "activation", "dropout+label_smoothing"]
 
 
@@ -735,7 +742,7 @@ def test_the_headline_lists_the_equivalence_margins_in_one_order(sweep_dir):
                                                          margin=margins[m])
                                      for m in order),
         select_by="eval/loss", options=schema.Options(alpha=0.05), report_split="test")
-    texts.add("\n".join(build.headline(record, report, {"forest": "forest.png"})))
+    texts.add("\n".join(verdicts.headline(record, report, {"forest": "forest.png"})))
   (text,) = texts
   assert ("(±0.02 for eval/loss, ±1 for eval/ppl@1x, ±2 for eval/ppl@2x, "
           "±4 for eval/ppl@4x, ±8 for eval/ppl@8x)") in text
@@ -790,7 +797,7 @@ def test_points_show_the_evaluation_standard_error_beside_the_seed_spread(tmp_pa
                               wall_seconds=1.0))
   fakes.write_sweep(root, sweep_record(
       "noise", [fakes.axis("model.position", ["rope", "alibi"])], runs, seeds=[0, 1, 2]))
-  build.write_report(root)
+  assemble.write_report(root)
   data = json.loads((root / "report.json").read_text())
   for point, (pos, (losses, ses)) in zip(data["points"], planted.items()):
     assert point["values"] == {"model.position": pos}
@@ -869,10 +876,9 @@ def _optimizer_sweep(effective=EFFECTIVE, seeds=(0, 1, 2)):
 
 
 def _analyze_optimizers(**kwargs):
-  from tfx_jax.report import analysis  # pylint: disable=import-outside-toplevel
   record, summaries = _optimizer_sweep(**kwargs)
   baselines = {name: schema.Baseline(5.7, math.log(1024)) for name in summaries}
-  return record, analysis.analyze(record, summaries, baselines)
+  return record, assemble.analyze(record, summaries, baselines)
 
 
 def test_each_point_is_chosen_and_checked_on_its_own_grid():
@@ -900,7 +906,7 @@ def test_each_point_is_chosen_and_checked_on_its_own_grid():
   (row,) = [r for r in report.comparisons if r.value == "optimizer=lion,num_steps=100"]
   assert ("tuned on seeds 0-2: optimizer=lion,num_steps=100 over learning_rate {0.0001, "
           "0.0003}, optimizer=adamw,num_steps=200 over learning_rate {0.001, 0.003, 0.01}"
-          ) in row.design
+          ) in comparisons_section.design_line(record, row)
   # report.json keeps the grids as declared and reads back as it was.
   data = json.loads(json.dumps(report.to_json()))
   assert data["tune"]["optim.adam_learning_rate_ratio"] == [
@@ -920,13 +926,14 @@ def test_effective_speedup_on_synthetic_curves_with_a_known_answer():
   assert muon.reference_steps_to_reach == pytest.approx(300.0)
   assert muon.speedup == pytest.approx(3.0) and rows["lion"].speedup == pytest.approx(1.5)
   assert (muon.interval.low, muon.interval.high) == (pytest.approx(3.0), pytest.approx(3.0))
-  assert muon.text == "3.00x [3.00, 3.00]" and not muon.not_decayed
+  assert speedup_section.speedup_text(muon) == "3.00x [3.00, 3.00]" and not muon.not_decayed
   # Outside AdamW's lengths: a bound, never an extrapolation.
   _, report = _analyze_optimizers(effective={"adamw": 1.0, "muon": 8.0, "lion": 0.6})
   rows = {r.optimizer: r for r in report.speedups}
   assert (rows["muon"].speedup, rows["muon"].bound, rows["muon"].bound_value) == (
       None, "more than", 4.0)
-  assert rows["lion"].text == "at most 1.00x" and rows["lion"].interval is None
+  assert speedup_section.speedup_text(rows["lion"]) == "at most 1.00x"
+  assert rows["lion"].interval is None
 
 
 def test_speedup_interval_is_the_delta_method_over_paired_seeds():
@@ -935,7 +942,7 @@ def test_speedup_interval_is_the_delta_method_over_paired_seeds():
   effects shared by every point, plus each run's own noise); an end beyond
   the AdamW lengths is a bound there; the curve is read at its first crossing."""
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from tfx_jax.report import speedup  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report.sections import speedup  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(0)
   lengths, n, trials, covered = (100, 200, 400), 4, 2000, 0
   for _ in range(trials):
@@ -977,7 +984,7 @@ def test_compute_table_sums_core_time_and_the_train_steps_share(tmp_path):
   record = sweep_record("cost", [fakes.axis("model.activation", ["relu", "gelu"])], runs,
                         seeds=[0, 1])
   fakes.write_sweep(root, record)
-  build.write_report(root)
+  assemble.write_report(root)
   data = json.loads((root / "report.json").read_text())
   relu, gelu = data["compute"]["points"]
   assert (relu["key"], relu["runs"], relu["core_seconds"]) == ([0], 2, 200.0)

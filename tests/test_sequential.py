@@ -36,13 +36,14 @@ from scipy import stats as scipy_stats
 
 import fakes
 from helpers import sweep_in_process
-from tfx_jax.report import analysis, build, collect, schema, stats
+from tfx_jax.report import assemble, collect, context, schema, stats, stats_sequential
+from tfx_jax.report.sections import verdicts as verdicts_section
 from tfx_jax.report.schema import Baseline, Options
 from tfx_jax.sweep import adaptive
 from tfx_jax.records.sweep import SweepRecord
 
 ALPHA = Options().alpha
-MARGIN = 0.01  # the equivalence margin of a loss (analysis.DEFAULT_MARGINS)
+MARGIN = 0.01  # the equivalence margin of a loss (context.DEFAULT_MARGINS)
 POINTS = ("a", "b")  # a is the base
 
 
@@ -60,7 +61,7 @@ def _sweep(losses: np.ndarray, declared: int, max_seeds: int, sequential: bool):
     summaries = {e.name: fakes.summary({"eval/loss": float(losses[POINTS.index(
                      e.values[0]["x"]), e.seed])}, lengths={}, num_params=1000)
                  for e in record.runs}
-    report = analysis.analyze(record, summaries,
+    report = assemble.analyze(record, summaries,
                               {name: Baseline(None, None) for name in summaries})
     if not adaptive.add_seeds(record, report, max_seeds):
       (row,) = report.comparisons
@@ -150,7 +151,7 @@ def test_the_design_counts_its_looks_from_the_seeds_of_the_first(declared, max_s
   """One declared seed: the first look has no test, the second spends all of
   alpha; a budget no larger than the declared seeds: one look, the fixed test."""
   record = _record(declared, max_seeds)
-  design = analysis.sequential_design(record)
+  design = context.sequential_design(record)
   assert (design.first, design.last, design.looks) == (declared, max_seeds,
                                                       max_seeds - declared + 1)
   assert sum(design.share(k) for k in range(1, design.looks + 1)) == pytest.approx(1.0)
@@ -163,8 +164,8 @@ def test_a_confirmed_sweep_counts_its_looks_in_confirmation_seeds():
   confirmation seeds 1-3, and seeds 4 and 5 make looks 2 and 3."""
   record = fakes.record("c", [fakes.axis("x", POINTS)], [], [0], confirm=3,
                         tune={"optim.learning_rate": [1e-3, 1e-2]}, until_resolved=5)
-  assert analysis.first_look_seeds(record) == {1, 2, 3}
-  design = analysis.sequential_design(record)
+  assert context.first_look_seeds(record) == {1, 2, 3}
+  design = context.sequential_design(record)
   assert (design.first, design.last, design.looks) == (3, 5, 3)
 
 
@@ -203,11 +204,12 @@ def test_the_report_names_the_sequential_test_and_each_comparisons_look(tmp_path
   comparison is at look 2 of 2 (3 declared seeds, --until-resolved 4), whose
   tests spend 1 - (3/4)^3 of alpha."""
   root = _plant(tmp_path / "seq", LOSSES, until_resolved=4)
-  build.write_report(root)
+  assemble.write_report(root)
   data = json.loads((root / "report.json").read_text())
   text = (root / "report.md").read_text()
   assert data["sequential"] == {
-      "method": stats.SEQUENTIAL_METHOD, "reference": stats.SEQUENTIAL_REFERENCE,
+      "method": stats_sequential.SEQUENTIAL_METHOD,
+      "reference": stats_sequential.SEQUENTIAL_REFERENCE,
       "max_seeds": 4, "first": 3, "last": 4, "looks": 2, "rho": 3.0}
   (row,) = [c for c in data["comparisons"] if c["metric"] == "eval/loss"]
   share = 1 - (3 / 4) ** 3
@@ -220,9 +222,10 @@ def test_the_report_names_the_sequential_test_and_each_comparisons_look(tmp_path
   assert row["p_adjusted"] == pytest.approx(p / share) and row["verdict"] == "worse"
   assert "4 seeds paired; sequential, look 2 of 2; adjusted p" in row["text"]
   assert row["design"].endswith(f"(paired, {row['split']} split); sequential: "
-                                f"{stats.SEQUENTIAL_METHOD}, look 2 of 2")
+                                f"{stats_sequential.SEQUENTIAL_METHOD}, look 2 of 2")
   assert f"- {row['text']}" in text
-  assert stats.SEQUENTIAL_METHOD in text and stats.SEQUENTIAL_REFERENCE in text
+  assert stats_sequential.SEQUENTIAL_METHOD in text
+  assert stats_sequential.SEQUENTIAL_REFERENCE in text
   assert "`--until-resolved 4`: 2 looks, from 3 to 4 seeds" in text
   assert "| paired, look 2 of 2 | 4 |" in text
   assert json.loads(json.dumps(schema.Report.from_json(data).to_json())) == data
@@ -233,7 +236,7 @@ def test_the_report_names_the_sequential_test_and_each_comparisons_look(tmp_path
   # Seed 3 of pre still running: both sides have not finished it, look 1.
   root = _plant(tmp_path / "half", LOSSES, running={"norm_position-pre_s3"},
                 until_resolved=4)
-  build.write_report(root)
+  assemble.write_report(root)
   (row,) = [c for c in json.loads((root / "report.json").read_text())["comparisons"]
             if c["metric"] == "eval/loss"]
   assert (row["look"]["look"], row["n"]) == (1, 3)
@@ -247,7 +250,7 @@ def test_a_sweep_json_from_before_reads_its_budget_from_its_command(tmp_path):
                 command="python -m tfx_jax.sweep --config c --until-resolved 6")
   record, _ = collect.collect(root)
   assert record.until_resolved == 6
-  assert analysis.sequential_design(record).looks == 4
+  assert context.sequential_design(record).looks == 4
   root = _plant(tmp_path / "old2", LOSSES, written_before=["until_resolved"],
                 command="python -m tfx_jax.sweep --config c")
   assert collect.collect(root)[0].until_resolved == 4  # seeds were added all the same
@@ -256,8 +259,8 @@ def test_a_sweep_json_from_before_reads_its_budget_from_its_command(tmp_path):
                 written_before=["until_resolved"], command="python -m tfx_jax.sweep --config c",
                 added=[])
   record, summaries = collect.collect(root)
-  assert record.until_resolved is None and analysis.sequential_design(record) is None
-  report = analysis.analyze(record, summaries,
+  assert record.until_resolved is None and context.sequential_design(record) is None
+  report = assemble.analyze(record, summaries,
                             {name: Baseline(None, None) for name in summaries})
   assert report.sequential is None and report.comparisons[0].look is None
   assert report.comparisons[0].interval.level == 0.95
@@ -288,17 +291,18 @@ def test_an_unresolved_comparison_says_the_seeds_a_sequential_design_would_need(
   row, _ = _sweep(np.stack([a, a + d]), declared=4, max_seeds=5, sequential=True)
   assert row.verdict == "unresolved" and (row.look.look, row.look.looks) == (2, 2)
   sd = float(np.std(d, ddof=1))
-  want = stats.sequential_seeds_needed(float(np.mean(d)), sd, 4, ALPHA)
+  want = stats_sequential.sequential_seeds_needed(float(np.mean(d)), sd, 4, ALPHA)
   assert row.seeds_needed == want and want > 5
   assert (f"about {want} seeds paired would detect a difference of this size, as the "
-          "last look of a sequential design from 4 (this sweep's last look has 5)") in row.text
+          "last look of a sequential design from 4 (this sweep's last look has 5)"
+          ) in verdicts_section.verdict_text(_record(4, 5), row)
 
 
 def test_until_resolved_declared_after_a_fixed_report_warns(tmp_path, capsys):
   """The sweep's report already tested it at the full alpha: adding seeds now
   is a look the design did not plan, and the command says so."""
   root = _plant(tmp_path / "runs" / "late", {n: v[:3] for n, v in LOSSES.items()})
-  build.write_report(root)
+  assemble.write_report(root)
   args = ["--config", "configs/lm.py:tiny", "--axis", "model.norm_position=post,pre",
           "--seeds", "0-2", "--name", "late", "--workdir", tmp_path / "runs", "--dry-run"]
   code, _, err = sweep_in_process([*args, "--until-resolved", "4"], capsys)

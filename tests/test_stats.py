@@ -11,6 +11,7 @@ from scipy import special
 from scipy import stats as scipy_stats
 
 from tfx_jax.report import stats
+from tfx_jax.report import stats_sequential
 
 
 def synthetic_pair(seed: int, n: int, effect: float, seed_sd: float = 0.05,
@@ -275,36 +276,36 @@ def test_power_deep_in_the_lower_tail_where_nctdtr_has_no_value():
 
 # ---------------------------------------------------------------- sequential looks
 def test_sequential_design_spends_alpha_by_the_power_family():
-  design = stats.SequentialDesign(2, 4)
+  design = stats_sequential.SequentialDesign(2, 4)
   # (2/4)^3, (3/4)^3 - (2/4)^3, 1 - (3/4)^3: most of alpha at the last look.
   assert [design.share(k) for k in (1, 2, 3)] == pytest.approx([0.125, 0.296875, 0.578125])
   assert design.looks == 3 and design.seeds(3) == 4 and design.share(4) == 0.0
   # One seed at the first look: no t test, no alpha; the rest from 2 seeds on.
-  one = stats.SequentialDesign(1, 3)
+  one = stats_sequential.SequentialDesign(1, 3)
   assert [one.share(k) for k in (1, 2, 3)] == pytest.approx([0.0, 8 / 27, 19 / 27])
-  assert stats.SequentialDesign(3, 3).share(1) == 1.0  # one look: the fixed test
+  assert stats_sequential.SequentialDesign(3, 3).share(1) == 1.0  # one look: the fixed test
   for first, last in [(2, 8), (4, 8), (1, 6), (3, 5), (2, 2)]:
-    design = stats.SequentialDesign(first, last)
+    design = stats_sequential.SequentialDesign(first, last)
     assert sum(design.share(k) for k in range(1, design.looks + 1)) == pytest.approx(1.0)
   for first, last in [(4, 3), (0, 3)]:
     with pytest.raises(ValueError, match="first <= last"):
-      stats.SequentialDesign(first, last)
+      stats_sequential.SequentialDesign(first, last)
   with pytest.raises(ValueError):
     design.share(0)
 
 
 def test_sequential_p_is_the_look_p_over_its_share():
-  assert stats.sequential_p(0.01, 0.25) == pytest.approx(0.04)
-  assert stats.sequential_p(0.5, 0.25) == 1.0
-  assert stats.sequential_p(None, 0.25) is None
-  assert stats.sequential_p(0.0, 0.0) == 1.0  # a look with no alpha rejects nothing
+  assert stats_sequential.sequential_p(0.01, 0.25) == pytest.approx(0.04)
+  assert stats_sequential.sequential_p(0.5, 0.25) == 1.0
+  assert stats_sequential.sequential_p(None, 0.25) is None
+  assert stats_sequential.sequential_p(0.0, 0.0) == 1.0  # a look with no alpha rejects nothing
 
 
 def test_sequential_look_is_the_paired_t_and_tost_at_the_looks_share_of_alpha():
   a, b = synthetic_pair(15, 5, 0.02)
-  design = stats.SequentialDesign(3, 6)  # looks at 3, 4, 5, 6 seeds: look 3 has 5
+  design = stats_sequential.SequentialDesign(3, 6)  # looks at 3, 4, 5, 6 seeds: look 3 has 5
   share = (5 / 6) ** 3 - (4 / 6) ** 3
-  look = stats.sequential_look(a, b, design, 3, delta=0.05)
+  look = stats_sequential.sequential_look(a, b, design, 3, delta=0.05)
   assert (look.look, look.looks) == (3, 4) and look.share == pytest.approx(share)
   ref = scipy_stats.ttest_rel(a, b)
   ci = ref.confidence_interval(1 - 0.05 * share)
@@ -319,7 +320,8 @@ def test_sequential_look_is_the_paired_t_and_tost_at_the_looks_share_of_alpha():
   assert (look.equivalence.low, look.equivalence.high) == pytest.approx(
       (tost_ci.low, tost_ci.high), rel=1e-10)
   # A look past the design's last has no alpha left: it rejects nothing.
-  late = stats.sequential_look(a, b, stats.SequentialDesign(2, 4), 4, delta=0.05)
+  late = stats_sequential.sequential_look(a, b, stats_sequential.SequentialDesign(2, 4), 4,
+                                          delta=0.05)
   assert late.p_difference == 1.0 and late.p_equivalence == 1.0
   assert not late.equivalence.equivalent
 
@@ -339,16 +341,16 @@ def test_sequential_seeds_needed_is_the_first_budget_whose_last_look_has_the_pow
       for alpha in (0.05, 0.0125):
         want = None
         for n in range(max(first, 2), 65):
-          share = stats.SequentialDesign(first, n).share(n - first + 1)
+          share = stats_sequential.SequentialDesign(first, n).share(n - first + 1)
           if power_at_level(diff, sd, n, alpha * share) >= 0.8:
             want = n
             break
-        assert stats.sequential_seeds_needed(diff, sd, first, alpha) == want
+        assert stats_sequential.sequential_seeds_needed(diff, sd, first, alpha) == want
   # Looking more often costs seeds: more than one fixed test at alpha needs.
-  assert (stats.sequential_seeds_needed(0.02, sd, 2)
+  assert (stats_sequential.sequential_seeds_needed(0.02, sd, 2)
           > stats.seeds_needed(0.02, sd, paired=True))
-  assert stats.sequential_seeds_needed(0.0, sd, 2) is None
-  assert stats.sequential_seeds_needed(0.001, sd, 2, max_n=10) is None
+  assert stats_sequential.sequential_seeds_needed(0.0, sd, 2) is None
+  assert stats_sequential.sequential_seeds_needed(0.001, sd, 2, max_n=10) is None
 
 
 def test_verdict_reads_the_equivalence_test_it_is_given():

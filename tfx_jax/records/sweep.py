@@ -338,7 +338,7 @@ class SweepRecord:
   confirm: int = 0
   # --until-resolved's MAX_SEEDS, fixed by the first invocation that adds
   # seeds adaptively: it fixes the looks over which the report's sequential
-  # test spends alpha (``report.analysis.sequential_design``). None: seeds are
+  # test spends alpha (``report.context.sequential_design``). None: seeds are
   # never added, and the report keeps the fixed-seed analysis.
   until_resolved: int | None = None
   report_split: Split = "validation"

@@ -1,13 +1,20 @@
 """Sweep reports: ``python -m tfx_jax.report runs/<sweep>``.
 
+  assemble.py   the driver: walks the sections, writes report.md, report.json,
+                report.csv and the plots
+  sections/     one module per section of the report, in report order
+                (``sections.SECTIONS``): its numbers, its markdown, its plots;
+                a new statistic is one module there and one registry line
+  context.py    what the sections compute from (record, summaries, baselines,
+                options) and the sweep's design (which runs a verdict reads)
   collect.py    event files (TensorBoard's reader), status, test-split metrics
-  stats.py      paired / Welch intervals, Holm, TOST, verdicts, power, sequential
-                looks of adaptive seeds, LR sensitivity
+  stats.py      paired / Welch intervals, Holm, TOST, verdicts, power, LR
+                sensitivity; stats_sequential.py the looks of adaptive seeds
   baselines.py  each run's unigram entropy and loss at initialisation
-  analysis.py   points, chosen tuned values, outcomes, comparisons
   schema.py     report.json as types: Report, Point, Comparison (their JSON)
   points.py     runs grouped into points; labels
-  build.py      report.md (verdicts first), report.csv
+  tuning.py     tuned grids, their edges, the learning-rate sensitivity
+  tables.py     markdown tables and their cells; runs_csv.py report.csv
   plots.py      PNG plots (matplotlib)
   forest.py     the headline figure: every comparison, its interval and verdict
   style.py      the plots' colours per axis value, plain tick labels, units

@@ -1,5 +1,5 @@
 """``python -m tfx_jax.report runs/<sweep>``: writes report.md, report.json,
-report.csv and PNG plots into the sweep directory (see tfx_jax/report/build.py)."""
+report.csv and PNG plots into the sweep directory (see tfx_jax/report/assemble.py)."""
 
 import argparse
 import sys
@@ -23,9 +23,9 @@ def main(argv=None) -> int:
     print("error: --stall-margin must be >= 0 and --equivalence-margin > 0.",
           file=sys.stderr)
     return 2
-  from tfx_jax.report import build  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report import assemble  # pylint: disable=import-outside-toplevel
   try:
-    path = build.write_report(args.sweep_dir, stall_margin=args.stall_margin,
+    path = assemble.write_report(args.sweep_dir, stall_margin=args.stall_margin,
                               equivalence_margin=args.equivalence_margin)
   except FileNotFoundError as e:
     print(f"error: {e}", file=sys.stderr)

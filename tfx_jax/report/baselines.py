@@ -1,4 +1,4 @@
-"""What each run's loss is judged against: ``analysis.Baseline`` per run.
+"""What each run's loss is judged against: ``schema.Baseline`` per run.
 
 The unigram entropy of the training targets (the loss of the best model that
 ignores context; a run not below it has stalled) comes from the prepared data
@@ -9,7 +9,7 @@ the number of classes for classification) is the loss of the uniform
 prediction, which a freshly initialised model gives up to its small initial
 logits: the report's loss at initialisation where a point's runs did not
 evaluate at step 0 (runs made before ``eval.at_start``; otherwise the mean of
-those evaluations, ``analysis.initial_loss``).
+those evaluations, ``sections.selection.initial_loss``).
 Runs whose workdir holds no config.json yet get an unknown baseline.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from tfx_jax.report.analysis import Baseline
+from tfx_jax.report.schema import Baseline
 from tfx_jax.records.sweep import SweepRecord
 
 UNKNOWN = Baseline(None, None)

@@ -21,9 +21,9 @@ import dataclasses
 import pathlib
 import textwrap
 
-from tfx_jax.report import analysis
 from tfx_jax.report import stats
 from tfx_jax.report import style
+from tfx_jax.report.context import lower_is_better
 from tfx_jax.report.schema import Comparison, Report
 from tfx_jax.records.sweep import SweepRecord
 
@@ -79,7 +79,7 @@ class Panel:
   tost_level: float  # of the thick one: 1 - 2 alpha (0.90)
   rows: tuple[Row, ...]
   # Adaptive seeds: each row's intervals are at its look's levels, 1 - alpha w
-  # and 1 - 2 alpha w (``stats.SequentialDesign``), not at ``level``.
+  # and 1 - 2 alpha w (``stats_sequential.SequentialDesign``), not at ``level``.
   sequential: bool = False
 
 
@@ -148,7 +148,7 @@ def forest_panels(record: SweepRecord, report: Report) -> list[Panel]:
         title=f"{metric}, {split} split",
         xlabel=style.with_unit(f"difference in {name}, value − base", metric),
         margin=comparisons[0].margin,
-        lower_is_better=analysis.lower_is_better(metric),
+        lower_is_better=lower_is_better(metric),
         level=comparisons[0].interval.level, tost_level=1.0 - 2.0 * alpha,
         rows=tuple(rows), sequential=any(c.look is not None for c in comparisons)))
   return panels

@@ -21,6 +21,8 @@ mean, labels its axes with units and its ticks with plain numbers.
   parameter count, with its interval (where an axis changes the model size);
 - ``lengths.png``: perplexity against the evaluation window, one line per point;
 - ``layers.png``: gradient norm per layer at the first logged step.
+
+Each is written by the section it belongs to (its ``plots``, ``sections/``).
 """
 
 from __future__ import annotations
@@ -32,12 +34,11 @@ from typing import Any
 import numpy as np
 
 from tfx_jax.report import collect as collect_lib
-from tfx_jax.report import forest
 from tfx_jax.report import points as points_lib
 from tfx_jax.report import style
 from tfx_jax.report.points import Points, at_chosen, fmt_value
 from tfx_jax.report.schema import Report
-from tfx_jax.records.sweep import AxisRecord, SweepRecord, tuned_values
+from tfx_jax.records.sweep import AxisRecord, SweepRecord
 
 MAX_PANELS = 8
 # Training curves read train/nll, the unsmoothed NLL: train/loss is the
@@ -49,7 +50,7 @@ CURVE_TAGS = ((("train/nll", "train/loss"), "training NLL"),
 STOPPED = ("diverged", "failed")  # runs whose curves end early
 
 
-def _file_name(*parts: str) -> str:
+def file_name(*parts: str) -> str:
   return "_".join(re.sub(r"[^A-Za-z0-9_.+-]", "_", p) for p in parts) + ".png"
 
 
@@ -482,38 +483,3 @@ def layers_plot(path: pathlib.Path, record: SweepRecord, points: Points,
     ax.legend(fontsize=7)
   fig.tight_layout()
   return style.save(plt, fig, path, drawn)
-
-
-# -------------------------------------------------------------------- all
-def write_plots(sweep_dir: pathlib.Path, record: SweepRecord, points: Points,
-                report: Report | None = None) -> dict[str, str]:
-  """Writes every plot that has data; returns {plot key: file name}."""
-  palette = style.Palette(record)
-  out: dict[str, str] = {}
-  if report is not None:
-    if forest.forest_plot(sweep_dir / "forest.png", forest.forest_panels(record, report)):
-      out["forest"] = "forest.png"
-    for field, grids in record.tune.items():
-      values = tuned_values(grids)  # every point's grid of the field
-      if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                 for v in values):
-        continue  # a non-numeric tuned field has no log axis; its table stays
-      for ai in range(len(record.axes)) or [None]:
-        label = "base" if ai is None else record.axes[ai].label
-        name = _file_name("sensitivity", field, label)
-        if report.sensitivity and sensitivity_plot(sweep_dir / name, record, report,
-                                                   field, ai, palette):
-          out[f"sensitivity:{field}:{ai}"] = name
-    if report.scale and scale_plot(sweep_dir / "scale.png", record, report, palette):
-      out["scale:"] = "scale.png"
-  for ai, axis in enumerate(record.axes):
-    name = _file_name("curves", axis.label)
-    if curves_plot(sweep_dir / name, record, points, ai, palette, report):
-      out[f"curves:{ai}"] = name
-  # A tuned point's runs at its chosen values.
-  chosen = at_chosen(points, report.chosen() if report is not None else {})
-  if lengths_plot(sweep_dir / "lengths.png", record, chosen, palette):
-    out["lengths"] = "lengths.png"
-  if layers_plot(sweep_dir / "layers.png", record, chosen, palette):
-    out["layers"] = "layers.png"
-  return out

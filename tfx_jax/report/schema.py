@@ -11,7 +11,8 @@
                 base: its axis's base value, or the second value of a pair
                 the sweep declares, ``Sweep.comparisons``): the interval
                 (``stats.Interval``), the Holm-adjusted p, the verdict
-                (``stats.Verdict``) and its sentence; with adaptive seeds,
+                (``stats.Verdict``) and its sentence (rendered when report.json is
+                written, ``sections.verdicts``); with adaptive seeds,
                 its ``Look`` in the report's ``Sequential`` test
   FailedComparison, Sensitivity, Noise, ScaleEffect: the other sections;
   ``speedup.Speedup`` the effective speedup over AdamW
@@ -22,8 +23,8 @@
   LayerProfile  a point's per-layer statistic (the gradient norm at
                 initialisation) per stack, and its last-over-first trend
 
-``analysis.analyze`` builds a ``Report``; the markdown (``build``), the
-plots (``plots``, ``forest``) and the sweep's adaptive seeds read it;
+``assemble.analyze`` builds a ``Report`` from its sections (``sections/``);
+the markdown, the plots and the sweep's adaptive seeds read it;
 report.json is ``Report.to_json`` and reads back with ``Report.from_json``
 (``records.serial``, from these types: seeds, which JSON keys as strings,
 back to ints; the layouts say where a file's keys are not the fields in
@@ -43,8 +44,9 @@ from typing import Any, Iterable, Literal, Mapping
 
 from tfx_jax.records import serial
 from tfx_jax.report import stats
-from tfx_jax.report.compute import Compute
-from tfx_jax.report.speedup import Speedup
+from tfx_jax.report import stats_sequential
+from tfx_jax.records.compute import Compute
+from tfx_jax.records.speedup import Speedup
 from tfx_jax.records.sweep import Split, Tune, tune_grids
 
 FILENAME = "report.json"
@@ -93,7 +95,7 @@ class Baseline:
   """What a run's loss is judged against (per dataset, tokenizer and task)."""
   unigram_entropy: float | None  # the best context-free loss; None: not known
   # The uniform prediction's loss, ln |V| (classes for classification): l0
-  # where a point's runs did not evaluate at step 0 (``analysis.initial_loss``).
+  # where a point's runs did not evaluate at step 0 (``sections.selection.initial_loss``).
   initial_loss: float | None
 
 
@@ -284,7 +286,7 @@ class Comparison:
   seeds_needed: int | None     # unresolved: seeds that would detect this difference
   text: str                    # the verdict as a sentence
   look: Look | None = None     # adaptive seeds: the look (None: fixed-seed analysis)
-  design: str = ""             # the design in one line (analysis.design_line)
+  design: str = ""             # the design in one line (``sections.comparisons.design_line``)
 
   @property
   def base_key(self) -> tuple[int, ...]:
@@ -442,19 +444,19 @@ class LayerProfile:
 # ------------------------------------------------------------------- whole
 # The design's looks, derived from its first and last, are written beside them.
 serial.layout(order=("first", "last", "looks", "rho"),
-              derived={"looks": lambda d: d.looks})(stats.SequentialDesign)
+              derived={"looks": lambda d: d.looks})(stats_sequential.SequentialDesign)
 
 
 @serial.layout(order=("method", "reference", "max_seeds", "design"), flat=("design",))
 @dataclasses.dataclass(frozen=True)
 class Sequential:
   """How a sweep with adaptive seeds (``--until-resolved MAX_SEEDS``) is
-  tested: ``design``'s looks (``stats.SequentialDesign``: seeds in a verdict
+  tested: ``design``'s looks (``stats_sequential.SequentialDesign``: seeds in a verdict
   at the first and the last look), the method and its reference."""
   max_seeds: int
-  design: stats.SequentialDesign
-  method: str = stats.SEQUENTIAL_METHOD
-  reference: str = stats.SEQUENTIAL_REFERENCE
+  design: stats_sequential.SequentialDesign
+  method: str = stats_sequential.SEQUENTIAL_METHOD
+  reference: str = stats_sequential.SEQUENTIAL_REFERENCE
 
 
 @serial.layout(order=("sweep", "select_by", "tune", "report_split", "reserved_seed",

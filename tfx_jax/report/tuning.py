@@ -89,7 +89,7 @@ def sensitivity(record: SweepRecord, points: Sequence[Point],
   seeds, the failures, and l(eta): the mean over the declared seeds of
   min(value, l0), a diverged seed at l0. The number reads the declared seeds
   only, which every tuned value ran (seeds added later run at the chosen
-  value alone). ``l0s``: {point key: ``analysis.InitialLoss`` or None}.
+  value alone). ``l0s``: {point key: ``sections.selection.InitialLoss`` or None}.
   """
   select_by = record.select_by
   declared = set(record.seeds)

@@ -1,7 +1,7 @@
 """More seeds where they are needed: ``python -m tfx_jax.sweep ... --until-resolved N``.
 
 After the sweep's runs and its report, every point on either side of an
-unresolved comparison (``analysis.unresolved_points``; a comparison the sweep
+unresolved comparison (``report.sections.sequential.unresolved_points``; a comparison the sweep
 declares, ``Sweep.comparisons``, as well as one against an axis's base value)
 gets one more seed at its chosen tuned value, while it has fewer than N;
 then those run, the report is written again, and so on until every
@@ -17,7 +17,7 @@ would not remove that bias.
 Every round is another look at the same comparisons, so N is part of the
 test: sweep.json keeps the first N given (``until_resolved``), and the
 report tests such a sweep sequentially over the looks N allows
-(``report.analysis.sequential_design``), which keeps the chance of any
+(``report.context.sequential_design``), which keeps the chance of any
 false verdict at most alpha whichever round the sweep stops at.
 
 Added runs are ordinary runs recorded in sweep.json (``added``: each with the
@@ -71,14 +71,14 @@ def add_seeds(record: SweepRecord, report: Report, max_seeds: int) -> list[RunEn
   (already in ``record``). ``max_seeds`` is the budget sweep.json keeps
   (``record.until_resolved``), over whose looks the report's sequential test
   spends alpha; a record without one is tested as if its seeds were fixed."""
-  from tfx_jax.report import analysis  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report.sections import sequential  # pylint: disable=import-outside-toplevel
   if record.until_resolved is not None and max_seeds != record.until_resolved:
     raise ValueError(f"max_seeds={max_seeds}, but the sweep's sequential design allows "
                      f"{record.until_resolved} (sweep.json's until_resolved)")
   points = {p.key: p for p in report.points}
   declared_max = max(record.seeds)
   new = []
-  for key in analysis.unresolved_points(report):
+  for key in sequential.unresolved_points(report):
     point = points.get(key)
     if point is None or point.chosen is None:
       continue  # no learned run to add seeds to
@@ -101,13 +101,14 @@ def add_seeds(record: SweepRecord, report: Report, max_seeds: int) -> list[RunEn
 
 def unresolved_lines(record: SweepRecord, report: Report) -> list[str]:
   """For ``--status``: each unresolved comparison and the seeds of each point."""
+  from tfx_jax.report.sections import verdicts  # pylint: disable=import-outside-toplevel
   lines = []
   seeds: dict[tuple, set] = {}
   for entry in record.runs:
     seeds.setdefault(record.point_key(entry), set()).add(entry.seed)
   for row in report.comparisons:
     if row.verdict == "unresolved" and row.metric == report.select_by:
-      lines.append(f"  unresolved: {row.text}")
+      lines.append(f"  unresolved: {verdicts.verdict_text(record, row)}")
   for point in report.points:
     label = ", ".join(f"{k}={v}" for k, v in point.values.items()) or "base"
     lines.append(f"  point {label}: seeds {sorted(seeds.get(point.key, []))}"

@@ -117,7 +117,7 @@ def stage_counts(record: SweepRecord, stage: Stage) -> str:
 def status_lines(record: SweepRecord, report: Report | None) -> list[str]:
   """For ``--status`` of a sweep with confirmation seeds: each stage's runs,
   and each point's chosen value and the value it is confirmed at."""
-  from tfx_jax.report import analysis  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report import context  # pylint: disable=import-outside-toplevel
   tuning = sorted({e.seed for e in record.runs if e.stage == "tune"})
   lines = [f"tuning stage (seeds {seeds_text(tuning)}): {stage_counts(record, 'tune')}"]
   head = (f"confirmation stage (seeds {seeds_text(record.confirmation_seeds())}, "
@@ -134,6 +134,6 @@ def status_lines(record: SweepRecord, report: Report | None) -> list[str]:
       seeds = sorted(e.seed for e in record.runs
                      if e.stage == "confirm" and record.point_key(e) == point.key)
       moved = "" if value == point.chosen else " (chosen before; kept)"
-      at = f"; confirmed at {analysis.tuned_key(value)}{moved} on seeds {seeds_text(seeds)}"
+      at = f"; confirmed at {context.tuned_key(value)}{moved} on seeds {seeds_text(seeds)}"
     lines.append(f"  point {label}: chosen {chosen}{at}")
   return lines

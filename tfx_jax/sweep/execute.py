@@ -178,8 +178,8 @@ def _run_local(args, sweep_dir, record, todo, save, user_env) -> int:
 def _write_report(sweep_dir: pathlib.Path) -> Report | None:
   """Writes the report; returns it as read back from report.json (None if it failed)."""
   try:
-    from tfx_jax.report import build, schema  # pylint: disable=import-outside-toplevel
-    path = build.write_report(sweep_dir)
+    from tfx_jax.report import assemble, schema  # pylint: disable=import-outside-toplevel
+    path = assemble.write_report(sweep_dir)
     print(f"report: {path}", flush=True)
     return schema.read(sweep_dir)
   except Exception as e:  # pylint: disable=broad-except  # the runs are what matter

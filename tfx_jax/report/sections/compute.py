@@ -1,4 +1,4 @@
-"""The report's "compute" section: what the sweep's runs cost and where it went.
+"""The report's section "Compute": what the sweep's runs cost and where it went.
 
 Per point (every run of one combination of axis values: each tuned value,
 seed and confirmation seed) and in total:
@@ -12,50 +12,22 @@ seed and confirmation seed) and in total:
   ``train_steps``), the rest being startup, compilation, evaluations and
   checkpointing, also given each in core-seconds.
 
-``compute`` builds it from the record's runs and ``collect.run_summary``'s
-``seconds`` and ``cores``; ``compute_table`` is its table in report.md
-(``build.compute_section``).
+``costs`` builds it (report.json's ``compute``, ``tfx_jax.records.compute``)
+from the record's runs and ``collect.run_summary``'s ``seconds`` and
+``cores``; ``compute_table`` is its table in report.md (``markdown``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping
 
-from tfx_jax.records import serial
 from tfx_jax.records import status as status_lib
-from tfx_jax.report.points import group_points, value_label
+from tfx_jax.records.compute import Compute, ComputeRow
 from tfx_jax.records.sweep import RunEntry, SweepRecord
-
-
-# report.json rounds the seconds to the millisecond and writes the train
-# steps' share (to 4 places) beside them; the share is not read back.
-@serial.layout(order=("key", "runs", "core_seconds", "train_fraction", "phases"),
-               written={"core_seconds": lambda v: round(v, 3),
-                        "phases": lambda phases: {p: round(v, 3) for p, v in phases.items()}},
-               derived={"train_fraction": lambda row: (None if row.train_fraction is None
-                                                       else round(row.train_fraction, 4))})
-@dataclasses.dataclass(frozen=True)
-class ComputeRow:
-  """The runs of one point (``key``; None: the whole sweep) and their cost."""
-  key: tuple[int, ...] | None
-  runs: int                     # runs with a recorded time
-  core_seconds: float           # wall time x cores, summed over the runs
-  phases: dict[str, float]      # {status.PHASES: core-seconds}
-
-  @property
-  def train_fraction(self) -> float | None:
-    """The share of the core-seconds spent in train steps."""
-    if self.core_seconds <= 0:
-      return None
-    return self.phases.get("train_steps", 0.0) / self.core_seconds
-
-
-@dataclasses.dataclass(frozen=True)
-class Compute:
-  """Each point's row and the total."""
-  points: tuple[ComputeRow, ...]
-  total: ComputeRow
+from tfx_jax.report.context import Context
+from tfx_jax.report.tables import markdown_table
+from tfx_jax.report.points import group_points, value_label
+from tfx_jax.report.schema import Report
 
 
 def _row(key: tuple[int, ...] | None, runs_: list[tuple[RunEntry, Mapping[str, Any]]]
@@ -76,8 +48,8 @@ def _row(key: tuple[int, ...] | None, runs_: list[tuple[RunEntry, Mapping[str, A
   return ComputeRow(key, runs, core_seconds, phases)
 
 
-def compute(record: SweepRecord, summaries: Mapping[str, Mapping[str, Any]]
-            ) -> Compute | None:
+def costs(record: SweepRecord, summaries: Mapping[str, Mapping[str, Any]]
+          ) -> Compute | None:
   """The section's numbers (None: no run recorded where its time went)."""
   points = group_points(record, summaries)
   rows = tuple(_row(key, runs) for key, runs in points.items())
@@ -116,3 +88,24 @@ def compute_table(record: SweepRecord, compute_: Compute) -> list[list[str]]:
               if names else cells(compute_.total))
   return rows
 
+
+def compute(ctx: Context) -> dict[str, Any]:
+  """report.json's ``compute`` (None: no run recorded its time)."""
+  return {"compute": costs(ctx.record, ctx.summaries)}
+
+
+def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> list[str]:
+  """What the runs cost: core time per point and in total, the share of it
+  in train steps (nothing where no run recorded its time)."""
+  if report.compute is None:
+    return []
+  total = report.compute.total
+  share = ("" if total.train_fraction is None
+           else f", {100 * total.train_fraction:.0f}% of it in train steps")
+  return ["## Compute", "",
+          f"{total.runs} runs took {fmt_core_time(total.core_seconds)}{share}. "
+          "Core time is each run's wall time (from its process's start, every attempt) "
+          "times the cores it had; the phases are those its status.json records "
+          "(startup: interpreter, imports, data, state; evaluations: in training and "
+          "after it, their compilation included).", "",
+          markdown_table(compute_table(ctx.record, report.compute)), ""]

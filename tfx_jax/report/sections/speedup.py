@@ -1,4 +1,7 @@
-"""Effective speedup over AdamW: how many AdamW steps an optimizer's result is worth.
+"""The report's section "Effective speedup over AdamW": how many AdamW steps an
+optimizer's result is worth. It applies where the sweep sets the optimizer or
+the length and ran AdamW at two or more lengths; its rows are report.json's
+``speedups`` (``tfx_jax.records.speedup``).
 
 Wen et al. 2025 ("Fantastic Pretraining Optimizers and Where to Find Them",
 section 3; Marin's optimizer study) measure an optimizer X by the number of
@@ -42,25 +45,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from tfx_jax.report import stats
-from tfx_jax.report.points import value_label
+from tfx_jax.records.speedup import LEVEL, Bound, Interval, Speedup
 from tfx_jax.records.sweep import SweepRecord
-
-# The report's points are read by their fields (key, values, compared) only: this
-# module holds report.json's speedup records, so it cannot import the schema.
-Point = Any
+from tfx_jax.report import stats
+from tfx_jax.report.context import Context
+from tfx_jax.report.points import value_label
+from tfx_jax.report.schema import Point, Report
+from tfx_jax.report.sections import selection
 
 REFERENCE = "adamw"
 OPTIMIZER, STEPS = "optim.optimizer", "train.num_steps"
-LEVEL = 0.95
 # Schedules whose rate never decays to an end: a run with one is no endpoint.
 UNDECAYED = ("constant", "inverse_sqrt")
-# Where X's loss lies against the reference curve: beyond its longest run
-# ("more than": speedup above longest / steps) or at or above its shortest
-# ("at most": speedup at most shortest / steps); None: within the curve.
-Bound = Literal["more than", "at most"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,19 +82,6 @@ def steps_to_reach(target: float, steps: Sequence[int], losses: Sequence[float])
       log_s = math.log(steps[i]) + t * (math.log(steps[i + 1]) - math.log(steps[i]))
       return Reach(math.exp(log_s), None, i)
   return Reach(float(steps[-1]), "more than", None)
-
-
-@dataclasses.dataclass(frozen=True)
-class Interval:
-  """A speedup's interval; an end ``beyond`` lies past the AdamW lengths run,
-  so the true end is further out than the value given (a bound)."""
-  low: float
-  high: float
-  low_beyond: bool
-  high_beyond: bool
-  se_log: float  # standard error of log speedup
-  n: int
-  level: float = LEVEL
 
 
 def delta_interval(x: Sequence[float], a: Sequence[float], b: Sequence[float],
@@ -124,55 +109,6 @@ def delta_interval(x: Sequence[float], a: Sequence[float], b: Sequence[float],
   return Interval(low=max(lo_steps, shortest) / steps, high=min(hi_steps, longest) / steps,
                   low_beyond=lo_steps < shortest, high_beyond=hi_steps > longest,
                   se_log=se, n=n, level=level)
-
-
-@dataclasses.dataclass(frozen=True)
-class Speedup:
-  """One optimizer's effective speedup over AdamW in one context."""
-  context: str                     # the other axes' values ("-": none)
-  point: dict[str, str]            # the point's values, as ``Point.values``
-  optimizer: str
-  steps: int                       # its own
-  metric: str
-  split: str
-  seeds: tuple[int, ...]           # paired: every point involved learned them
-  loss: float | None               # its mean over ``seeds``
-  reference_steps: tuple[int, ...]    # AdamW's lengths
-  reference_losses: tuple[float, ...]  # their means over ``seeds``
-  reference_steps_to_reach: float | None  # S*: AdamW steps to reach ``loss``
-  speedup: float | None            # S* / steps; None: a bound, or not known
-  bound: Bound | None = None       # outside AdamW's range: the speedup is
-  bound_value: float | None = None  # more than / at most this
-  interval: Interval | None = None
-  not_decayed: tuple[int, ...] = ()  # AdamW lengths whose schedule does not end decayed
-  note: str = ""                   # why there is no number, where there is none
-
-  def to_json(self) -> dict[str, Any]:
-    data = dataclasses.asdict(self)
-    data["interval"] = None if self.interval is None else dataclasses.asdict(self.interval)
-    return data
-
-  @classmethod
-  def from_json(cls, data: Mapping[str, Any]) -> Speedup:
-    values = {f.name: data[f.name] for f in dataclasses.fields(cls)}
-    for name in ("seeds", "reference_steps", "reference_losses", "not_decayed"):
-      values[name] = tuple(values[name])
-    values["interval"] = None if data["interval"] is None else Interval(**data["interval"])
-    return cls(**values)
-
-  @property
-  def text(self) -> str:
-    """``1.31x [1.12, 1.52]``, ``more than 2.00x``, ``at most 0.50x``, or why not known."""
-    if self.speedup is not None:
-      if self.interval is None:
-        return f"{self.speedup:.2f}x (one seed: no interval)"
-      iv = self.interval
-      low = f"<{iv.low:.2f}" if iv.low_beyond else f"{iv.low:.2f}"
-      high = f">{iv.high:.2f}" if iv.high_beyond else f"{iv.high:.2f}"
-      return f"{self.speedup:.2f}x [{low}, {high}]"
-    if self.bound is not None:
-      return f"{self.bound} {self.bound_value:.2f}x"
-    return self.note or "not known"
 
 
 def _settings(record: SweepRecord, point: Point) -> dict[str, Any]:
@@ -258,9 +194,29 @@ def _speedup(point: Point, settings: Mapping[str, Any], reference, context: str,
                              speedup=reach.steps / steps, interval=interval)
 
 
+def compute(ctx: Context) -> dict[str, Any]:
+  """report.json's ``speedups`` (none where the sweep ran no AdamW curve)."""
+  return {"speedups": tuple(speedups(ctx.record, selection.points(ctx)))}
+
+
 # ------------------------------------------------------------------ report.md
-def section(rows: Sequence[Speedup]) -> list[str]:
+def speedup_text(row: Speedup) -> str:
+  """``1.31x [1.12, 1.52]``, ``more than 2.00x``, ``at most 0.50x``, or why not known."""
+  if row.speedup is not None:
+    if row.interval is None:
+      return f"{row.speedup:.2f}x (one seed: no interval)"
+    iv = row.interval
+    low = f"<{iv.low:.2f}" if iv.low_beyond else f"{iv.low:.2f}"
+    high = f">{iv.high:.2f}" if iv.high_beyond else f"{iv.high:.2f}"
+    return f"{row.speedup:.2f}x [{low}, {high}]"
+  if row.bound is not None:
+    return f"{row.bound} {row.bound_value:.2f}x"
+  return row.note or "not known"
+
+
+def markdown(ctx: Context | None, report: Report, plots: Mapping[str, str]) -> list[str]:
   """report.md's speedup table and how to read it ([] where there is none)."""
+  rows = report.speedups
   if not rows:
     return []
   split, metric = rows[0].split, rows[0].metric
@@ -274,7 +230,7 @@ def section(rows: Sequence[Speedup]) -> list[str]:
     table.append([r.context, r.optimizer, str(r.steps),
                   "-" if r.loss is None else f"{r.loss:.4f}", (curve or "-") + flagged,
                   "-" if r.reference_steps_to_reach is None
-                  else f"{r.reference_steps_to_reach:,.0f}", r.text, str(len(r.seeds))])
+                  else f"{r.reference_steps_to_reach:,.0f}", speedup_text(r), str(len(r.seeds))])
   lines = ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
   lines += ["| " + " | ".join(row) + " |" for row in table[1:]]
   return ["## Effective speedup over AdamW", "",

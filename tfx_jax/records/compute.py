@@ -1,0 +1,39 @@
+"""report.json's ``compute``: what a sweep's runs cost, per point and in total,
+as the report's compute section computes it (``tfx_jax.report.sections.compute``,
+which says how)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tfx_jax.records import serial
+
+
+# report.json rounds the seconds to the millisecond and writes the train
+# steps' share (to 4 places) beside them; the share is not read back.
+@serial.layout(order=("key", "runs", "core_seconds", "train_fraction", "phases"),
+               written={"core_seconds": lambda v: round(v, 3),
+                        "phases": lambda phases: {p: round(v, 3) for p, v in phases.items()}},
+               derived={"train_fraction": lambda row: (None if row.train_fraction is None
+                                                       else round(row.train_fraction, 4))})
+@dataclasses.dataclass(frozen=True)
+class ComputeRow:
+  """The runs of one point (``key``; None: the whole sweep) and their cost."""
+  key: tuple[int, ...] | None
+  runs: int                     # runs with a recorded time
+  core_seconds: float           # wall time x cores, summed over the runs
+  phases: dict[str, float]      # {status.PHASES: core-seconds}
+
+  @property
+  def train_fraction(self) -> float | None:
+    """The share of the core-seconds spent in train steps."""
+    if self.core_seconds <= 0:
+      return None
+    return self.phases.get("train_steps", 0.0) / self.core_seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class Compute:
+  """Each point's row and the total."""
+  points: tuple[ComputeRow, ...]
+  total: ComputeRow
