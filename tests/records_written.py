@@ -1,5 +1,5 @@
 """sweep.json and status.json as the code's own writers write them, for
-tests/test_records.py: the same records, built through the public API, are
+tests/records/test_records.py: the same records, built through the public API, are
 written by the code under test and compared byte for byte with the files in
 tests/fixtures/records/ (written by these same functions with the code
 before records were typed; see that test).

@@ -23,7 +23,7 @@ text, and what it generates at every evaluation.
 Adding a task: a module here declaring ``TASK = Task(...)`` (its row builder,
 baseline targets and l0 beside it; shared losses from losses.py, decoding
 only through generation.py), one entry in ``registry.TASKS``, and the data it
-reads. ``tests/test_tasks.py`` then checks every part of it: its rows against
+reads. ``tests/tasks/test_tasks.py`` then checks every part of it: its rows against
 its baseline targets on a tiny corpus, its loss at zero logits against its l0,
 its metrics. Nothing else switches on task names, and ``tfx_jax.data`` knows
 rows, not tasks.

@@ -19,7 +19,7 @@ from tfx_jax.records import sweep as sweep_record
 from tfx_jax.report import schema
 import records_written
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "records"
 
 

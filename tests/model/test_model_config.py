@@ -19,7 +19,7 @@ from tfx_jax.model.config import (Activation, DType, Family, ModelConfig,
                                   NormPosition, NormType, Position, Remat,
                                   model_config_from_dict)
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 AXES = {"family": Family, "norm_position": NormPosition, "norm_type": NormType,
         "activation": Activation, "position": Position, "remat": Remat, "dtype": DType}

@@ -77,7 +77,7 @@ def test_process_start_is_this_process_s_own():
   code = ("import time; from tfx_jax.records import status; "
           "print(time.time() - status.process_start())")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       check=True, cwd=pathlib.Path(__file__).resolve().parents[1]).stdout
+                       check=True, cwd=pathlib.Path(__file__).resolve().parents[2]).stdout
   age = float(out)
   assert 0.0 <= age < 60.0
   # This process (pytest) started before this test module was imported.

@@ -290,7 +290,7 @@ def test_no_checkpoint_is_a_config_error(tmp_path):
 
 
 # ------------------------------------------- checkpoints of earlier versions
-FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "lm_before_restructure"
+FIXTURE = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "lm_before_restructure"
 
 
 def test_a_checkpoint_from_before_the_restructure_restores_exactly():

@@ -18,7 +18,7 @@ from tfx_jax import tasks
 from tfx_jax.run.config_base import load_config_file
 from tfx_jax.core.errors import ConfigError
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _lm_tiny():

@@ -26,7 +26,7 @@ from helpers import free_port
 # (conftest.py).
 pytestmark = pytest.mark.xdist_group("processes")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _SETUP = textwrap.dedent("""
     import json, sys

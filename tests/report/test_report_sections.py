@@ -30,7 +30,9 @@ from tfx_jax.report.sections import (comparisons, compute, evaluation_effects,
                                      layer_profiles, noise, speedup, tuned, tuning_stage)
 from tfx_jax.report.tables import markdown_table
 
-RESULTS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "results"
+import fakes
+
+RESULTS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "results"
 REPORTS = sorted(RESULTS.glob("**/report.json"))
 
 
@@ -112,20 +114,20 @@ def test_a_new_section_is_one_module_and_one_registry_line(tmp_path, monkeypatch
   """A section written as one module and listed in ``SECTIONS`` (here by the
   test: the one line a contributor adds) reaches report.md at its place in
   the registry and report.json under its field, with no other file edited."""
-  from test_report import LOSSES, _axis, sweep_record, write_run  # the planted sweep
+  from test_report import LOSSES, sweep_record, write_run  # the planted sweep
   root = tmp_path / "planted"
   runs = []
   for (norm, pos), losses in LOSSES.items():
     for seed, loss in enumerate(losses):
       name = f"norm_position-{norm}_position-{pos}_s{seed}"
       write_run(root, name, seed, loss)
-      runs.append({"name": name, "seed": seed,
-                   "values": [{"model.norm_position": norm}, {"model.position": pos}],
-                   "overrides": {}, "state": "finished"})
-  record = sweep_record("planted", [_axis("model.norm_position", ["pre", "post"]),
-                                    _axis("model.position", ["rope", "alibi"])],
+      runs.append(fakes.entry(name, seed,
+                              [{"model.norm_position": norm}, {"model.position": pos}],
+                              state="finished"))
+  record = sweep_record("planted", [fakes.axis("model.norm_position", ["pre", "post"]),
+                                    fakes.axis("model.position", ["rope", "alibi"])],
                         runs, seeds=[0, 1, 2])
-  (root / "sweep.json").write_text(json.dumps(record))
+  fakes.write_sweep(root, record)
   source = tmp_path / "planted_statistic.py"
   source.write_text(textwrap.dedent(PLANTED))
   spec = importlib.util.spec_from_file_location("planted_statistic", source)
