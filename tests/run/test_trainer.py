@@ -283,7 +283,7 @@ def test_a_bad_spec_is_refused_before_anything_runs(tmp_path, monkeypatch):
   data["seed"] = "0"
   (tmp_path / "r" / run_spec.FILENAME).write_text(json.dumps(data))
   code, _, err = run_cli(["--spec", path, "--workdir", tmp_path / "r"])
-  assert code == 2 and "seed is an integer" in err
+  assert code == 2 and "seed: an integer" in err
 
 
 # --------------------------------------------------------------- bad input

@@ -26,10 +26,10 @@ import dataclasses
 import json
 import os
 import pathlib
-import typing
 from typing import Any, Mapping
 
 from tfx_jax.core import atomic as files
+from tfx_jax.records import serial
 from tfx_jax.records.sweep import RunEntry, SweepRecord
 
 FILENAME = "run_spec.json"
@@ -77,49 +77,23 @@ class RunSpec:
     """The fields a sweep's runs differ by: its axes', the tuned ones, the seed."""
     return tuple(dict.fromkeys([*self.axis_fields, *self.tuned_fields, "seed"]))
 
-  # Written from the fields (``dataclasses.fields``) until the records share
-  # one serializer: tuples of tuples, a mapping and scalars, read back by type.
   def to_json(self) -> dict[str, Any]:
-    out: dict[str, Any] = {"version": VERSION}
-    for field in dataclasses.fields(self):
-      value = getattr(self, field.name)
-      out[field.name] = (dict(value) if isinstance(value, Mapping) else
-                         [list(v) if isinstance(v, tuple) else v for v in value]
-                         if isinstance(value, tuple) else value)
-    return out
+    """run_spec.json's content (``serial.to_json``, its version first)."""
+    return serial.to_json(self)
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any]) -> RunSpec:
-    """The record of run_spec.json's content (ValueError naming a bad field)."""
-    if data.get("version") != VERSION:
-      raise ValueError(f"{FILENAME}: version {data.get('version')!r}, expected {VERSION}.")
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for field in dataclasses.fields(cls):
-      if field.name not in data:
-        if field.default is dataclasses.MISSING:
-          raise ValueError(f"{FILENAME}: no {field.name!r}.")
-        continue
-      values[field.name] = _typed(hints[field.name], data[field.name], field.name)
-    return cls(**values)
+    """The record of run_spec.json's content (ValueError naming a bad field,
+    or a version this code does not read)."""
+    if not isinstance(data, Mapping) or data.get("version") != VERSION:
+      version = data.get("version") if isinstance(data, Mapping) else None
+      raise ValueError(f"{FILENAME}: version {version!r}, expected {VERSION}.")
+    return serial.from_json(cls, data, FILENAME)
 
 
-def _typed(kind: Any, value: Any, name: str) -> Any:
-  """``value`` read from JSON as the field's declared ``kind``."""
-  origin = typing.get_origin(kind)
-  if origin is tuple:
-    inner = typing.get_args(kind)[0]
-    if not isinstance(value, list):
-      raise ValueError(f"{FILENAME}: {name} is a list, got {value!r}.")
-    return tuple(_typed(inner, v, name) for v in value)
-  if origin is not None and issubclass(origin, Mapping):
-    if not isinstance(value, dict):
-      raise ValueError(f"{FILENAME}: {name} is an object, got {value!r}.")
-    return dict(value)
-  if kind in (int, str) and (not isinstance(value, kind) or isinstance(value, bool)):
-    raise ValueError(f"{FILENAME}: {name} is {'an integer' if kind is int else 'a string'}, "
-                     f"got {value!r}.")
-  return value
+serial.layout(order=("version", "config", "overrides", "seed", "evaluations", "axis_fields",
+                     "tuned_fields", "sweep", "name"),
+              derived={"version": lambda _: VERSION})(RunSpec)
 
 
 def of_entry(record: SweepRecord, entry: RunEntry, in_process: bool = True) -> RunSpec:
