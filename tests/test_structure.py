@@ -228,3 +228,14 @@ def test_the_floor_check_sees_an_arrow_back_up(monkeypatch):
   monkeypatch.setattr(__import__(__name__), "import_graph", lambda: planted)
   with pytest.raises(AssertionError, match="tfx_jax.model.families"):
     test_every_import_goes_down_a_floor()
+
+
+MAX_LINES = 600
+
+
+def test_no_module_holds_several_jobs():
+  """A module past 600 lines is a sign that one file holds several jobs
+  (STYLE.md): split it by responsibility."""
+  long = {str(path.relative_to(PACKAGE.parent)): n for path in PACKAGE.rglob("*.py")
+          if (n := len(path.read_text().splitlines())) > MAX_LINES}
+  assert not long, f"modules over {MAX_LINES} lines: {long}"
