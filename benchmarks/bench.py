@@ -320,7 +320,8 @@ def _attention_systems(shape: Shape, args) -> dict[str, Any]:
   keys = jax.random.split(jax.random.PRNGKey(0), 4)
   q, k, v, g = (jax.random.normal(key, (B, L, H, K)) for key in keys)
   mask = jnp.tril(jnp.ones((L, L), bool))[None, None]
-  layer = attention.Attention(num_heads=H, num_kv_heads=H, head_dim=K, causal=True)
+  layer = attention.Attention(attention.AttentionSpec(num_heads=H, num_kv_heads=H, head_dim=K,
+                                                      causal=True))
   loss = lambda q, k, v: jnp.sum(layer._attend(q, k, v, mask, None) * g)
   grad = jax.jit(jax.grad(loss, (0, 1, 2)))
   systems = {"tfx_jax": _Timed(lambda: jax.block_until_ready(grad(q, k, v)), B * L)}
