@@ -12,7 +12,7 @@ tests read exactly what a real sweep would give them, in seconds.
   more writer: a resumed run, a second logger), ``write_evaluation``
   (``eval/<split>-<step>.json``) and ``write_lengths`` (``evaluate
   --lengths``'s rows), as ``python -m tfx_jax.evaluate`` writes them.
-- A run's summary in memory, as ``report.collect.run_summary`` reads it from a
+- A run's summary in memory, as ``report.collect.read_run`` reads it from a
   workdir: ``summary``, for tests that drive the analysis without files.
 
 Which files a run's workdir holds for the report: ``report/collect.py``.
@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from tfx_jax.core import atomic
 from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as sweep_lib
+from tfx_jax.records.summary import RunSummary
 from tfx_jax.records.sweep import AddedRun, AxisRecord, Evaluation, RunEntry, SweepRecord
 from tfx_jax.run import metrics
 
@@ -155,21 +156,10 @@ def write_lengths(workdir: pathlib.Path, step: int, perplexities: Mapping[int, f
 
 
 # --------------------------------------------------------- a summary in memory
-def summary(final: Mapping[str, float] | None = None, **keys: Any) -> dict[str, Any]:
-  """A run's summary as ``report.collect.run_summary`` gives it: ``final``
-  its last eval/* values, ``keys`` any other of its keys (state, step,
-  test, initial, curves, lengths, num_params, ...); the rest as a finished
-  run whose workdir holds its status.json alone has them
-  (tests/test_fakes.py checks that against ``run_summary``)."""
-  out = {
-      "state": "finished", "step": 0, "final": dict(final or {}), "initial": {},
-      "curves": {}, "tokens_per_sec": None, "wall_seconds": None, "compile_seconds": None,
-      "lengths": {}, "window_tokens": {}, "scaled_lengths": {}, "lengths_split": None,
-      "layer_stats": {}, "layer_stats_step": None, "training": {}, "test": {},
-      "num_params": None, "seconds": {}, "cores": None,
-  }
-  unknown = set(keys) - set(out)
-  if unknown:
-    raise KeyError(f"not keys of a run summary: {sorted(unknown)}")
-  out.update(keys)
-  return out
+def summary(final: Mapping[str, float] | None = None, **fields: Any) -> RunSummary:
+  """A run's summary as ``report.collect.read_run`` reads it: ``final`` its
+  last eval/* values, ``fields`` any other of its fields (state, step, test,
+  initial, curves, lengths, num_params, ...); the rest as a finished run
+  whose workdir holds its status.json alone has them (tests/test_fakes.py
+  checks that against ``read_run``)."""
+  return RunSummary(**{"state": "finished", **fields, "final": dict(final or {})})

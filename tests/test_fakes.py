@@ -10,7 +10,7 @@ from tfx_jax.report import collect
 def test_a_planted_summary_is_the_one_collect_reads_from_a_run_that_logged_nothing(tmp_path):
   entry = fakes.entry("r_s0", 0)
   fakes.write_run(tmp_path / "r_s0", step=0)
-  assert collect.run_summary(tmp_path / "r_s0", entry) == fakes.summary()
+  assert collect.read_run(tmp_path / "r_s0", entry) == fakes.summary()
 
 
 def test_a_planted_sweep_reads_back_as_its_record(tmp_path):

@@ -445,14 +445,16 @@ def test_l0_is_the_step_0_evaluation_else_the_uniform_loss(tmp_path):
   text = assemble.render(record, summaries, report, {})
   assert "| post | 0.0683 | 2 | 6.900 | step 0 (mean of 6 runs) |" in text
   # Where only some runs evaluated at step 0, l0 is their mean.
-  some = [{"initial": {"eval/loss": 6.0}}, {"initial": {}}, {"initial": {"eval/loss": 7.0}}]
+  some = [fakes.summary(initial={"eval/loss": 6.0}), fakes.summary(initial={}),
+          fakes.summary(initial={"eval/loss": 7.0})]
   assert selection.initial_loss(some, "eval/loss", 9.0) == selection.InitialLoss(
       6.5, "step 0", 2)
-  assert selection.initial_loss([{}], "eval/loss", 9.0) == selection.InitialLoss(
+  assert selection.initial_loss([fakes.summary()], "eval/loss", 9.0) == selection.InitialLoss(
       9.0, "uniform", 0)
   # ln |V| is a value of eval/loss only; a higher-is-better metric has no l0.
-  assert selection.initial_loss([{}], "eval/perplexity", 9.0) is None
-  assert selection.initial_loss([{"initial": {"eval/bleu": 0.0}}], "eval/bleu", 9.0) is None
+  assert selection.initial_loss([fakes.summary()], "eval/perplexity", 9.0) is None
+  assert selection.initial_loss([fakes.summary(initial={"eval/bleu": 0.0})], "eval/bleu",
+                                9.0) is None
 
 
 # ------------------------------------------------------------- still improving?

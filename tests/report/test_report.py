@@ -427,7 +427,7 @@ def _per_point_sweep(root):
   seeds, on disk: seed 0 chooses, seed 1 is compared (no test split)."""
   record, summaries = _optimizer_sweep(seeds=(0, 1))
   for entry in record.runs:
-    write_run(root, entry.name, entry.seed, summaries[entry.name]["final"]["eval/loss"])
+    write_run(root, entry.name, entry.seed, summaries[entry.name].final["eval/loss"])
   return dataclasses.replace(record, report_split="validation", evaluations=())
 
 
@@ -538,9 +538,9 @@ def test_curves_read_the_unsmoothed_nll_where_every_run_logs_it():
   scales, so the training row reads train/nll; logs without it fall back."""
   from tfx_jax.report import plots  # pylint: disable=import-outside-toplevel
   curve = [(0, 7.0), (10, 3.0), (20, 2.5)]
-  both = {"curves": {"train/loss": curve, "train/nll": curve, "eval/loss": curve}}
-  loss_only = {"curves": {"train/loss": curve, "eval/loss": curve}}
-  pending = {"curves": {}}  # a run not started yet does not decide
+  both = fakes.summary(curves={"train/loss": curve, "train/nll": curve, "eval/loss": curve})
+  loss_only = fakes.summary(curves={"train/loss": curve, "eval/loss": curve})
+  pending = fakes.summary(curves={})  # a run not started yet does not decide
   assert plots.curve_tags([both, both, pending]) == [
       ("train/nll", "training NLL"), ("eval/loss", "validation loss")]
   assert plots.curve_tags([both, loss_only]) == [

@@ -100,7 +100,7 @@ PLANTED = '''
 """A statistic planted by the test: the number of finished runs."""
 
 def compute(ctx):
-  finished = sum(s["state"] == "finished" for s in ctx.summaries.values())
+  finished = sum(s.state == "finished" for s in ctx.summaries.values())
   return {"planted_finished_runs": {"runs": finished}}
 
 
@@ -139,7 +139,7 @@ def test_a_new_section_is_one_module_and_one_registry_line(tmp_path, monkeypatch
   md = assemble.write_report(root).read_text()
   data = json.loads((root / "report.json").read_text())
   _, summaries = collect.collect(root)
-  finished = sum(s["state"] == "finished" for s in summaries.values())
+  finished = sum(s.state == "finished" for s in summaries.values())
   assert finished
   assert f"## Planted statistic\n\n{finished} runs finished.\n" in md
   assert md.index("## Planted statistic") < md.index("## Noise floor and power")

@@ -37,6 +37,7 @@ from tfx_jax.report.sections import comparisons, verdicts
 from tfx_jax.sweep import adaptive, cli, confirm
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
+from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 import fakes
 from helpers import ROOT, TINY, subprocess_env, sweep_in_process
@@ -93,8 +94,8 @@ def declared(*flags: str) -> SweepRecord:
   return cli.build_record(sweep, axes, runs, "python -m tfx_jax.sweep ...", None)
 
 
-def summaries(sweep_dir, record: SweepRecord) -> dict:
-  return {e.name: collect.run_summary(sweep_dir / e.name, e) for e in record.runs}
+def summaries(sweep_dir, record: SweepRecord) -> RunSummaries:
+  return {e.name: collect.read_run(sweep_dir / e.name, e) for e in record.runs}
 
 
 def analyze(sweep_dir, record: SweepRecord) -> schema.Report:

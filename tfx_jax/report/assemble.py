@@ -21,10 +21,11 @@ from typing import Any, Mapping
 
 from tfx_jax.core import atomic as files
 from tfx_jax.records import serial
+from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import runs_csv
-from tfx_jax.report.context import Context, Summaries
+from tfx_jax.report.context import Context
 from tfx_jax.report.schema import Baseline, Options, Report
 from tfx_jax.report import sections
 from tfx_jax.report.sections import verdicts
@@ -50,7 +51,7 @@ def report_of(ctx: Context) -> Report:
   return Report(**{k: v for k, v in fields(ctx).items() if k in REPORT_FIELDS})
 
 
-def analyze(record: SweepRecord, summaries: Summaries, baselines: Mapping[str, Baseline],
+def analyze(record: SweepRecord, summaries: RunSummaries, baselines: Mapping[str, Baseline],
             options: Options = Options()) -> Report:
   """The report: the points, the comparisons and what they rest on.
 
@@ -73,7 +74,7 @@ def render_context(ctx: Context, report: Report, plots: Mapping[str, str]) -> st
                    for line in section.markdown(ctx, report, plots))
 
 
-def render(record: SweepRecord, summaries: Summaries, report: Report,
+def render(record: SweepRecord, summaries: RunSummaries, report: Report,
            plots: Mapping[str, str]) -> str:
   """The markdown of ``report`` (its options and baselines), of the sweep
   ``record`` whose runs' summaries are ``summaries``."""

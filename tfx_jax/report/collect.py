@@ -2,22 +2,20 @@
 each run's run_spec.json (the values it trained with), TensorBoard scalars
 (through TensorBoard's own event reader), status.json, extra evaluations.
 
-Each run's figures are a ``RunSummary`` (``read_run``), so that the tables,
-statistics and plots are pure functions of them (and testable on event
-files written by a test); ``run_summary`` and ``collect`` give them as plain
-dicts of the same names, as the analysis, markdown and plots read them now.
+Each run's figures are a ``RunSummary`` (``read_run``; a sweep's:
+``collect``), so that the tables, statistics and plots are pure functions of
+them (and testable on event files written by a test).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import pathlib
 import re
 import statistics
-from typing import Any
+from typing import Any, Iterable
 
 from tfx_jax.run import metrics
 from tfx_jax.records import run_spec
@@ -170,17 +168,11 @@ def read_run(workdir: pathlib.Path, entry: RunEntry) -> RunSummary:
       cores=status.cores if status else None)
 
 
-def run_summary(workdir: pathlib.Path, entry: RunEntry) -> dict[str, Any]:
-  """``read_run`` as the plain dict of its fields (same names), the form the
-  report's analysis, markdown and plots read until they read the record."""
-  return dataclasses.asdict(read_run(workdir, entry))
-
-
-def shown_layer_kind(summaries) -> str | None:
+def shown_layer_kind(summaries: Iterable[RunSummary]) -> str | None:
   """The per-layer statistic a report shows of runs' summaries: the gradient
   norm at initialisation (``init_grad_norm/<param>``) where runs logged it,
   else the gradient norm over every array, else over one part; None without any."""
-  kinds = sorted({k for s in summaries for k in s.get("layer_stats", {})})
+  kinds = sorted({k for s in summaries for k in s.layer_stats})
   for prefix in (INIT_KIND + "/", "grad_norm"):
     chosen = [k for k in kinds if k.startswith(prefix)]
     if chosen:
@@ -188,14 +180,13 @@ def shown_layer_kind(summaries) -> str | None:
   return None
 
 
-def layer_kind_when(kind: str, summaries) -> tuple[str, str]:
+def layer_kind_when(kind: str, summaries: Iterable[RunSummary]) -> tuple[str, str]:
   """(title, when) of a per-layer statistic ``kind`` of runs' summaries, e.g.
   ("at initialisation", "step 0, before the first update, ...")."""
   if kind.startswith(INIT_KIND + "/"):
     return ("at initialisation", "step 0, at the initial parameters, the mean over the "
             "first `train.layer_stats_init_batches` training batches")
-  steps = sorted({s["layer_stats_step"] for s in summaries
-                  if s.get("layer_stats_step") is not None})
+  steps = sorted({s.layer_stats_step for s in summaries if s.layer_stats_step is not None})
   if steps == [1]:
     return ("at initialisation, one batch", "step 1, the first update, whose "
             "gradients are taken at the initial parameters, on one batch")
@@ -219,7 +210,7 @@ def as_trained(sweep_dir: pathlib.Path, record: SweepRecord) -> SweepRecord:
   return record
 
 
-def read_runs(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, RunSummary]]:
+def collect(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, RunSummary]]:
   """(sweep.json's record, each run's values those it trained with
   (``as_trained``); {run name: ``read_run``}) of a sweep directory."""
   record = sweep_record.read(sweep_dir)
@@ -228,9 +219,3 @@ def read_runs(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, RunSummar
                             "sweep directory.")
   as_trained(sweep_dir, record)
   return record, {e.name: read_run(sweep_dir / e.name, e) for e in record.runs}
-
-
-def collect(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, dict[str, Any]]]:
-  """``read_runs`` with each summary as ``run_summary``'s dict."""
-  record, runs = read_runs(sweep_dir)
-  return record, {name: dataclasses.asdict(run) for name, run in runs.items()}

@@ -2,7 +2,7 @@
 design that all of them read.
 
 The context is the sweep record (``sweep.json``), each run's summary
-(``collect.run_summary``, by run name), each run's dataset baseline and the
+(``records.summary.RunSummary``, by run name), each run's dataset baseline and the
 report's options; the runs grouped into points (``groups``) and the
 sequential design of adaptive seeds (``design``) are derived from the record
 once. A section that needs another section's numbers asks for them through
@@ -22,12 +22,12 @@ import dataclasses
 import functools
 from typing import Any, Callable, Mapping, TypeVar
 
+from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report.points import Points, fmt_value, group_points
 from tfx_jax.report.schema import Baseline, Options, Point, SeedResult, VerdictRuns
 from tfx_jax.report.stats_sequential import SequentialDesign
 
-Summaries = Mapping[str, dict[str, Any]]  # {run name: collect.run_summary}
 T = TypeVar("T")
 
 LOWER_IS_BETTER = ("loss", "perplexity", "nll", "ppl")
@@ -40,7 +40,7 @@ DEFAULT_MARGINS = (("bleu", 0.5), ("chrf", 0.5), ("accuracy", 0.005), ("loss", 0
 class Context:
   """A sweep's record, its runs' summaries and baselines, the report's options."""
   record: SweepRecord
-  summaries: Summaries
+  summaries: RunSummaries
   baselines: Mapping[str, Baseline]  # {run name: its dataset's baseline}
   options: Options = Options()
   _once: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import pathlib
 import re
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from tfx_jax.report import points as points_lib
 from tfx_jax.report import style
 from tfx_jax.report.points import Points, at_chosen, fmt_value
 from tfx_jax.report.schema import Report
+from tfx_jax.records.summary import RunSummary
 from tfx_jax.records.sweep import AxisRecord, SweepRecord
 
 MAX_PANELS = 8
@@ -96,15 +97,15 @@ def _shown_runs(record: SweepRecord, points: Points, report: Report | None, key)
 
 
 # ------------------------------------------------------------------- curves
-def curve_tags(summaries) -> list[tuple[str, str]]:
+def curve_tags(summaries: Sequence[RunSummary]) -> list[tuple[str, str]]:
   """[(tag, name)] of the curves plot's rows: of each row's candidates in
   ``CURVE_TAGS``, the first that every run with curves logged and some run
   logged after step 0 more than once."""
   tags = []
   for candidates, name in CURVE_TAGS:
     logged = [t for t in candidates
-              if all(t in s["curves"] for s in summaries if s["curves"])
-              and any(sum(step > 0 for step, _ in s["curves"].get(t, [])) > 1
+              if all(t in s.curves for s in summaries if s.curves)
+              and any(sum(step > 0 for step, _ in s.curves.get(t, [])) > 1
                       for s in summaries)]
     if logged:
       tags.append((logged[0], name if logged[0] == candidates[0] else "training loss"))
@@ -132,7 +133,7 @@ def curves_plot(path: pathlib.Path, record: SweepRecord, points: Points, axis_in
         runs, chosen = _shown_runs(record, points, report, key)
         # The evaluation at initialisation (step 0, the report's l0) is left
         # out: near ln |V|, it would flatten the curves where they differ.
-        shown = [(s["state"], [(step, v) for step, v in _finite(s["curves"].get(tag, []))
+        shown = [(s.state, [(step, v) for step, v in _finite(s.curves.get(tag, []))
                                if step > 0]) for _, s in runs]
         shown = [(state, c) for state, c in shown if c]
         if not shown:
@@ -369,14 +370,14 @@ def lengths_plot(path: pathlib.Path, record: SweepRecord, points: Points,
   drawn = False
   tokens: dict[int, int] = {}
   for key, runs in points.items():
-    mults = sorted({k for _, s in runs for k in s["lengths"]})
+    mults = sorted({k for _, s in runs for k in s.lengths})
     xs, ys = [], []
     st = palette.point_style(key)
     for k in mults:
-      vals = [s["lengths"][k] for _, s in runs if s["lengths"].get(k) is not None]
+      vals = [s.lengths[k] for _, s in runs if s.lengths.get(k) is not None]
       for _, s in runs:
-        if k in s.get("window_tokens", {}):
-          tokens[k] = s["window_tokens"][k]
+        if k in s.window_tokens:
+          tokens[k] = s.window_tokens[k]
       if vals:
         xs.append(k)
         ys.append(float(np.mean(vals)))
@@ -386,17 +387,17 @@ def lengths_plot(path: pathlib.Path, record: SweepRecord, points: Points,
       ax.plot(xs, ys, marker="o", label=palette.point_label(key), **st)
       drawn = True
     # The same runs evaluated with RoPE scaled: dashed, in the point's colour.
-    tags = sorted({t for _, s in runs for t in s.get("scaled_lengths", {})})
+    tags = sorted({t for _, s in runs for t in s.scaled_lengths})
     for n, tag in enumerate(tags):
       pts = sorted((k, float(np.mean(v))) for k in mults if (v := [
-          s["scaled_lengths"][tag][k] for _, s in runs
-          if s.get("scaled_lengths", {}).get(tag, {}).get(k) is not None]))
+          s.scaled_lengths[tag][k] for _, s in runs
+          if s.scaled_lengths.get(tag, {}).get(k) is not None]))
       if pts:
         ax.plot([p[0] for p in pts], [p[1] for p in pts], color=st["color"],
                 linestyle=("--", ":", "-.")[n % 3], marker=("s", "^", "v")[n % 3],
                 markersize=4, label=f"{palette.point_label(key)} + "
                 f"{tag.removeprefix('rope-')} (at evaluation)")
-  multiples = sorted({k for runs in points.values() for _, s in runs for k in s["lengths"]})
+  multiples = sorted({k for runs in points.values() for _, s in runs for k in s.lengths})
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
   if multiples:
@@ -407,8 +408,8 @@ def lengths_plot(path: pathlib.Path, record: SweepRecord, points: Points,
         [f"{k}×" + (f"\n{tokens[k]:,} tokens" if k in tokens else "") for k in multiples]))
   style.plain_axis(ax.yaxis, log=True)
   ax.set_xlabel("evaluation window (multiple of the training length)")
-  splits = sorted({s.get("lengths_split") or "validation"
-                   for runs in points.values() for _, s in runs if s["lengths"]})
+  splits = sorted({s.lengths_split or "validation"
+                   for runs in points.values() for _, s in runs if s.lengths})
   ax.set_ylabel(f"{' / '.join(splits) or 'validation'} perplexity (log scale)")
   ax.set_title("Length extrapolation: mean over seeds (faint: each seed)", fontsize=9)
   ax.grid(color="#eeeeee")
@@ -445,20 +446,20 @@ def layers_plot(path: pathlib.Path, record: SweepRecord, points: Points,
     return False
   plt = style.pyplot()
   layers = sorted({k for runs in points.values() for _, s in runs
-                   for k in s["layer_stats"].get(kind, {})},
+                   for k in s.layer_stats.get(kind, {})},
                   key=lambda sl: (STACK_ORDER.get(sl[0], 2), sl[0], sl[1]))
   fig, ax = plt.subplots(figsize=(max(6.5, 0.3 * len(layers) + 3), 4.2))
   position = {layer: i for i, layer in enumerate(layers)}
   drawn = False
   for key, runs in points.items():
-    mine = [l for l in layers if any(l in s["layer_stats"].get(kind, {}) for _, s in runs)]
+    mine = [l for l in layers if any(l in s.layer_stats.get(kind, {}) for _, s in runs)]
     if not mine:
       continue
     st = palette.point_style(key)
     xs, ys = [], []
     for layer in mine:
-      vals = [s["layer_stats"][kind][layer] for _, s in runs
-              if layer in s["layer_stats"].get(kind, {})]
+      vals = [s.layer_stats[kind][layer] for _, s in runs
+              if layer in s.layer_stats.get(kind, {})]
       ax.scatter([position[layer]] * len(vals), vals, color=st["color"],
                  alpha=style.SEED_ALPHA + 0.1, s=14, linewidths=0)
       xs.append(position[layer])

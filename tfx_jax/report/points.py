@@ -6,10 +6,11 @@ from __future__ import annotations
 import itertools
 from typing import Any, Mapping, Sequence
 
+from tfx_jax.records.summary import RunSummaries, RunSummary
 from tfx_jax.records.sweep import AxisRecord, RunEntry, SweepRecord
 
 # {point key: [(run, its summary), ...]}
-Points = dict[tuple[int, ...], list[tuple[RunEntry, dict[str, Any]]]]
+Points = dict[tuple[int, ...], list[tuple[RunEntry, RunSummary]]]
 
 
 def value_label(value: Mapping[str, Any], axis: AxisRecord | None = None) -> str:
@@ -33,7 +34,7 @@ def fmt_value(v: Any) -> str:
   return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def group_points(record: SweepRecord, summaries: Mapping[str, dict[str, Any]]) -> Points:
+def group_points(record: SweepRecord, summaries: RunSummaries) -> Points:
   """{point key: [(run, run summary), ...]} in declaration order."""
   points: Points = {}
   for entry in record.runs:

@@ -5,23 +5,24 @@ from __future__ import annotations
 import csv
 import math
 import pathlib
-from typing import Any, Sequence
+from typing import Sequence
 
+from tfx_jax.records.summary import RunSummaries, RunSummary
 from tfx_jax.records.sweep import SweepRecord
 
 METRIC_ORDER = ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/bleu", "train/nll")
 
 
-def run_metrics(summary: dict[str, Any]) -> dict[str, float]:
+def run_metrics(summary: RunSummary) -> dict[str, float]:
   """Final metrics of one run, length extrapolation included as ``ppl@Kx``."""
-  out = {k: v for k, v in summary["final"].items() if v is not None and math.isfinite(v)}
-  for k, ppl in summary["lengths"].items():
+  out = {k: v for k, v in summary.final.items() if v is not None and math.isfinite(v)}
+  for k, ppl in summary.lengths.items():
     if ppl is not None:
       out[f"ppl@{k}x"] = ppl
   return out
 
 
-def metric_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
+def metric_names(summaries: Sequence[RunSummary]) -> list[str]:
   names = {m for s in summaries for m in run_metrics(s)}
   ordered = [m for m in METRIC_ORDER if m in names]
   rest = sorted(n for n in names if n not in METRIC_ORDER and not n.startswith("ppl@"))
@@ -29,7 +30,8 @@ def metric_names(summaries: Sequence[dict[str, Any]]) -> list[str]:
   return ordered + rest + ppl
 
 
-def write_csv(path: pathlib.Path, record: SweepRecord, summaries, metrics) -> None:
+def write_csv(path: pathlib.Path, record: SweepRecord, summaries: RunSummaries,
+              metrics: Sequence[str]) -> None:
   """One row per run: its seed, stage, axis and tuned values, state and final metrics."""
   fields = [f for a in record.axes for f in a.fields] + list(record.tune)
   with open(path, "w", newline="") as f:
@@ -41,7 +43,7 @@ def write_csv(path: pathlib.Path, record: SweepRecord, summaries, metrics) -> No
       values = {k: v for value in [*entry.values, entry.tuned] for k, v in value.items()}
       m = run_metrics(s)
       w.writerow([entry.name, entry.seed, entry.stage, *[values.get(f, "") for f in fields],
-                  s["state"], s["step"], *[m.get(k, "") for k in metrics],
-                  s["tokens_per_sec"] or "", s["wall_seconds"] or "",
-                  s["compile_seconds"] if s["compile_seconds"] is not None else ""])
+                  s.state, s.step, *[m.get(k, "") for k in metrics],
+                  s.tokens_per_sec or "", s.wall_seconds or "",
+                  s.compile_seconds if s.compile_seconds is not None else ""])
 

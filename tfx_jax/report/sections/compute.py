@@ -13,8 +13,8 @@ seed and confirmation seed) and in total:
   checkpointing, also given each in core-seconds.
 
 ``costs`` builds it (report.json's ``compute``, ``tfx_jax.records.compute``)
-from the record's runs and ``collect.run_summary``'s ``seconds`` and
-``cores``; ``compute_table`` is its table in report.md (``markdown``).
+from the record's runs and their summaries' ``seconds`` and ``cores``
+(``records.summary.RunSummary``); ``compute_table`` is its table in report.md (``markdown``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from tfx_jax.records import status as status_lib
 from tfx_jax.records.compute import Compute, ComputeRow
+from tfx_jax.records.summary import RunSummaries, RunSummary
 from tfx_jax.records.sweep import RunEntry, SweepRecord
 from tfx_jax.report.context import Context
 from tfx_jax.report.tables import markdown_table
@@ -30,15 +31,15 @@ from tfx_jax.report.points import group_points, value_label
 from tfx_jax.report.schema import Report
 
 
-def _row(key: tuple[int, ...] | None, runs_: list[tuple[RunEntry, Mapping[str, Any]]]
+def _row(key: tuple[int, ...] | None, runs_: list[tuple[RunEntry, RunSummary]]
          ) -> ComputeRow:
   runs, core_seconds = 0, 0.0
   phases = dict.fromkeys(status_lib.PHASES, 0.0)
   for entry, summary in runs_:
-    seconds = summary.get("seconds") or {}
+    seconds = summary.seconds or {}
     if not seconds:
       continue  # no time recorded (not started, or written before it was)
-    cores = int(summary.get("cores") or 1)
+    cores = int(summary.cores or 1)
     # The sweep's own measure where it has one (a local run), else the phases'.
     wall = entry.wall_seconds or sum(seconds.values())
     runs += 1
@@ -48,8 +49,7 @@ def _row(key: tuple[int, ...] | None, runs_: list[tuple[RunEntry, Mapping[str, A
   return ComputeRow(key, runs, core_seconds, phases)
 
 
-def costs(record: SweepRecord, summaries: Mapping[str, Mapping[str, Any]]
-          ) -> Compute | None:
+def costs(record: SweepRecord, summaries: RunSummaries) -> Compute | None:
   """The section's numbers (None: no run recorded where its time went)."""
   points = group_points(record, summaries)
   rows = tuple(_row(key, runs) for key, runs in points.items())

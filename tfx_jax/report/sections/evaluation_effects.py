@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import stats
-from tfx_jax.report.context import (Context, Summaries, lower_is_better, margin_for,
-                                    point_verdict_runs)
+from tfx_jax.report.context import Context, lower_is_better, margin_for, point_verdict_runs
 from tfx_jax.report.points import at_chosen
 from tfx_jax.report.schema import EvaluationEffect, Options, Point, Report
 from tfx_jax.report.sections import lengths, selection
@@ -25,7 +25,7 @@ def compute(ctx: Context) -> dict[str, Any]:
       ctx.record, selection.points(ctx), ctx.summaries, ctx.options))}
 
 
-def evaluation_effects(record: SweepRecord, points: Sequence[Point], summaries: Summaries,
+def evaluation_effects(record: SweepRecord, points: Sequence[Point], summaries: RunSummaries,
                        options: Options) -> list[EvaluationEffect]:
   """Each point's length perplexities with RoPE scaled at evaluation only
   (``evaluate --lengths --rope_scaling``) against the same models' as trained,
@@ -37,14 +37,14 @@ def evaluation_effects(record: SweepRecord, points: Sequence[Point], summaries: 
     verdict_runs = point_verdict_runs(record, point)
     runs = {seed: summaries[verdict_runs[seed].run] for seed in point.compared
             if seed in verdict_runs}
-    tags = sorted({tag for s in runs.values() for tag in s.get("scaled_lengths", {})})
+    tags = sorted({tag for s in runs.values() for tag in s.scaled_lengths})
     for tag in tags:
       multiples = sorted({k for s in runs.values()
-                          for k in s.get("scaled_lengths", {}).get(tag, {})})
+                          for k in s.scaled_lengths.get(tag, {})})
       for k in multiples:
         metric = f"ppl@{k}x"
         scaled = {seed: float(v) for seed, s in runs.items()
-                  if (v := s.get("scaled_lengths", {}).get(tag, {}).get(k)) is not None
+                  if (v := s.scaled_lengths.get(tag, {}).get(k)) is not None
                   and math.isfinite(v) and metric in point.compared[seed]}
         if not scaled:
           continue

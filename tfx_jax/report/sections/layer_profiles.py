@@ -13,10 +13,11 @@ import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
+from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import stats
-from tfx_jax.report.context import Context, Summaries
+from tfx_jax.report.context import Context
 from tfx_jax.report.points import Points, at_chosen, group_points
 from tfx_jax.report.schema import LayerProfile, Options, Point, Report
 from tfx_jax.report.sections import selection
@@ -30,7 +31,7 @@ def compute(ctx: Context) -> dict[str, Any]:
                                                  ctx.summaries, ctx.options))}
 
 
-def layer_profiles(record: SweepRecord, points: Sequence[Point], summaries: Summaries,
+def layer_profiles(record: SweepRecord, points: Sequence[Point], summaries: RunSummaries,
                    options: Options) -> list[LayerProfile]:
   """Each point's per-layer statistic, the one the report's per-layer table
   shows (``collect.shown_layer_kind``: the gradient norm at initialisation
@@ -51,7 +52,7 @@ def layer_profiles(record: SweepRecord, points: Sequence[Point], summaries: Summ
     return []
   untested, first_seen = [], {}
   for point in points:
-    runs = [(e.seed, s["layer_stats"].get(kind, {})) for e, s in shown.get(point.key, [])]
+    runs = [(e.seed, s.layer_stats.get(kind, {})) for e, s in shown.get(point.key, [])]
     for stack in sorted({st for _, values in runs for st, _ in values}):
       layers = sorted({i for _, values in runs for st, i in values if st == stack})
       by_seed = {seed: [values[(stack, i)] for i in layers] for seed, values in runs
@@ -89,15 +90,15 @@ def layer_profiles(record: SweepRecord, points: Sequence[Point], summaries: Summ
 def layer_table(record: SweepRecord, points: Points, kind: str = "grad_norm"
                 ) -> list[list[str]] | None:
   layers = sorted({k for runs in points.values() for _, s in runs
-                   for k in s["layer_stats"].get(kind, {})})
+                   for k in s.layer_stats.get(kind, {})})
   if not layers:
     return None
   rows = [[a.label for a in record.axes] + [f"{st} {i}" for st, i in layers]]
   for key, runs in points.items():
     cells = []
     for layer in layers:
-      vals = [s["layer_stats"][kind][layer] for _, s in runs
-              if layer in s["layer_stats"].get(kind, {})]
+      vals = [s.layer_stats[kind][layer] for _, s in runs
+              if layer in s.layer_stats.get(kind, {})]
       cells.append(mean_interval_cell(vals))
     rows.append(point_cells(record, key) + cells)
   return rows

@@ -16,17 +16,17 @@ from tfx_jax.report.tables import Lines, markdown_table, pm, point_cells, shown_
 
 
 def lengths_table(record: SweepRecord, points: Points) -> list[list[str]] | None:
-  multiples = sorted({k for runs in points.values() for _, s in runs for k in s["lengths"]})
+  multiples = sorted({k for runs in points.values() for _, s in runs for k in s.lengths})
   if not multiples:
     return None
-  scaled = any(s.get("scaled_lengths") for runs in points.values() for _, s in runs)
+  scaled = any(s.scaled_lengths for runs in points.values() for _, s in runs)
   rows = [[a.label for a in record.axes] + (["positions at evaluation"] if scaled else [])
           + [f"{k}x" for k in multiples]]
   for key, runs in points.items():
     labels = point_cells(record, key)
-    for scaling, table in [("", lambda s: s["lengths"])] + [
-        (tag, lambda s, tag=tag: s.get("scaled_lengths", {}).get(tag, {}))
-        for tag in sorted({t for _, s in runs for t in s.get("scaled_lengths", {})})]:
+    for scaling, table in [("", lambda s: s.lengths)] + [
+        (tag, lambda s, tag=tag: s.scaled_lengths.get(tag, {}))
+        for tag in sorted({t for _, s in runs for t in s.scaled_lengths})]:
       cells = []
       for k in multiples:
         vals = [table(s)[k] for _, s in runs if table(s).get(k) is not None]
@@ -44,8 +44,8 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   lengths = lengths_table(record, at_chosen(points, report.chosen()))
   if not lengths:
     return []
-  splits = sorted({s.get("lengths_split") or "validation"
-                   for runs in points.values() for _, s in runs if s["lengths"]})
+  splits = sorted({s.lengths_split or "validation"
+                   for runs in points.values() for _, s in runs if s.lengths})
   out = ["## Length extrapolation", "",
          f"Perplexity on the {' / '.join(splits)} split in non-overlapping windows "
          "of k × the training length (`python -m tfx_jax.evaluate --lengths`), mean ± "

@@ -17,7 +17,7 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   counts = sum((p.counts for p in report.points), Counts())
   states: dict[str, int] = {}
   for s in summaries.values():
-    states[s["state"]] = states.get(s["state"], 0) + 1
+    states[s.state] = states.get(s.state, 0) + 1
   counts += sum((p.confirmation_counts for p in report.points), Counts())
   confirmation = (f"; confirmation seeds {list(record.confirmation_seeds())}"
                   if record.confirm else "")

@@ -16,10 +16,11 @@ import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
+from tfx_jax.records.summary import RunSummaries, RunSummary
 from tfx_jax.records.sweep import RunEntry, Split, SweepRecord
 from tfx_jax.report import stats
-from tfx_jax.report.context import (Context, Summaries, compared_at, lower_is_better,
-                                    reserved_seed, tuned_key, verdict_runs)
+from tfx_jax.report.context import (Context, compared_at, lower_is_better, reserved_seed,
+                                    tuned_key, verdict_runs)
 from tfx_jax.report.points import Points, value_label
 from tfx_jax.report.schema import (Baseline, Counts, InitialLossSource, Options, Point, Report,
                                    SeedResult, TunedValue, is_standard_error)
@@ -43,20 +44,20 @@ def compute(ctx: Context) -> dict[str, Any]:
           "confirmation_seeds": record.confirmation_seeds()}
 
 
-def outcome(summary: dict[str, Any], baseline: Baseline, stall_margin: float
+def outcome(summary: RunSummary, baseline: Baseline, stall_margin: float
             ) -> stats.Outcome | None:
   """learned / stalled / diverged of a finished run (None: not finished)."""
-  if summary["state"] == "diverged":
+  if summary.state == "diverged":
     return "diverged"
-  if summary["state"] != "finished":
+  if summary.state != "finished":
     return None
-  loss = summary["final"].get("eval/loss")
+  loss = summary.final.get("eval/loss")
   if baseline.unigram_entropy is None:  # no threshold known: only divergence counts
     return "learned" if loss is not None and math.isfinite(loss) else "diverged"
   return stats.classify_run(loss, False, baseline.unigram_entropy, stall_margin)
 
 
-def _point_runs(record: SweepRecord, summaries: Summaries
+def _point_runs(record: SweepRecord, summaries: RunSummaries
                 ) -> dict[tuple[int, ...], dict[str, tuple[dict, list]]]:
   """{point key: {tuned label: (tuned dict, [(entry, summary)])}} in declaration
   order: the tuning stage's runs (the confirmation runs are the point's own)."""
@@ -69,8 +70,8 @@ def _point_runs(record: SweepRecord, summaries: Summaries
   return out
 
 
-def _split_values(summary, split: Split) -> dict[str, float]:
-  values = summary["final"] if split == "validation" else summary.get("test", {})
+def _split_values(summary: RunSummary, split: Split) -> dict[str, float]:
+  values = summary.final if split == "validation" else summary.test
   return {k: float(v) for k, v in values.items()
           if k.startswith("eval/") and v is not None and math.isfinite(v)}
 
@@ -108,7 +109,7 @@ class InitialLoss:
   runs: int
 
 
-def initial_loss(summaries: Sequence[dict[str, Any]], select_by: str,
+def initial_loss(summaries: Sequence[RunSummary], select_by: str,
                  uniform: float | None) -> InitialLoss | None:
   """l0 of a point whose runs are ``summaries``: the mean of their ``select_by``
   at step 0 (the evaluation before the first update, ``eval.at_start``;
@@ -119,8 +120,8 @@ def initial_loss(summaries: Sequence[dict[str, Any]], select_by: str,
   or when neither is known."""
   if not lower_is_better(select_by):
     return None
-  measured = [float(s["initial"][select_by]) for s in summaries
-              if math.isfinite(s.get("initial", {}).get(select_by, math.nan))]
+  measured = [float(s.initial[select_by]) for s in summaries
+              if math.isfinite(s.initial.get(select_by, math.nan))]
   if measured:
     return InitialLoss(sum(measured) / len(measured), "step 0", len(measured))
   if select_by == "eval/loss" and uniform is not None:
@@ -128,7 +129,7 @@ def initial_loss(summaries: Sequence[dict[str, Any]], select_by: str,
   return None
 
 
-def initial_losses(record: SweepRecord, summaries: Summaries,
+def initial_losses(record: SweepRecord, summaries: RunSummaries,
                    baselines: Mapping[str, Baseline]
                    ) -> dict[tuple[int, ...], InitialLoss | None]:
   """{point key: its ``initial_loss``} over all of the point's runs."""
@@ -140,19 +141,19 @@ def initial_losses(record: SweepRecord, summaries: Summaries,
           for key, entries in runs.items()}
 
 
-def _seed_result(entry: RunEntry, summary, baseline: Baseline, split: Split,
+def _seed_result(entry: RunEntry, summary: RunSummary, baseline: Baseline, split: Split,
                  options: Options) -> SeedResult:
   return SeedResult(
       run=entry.name, outcome=outcome(summary, baseline, options.stall_margin),
       validation=_split_values(summary, "validation"),
       test=None if split == "validation" else _split_values(summary, split),
       # Length extrapolation (evaluate --lengths), perplexity at k x the length.
-      lengths={f"ppl@{k}x": float(v) for k, v in summary.get("lengths", {}).items()
+      lengths={f"ppl@{k}x": float(v) for k, v in summary.lengths.items()
                if v is not None and math.isfinite(v)},
-      num_params=summary.get("num_params"), training=dict(summary.get("training", {})))
+      num_params=summary.num_params, training=dict(summary.training))
 
 
-def analyze_points(record: SweepRecord, summaries: Summaries,
+def analyze_points(record: SweepRecord, summaries: RunSummaries,
                    baselines: Mapping[str, Baseline], options: Options) -> list[Point]:
   """Each point: its runs per tuned value with outcomes and metrics, its chosen
   tuned value, its confirmation runs, and the per-seed metrics it is compared
@@ -245,7 +246,7 @@ def points_table(record: SweepRecord, report: Report, points: Points) -> list[li
           + ["tokens/s"])
   rows = [head]
   for point in report.points:
-    tps = [s["tokens_per_sec"] for _, s in points.get(point.key, []) if s["tokens_per_sec"]]
+    tps = [s.tokens_per_sec for _, s in points.get(point.key, []) if s.tokens_per_sec]
     counts, runs = ((point.confirmation_counts, len(point.confirmation)) if confirmed
                     else (point.counts, point.runs))
     rows.append(list(point.values.values())

@@ -11,9 +11,9 @@ import dataclasses
 import math
 from typing import Sequence
 
+from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import stats
-from tfx_jax.report.context import Summaries
 from tfx_jax.report.schema import Comparison, Point, Report, Trend
 
 
@@ -21,7 +21,7 @@ from tfx_jax.report.schema import Comparison, Point, Report, Trend
 TREND_METRIC = "eval/loss"
 
 
-def _chosen_curves(point: Point, summaries: Summaries) -> list[list[tuple[int, float]]]:
+def _chosen_curves(point: Point, summaries: RunSummaries) -> list[list[tuple[int, float]]]:
   """The validation-loss curves (evaluations after step 0, the one at
   initialisation left out) of the point's learned runs that its verdicts
   read: its confirmation runs where it has some, else its runs at its chosen
@@ -32,12 +32,12 @@ def _chosen_curves(point: Point, summaries: Summaries) -> list[list[tuple[int, f
   out = []
   for _, s in sorted(results.items()):
     if s.outcome == "learned":
-      curve = summaries[s.run].get("curves", {}).get(TREND_METRIC, [])
+      curve = summaries[s.run].curves.get(TREND_METRIC, [])
       out.append([(step, v) for step, v in curve if step > 0 and math.isfinite(v)])
   return [c for c in out if c]
 
 
-def trends(record: SweepRecord, points: Sequence[Point], summaries: Summaries
+def trends(record: SweepRecord, points: Sequence[Point], summaries: RunSummaries
            ) -> list[Point]:
   """``points``, each with its ``Trend``: still improving at its last evaluations?
 
