@@ -13,6 +13,7 @@ form one.
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -37,6 +38,7 @@ def _with_parents(name: str, modules) -> list[str]:
           if ".".join(parts[:i]) in modules]
 
 
+@functools.cache  # the source does not change during a session; callers only read it
 def import_graph() -> dict[str, set[str]]:
   """{module: the tfx_jax modules it imports anywhere in its source}."""
   modules = module_files()
