@@ -156,7 +156,6 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   return out
 
 
-
 def plots(ctx: Context, report: Report, sweep_dir, palette) -> dict[str, str]:
   """The per-layer statistic against the layer."""
   # matplotlib, imported where a plot is drawn
