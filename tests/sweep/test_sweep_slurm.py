@@ -50,7 +50,10 @@ def test_slurm_executor_runs_unfinished_runs_as_one_job_array(slurm_cluster, tmp
   sweep_dir = tmp_path / "on_slurm"
   script = (sweep_dir / "slurm" / "sweep.sbatch").read_text()
   assert "#SBATCH --array=0-1" in script
-  assert "-m tfx_jax.train --config configs/lm.py:tiny" in script
+  # Each task trains the run's spec, written into its directory at submission.
+  assert "-m tfx_jax.train --spec" in script
+  for name in ("activation-relu_s0", "activation-swiglu_s0"):
+    assert (sweep_dir / name / "run_spec.json").is_file()
   record = json.loads((sweep_dir / "sweep.json").read_text())
   assert record["slurm_jobs"][0]["job_id"] == job_id
 
