@@ -61,7 +61,7 @@ three times for RoPE) and start-up: about 150 core-minutes, about 75 minutes
 on 2 CPU cores with ``--parallel 2``).
 """
 
-from tfx_jax.sweep import Evaluation, Sweep
+from tfx_jax.sweep import Claim, Equivalent, Evaluation, Sweep
 
 SCHEMES = ["sinusoidal", "learned", "t5_bias", "rope", "alibi", "none"]
 RATES = [1e-3, 3e-3, 1e-2, 3e-2]
@@ -93,6 +93,33 @@ def _tune() -> dict:
   return {"optim.learning_rate": [grid(s) for s in SCHEMES]}
 
 
+PRESS = "Press et al. 2022"
+
+
+def _claims() -> list[Claim]:
+  """What the papers claim, each read against RoPE (the base) and relative to
+  the training length where it is about extrapolation: ln ppl@kx - ln ppl@1x
+  per seed, so a gap already there at 1x is not counted as extrapolation."""
+  out = []
+  for scheme, expect, words in (("alibi", "lower", "ALiBi degrades less than RoPE"),
+                                ("t5_bias", "lower", "T5 bias degrades less than RoPE"),
+                                ("sinusoidal", "higher", "sinusoidal degrades more than RoPE")):
+    for k in ("2x", "8x"):
+      out.append(Claim(
+          f"{scheme}_{k}", PRESS, f"beyond the training length {words} ({k}, relative to 1x)",
+          compare=(scheme, "rope"), metric=f"ppl@{k}/1x", expect=expect))
+  for scheme in ("alibi", "t5_bias", "sinusoidal"):
+    out.append(Claim(
+        f"{scheme}_level_1x", PRESS, f"at the training length {scheme} and RoPE are "
+        "within 0.5 perplexity (their Table: 19.65-20.07)",
+        compare=(scheme, "rope"), metric="ppl@1x", expect=Equivalent(0.5)))
+  out.append(Claim(
+      "yarn_8x", "Peng et al. 2023", "YaRN extends a RoPE model's context at evaluation "
+      "alone (no fine-tuning): lower perplexity at 8x than as trained",
+      compare=("rope", None), metric="evaluation/yarn-x8-from64/ppl@8x", expect="lower"))
+  return out
+
+
 def get_sweep(variant: str = "default") -> Sweep:
   if variant == "tiny":
     return Sweep(
@@ -116,5 +143,5 @@ def get_sweep(variant: str = "default") -> Sweep:
                    "checkpoint.every_steps": 200, "eval.num_samples": 0,
                    "optim.warmup_steps": 50},
         axes=[{"model.position": SCHEMES}], tune=_tune(), seeds=[0], confirm=4,
-        evaluations=_evaluations(WINDOWS))
+        evaluations=_evaluations(WINDOWS), claims=_claims())
   raise ValueError(f"unknown variant {variant!r}; choose tiny or default")

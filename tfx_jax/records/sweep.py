@@ -44,6 +44,7 @@ from typing import Annotated, Any, Literal, Mapping, Sequence
 from tfx_jax.core import atomic as files
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.records import serial
+from tfx_jax.records.claims import Claim
 
 FILENAME = "sweep.json"
 
@@ -314,7 +315,8 @@ class ReportOptions:
 @serial.layout(order=("name", "description", "config", "overrides", "seeds", "evaluations",
                       "tune", "select_by", "confirm", "until_resolved", "report_split", "axes",
                       "base_values", "command", "cwd", "created", "slurm_jobs", "runs",
-                      "added", "report_options", "updated"))
+                      "added", "report_options", "updated", "claims"),
+               omit_empty=("claims",))
 @dataclasses.dataclass(frozen=True)
 class SweepRecord:
   """The content of sweep.json. Its fields are fixed once built; its lists
@@ -350,6 +352,9 @@ class SweepRecord:
   slurm_jobs: list[SlurmJob] = dataclasses.field(default_factory=list)
   added: list[AddedRun] = dataclasses.field(default_factory=list)
   report_options: ReportOptions = ReportOptions()
+  # The papers' claims the sweep tests (``records.claims``): the report's
+  # confirmatory family; none: the report's comparisons are its family.
+  claims: tuple[Claim, ...] = ()
 
   def __post_init__(self):
     object.__setattr__(self, "tune", tune_grids(self.tune))

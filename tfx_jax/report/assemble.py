@@ -28,6 +28,7 @@ from tfx_jax.report import runs_csv
 from tfx_jax.report.context import Context
 from tfx_jax.report.schema import Baseline, Options, Report
 from tfx_jax.report import sections
+from tfx_jax.report.sections import claims as claims_section
 from tfx_jax.report.sections import verdicts
 
 REPORT_FIELDS = frozenset(f.name for f in dataclasses.fields(Report))
@@ -63,8 +64,11 @@ def analyze(record: SweepRecord, summaries: RunSummaries, baselines: Mapping[str
 def report_json(ctx: Context, report: Report) -> dict[str, Any]:
   """report.json: the report with its sentences rendered
   (``verdicts.with_sentences``), then the fields of sections outside the
-  schema, each under its name."""
+  schema, each under its name, then the claims' labels (``claims``)."""
   extra = {k: serial.to_json(v) for k, v in fields(ctx).items() if k not in REPORT_FIELDS}
+  found = claims_section.results(ctx, report)
+  if found:
+    extra["claims"] = serial.to_json(found)
   return {**verdicts.with_sentences(ctx.record, report).to_json(), **extra}
 
 
@@ -90,6 +94,29 @@ def report_options(record: SweepRecord, stall_margin: float | None = None,
   given = {k: v for k, v in (("stall_margin", stall_margin),
                              ("equivalence_margin", equivalence_margin)) if v is not None}
   return Options(**{**saved, **given})
+
+
+def relabel(report_dir: str | pathlib.Path, record: SweepRecord) -> pathlib.Path:
+  """Labels the claims of ``record`` (the sweep as its experiment file
+  declares it now) on the report already in ``report_dir``, from its
+  report.json alone: a committed report whose runs are gone. Writes
+  report.json with its ``claims`` (every other key as it was) and report.md
+  with its claims block replaced (or added after the title); returns report.md."""
+  import json  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report.claims import evaluate  # pylint: disable=import-outside-toplevel
+  report_dir = pathlib.Path(report_dir)
+  path = report_dir / "report.json"
+  data = json.loads(path.read_text())
+  report = Report.from_json(data)
+  found = evaluate(record.claims, report, claims_section.design_tokens(record))
+  data.pop("claims", None)
+  if found:
+    data["claims"] = serial.to_json(found)
+  files.write_json(path, data)
+  md = report_dir / "report.md"
+  md.write_text(claims_section.replace_block(
+      md.read_text(), claims_section.markdown_lines(found, relabelled=True)))
+  return md
 
 
 def write_report(sweep_dir: str | pathlib.Path, *, stall_margin: float | None = None,

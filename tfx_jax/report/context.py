@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
+from tfx_jax.report import stats
 from tfx_jax.report.points import Points, fmt_value, group_points
 from tfx_jax.report.schema import Baseline, Options, Point, SeedResult, VerdictRuns
 from tfx_jax.report.stats_sequential import SequentialDesign
@@ -60,6 +61,19 @@ class Context:
   def design(self) -> SequentialDesign | None:
     """The looks of adaptive seeds (``sequential_design``; None: fixed seeds)."""
     return sequential_design(self.record)
+
+
+def adjust(record: SweepRecord, pvalues: list[float | None]) -> list[float | None]:
+  """The p-values a section's verdicts read: Holm over its family where the
+  sweep declares no claims; where it does, the claims are the report's one
+  confirmatory family (``report.claims``) and everything else is
+  exploratory, read unadjusted and never labelled."""
+  return list(pvalues) if record.claims else stats.holm(pvalues)
+
+
+def exploratory(record: SweepRecord) -> bool:
+  """Whether the report's comparisons are exploratory (the sweep declares claims)."""
+  return bool(record.claims)
 
 
 def lower_is_better(metric: str) -> bool:

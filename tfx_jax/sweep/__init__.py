@@ -1,7 +1,8 @@
 """Ablation sweeps: declare once (``experiments/<name>.py`` or the command
 line), run on this machine or a SLURM cluster, resume, report.
 
-  spec.py      Sweep / axes / run enumeration and names
+  spec.py      Sweep / axes / run enumeration and names (claims: Claim,
+               Equivalent, Regime, Requires from tfx_jax/records/claims.py)
   validate.py  every run's config checked before anything runs
   state.py     runs/<sweep>/ layout, run states, locks (sweep.json itself:
                tfx_jax/records/sweep.py, below the sweep and the report)
@@ -13,6 +14,7 @@ line), run on this machine or a SLURM cluster, resume, report.
   core/flags.py       ``python -m tfx_jax.sweep``
 """
 
+from tfx_jax.records.claims import Claim, Equivalent, Regime, Requires
 from tfx_jax.sweep.spec import Evaluation, Sweep
 
-__all__ = ["Evaluation", "Sweep"]
+__all__ = ["Claim", "Equivalent", "Evaluation", "Regime", "Requires", "Sweep"]

@@ -10,7 +10,8 @@ compile each distinct program for that machine and check that it fits),
 ``--parallel N``,
 ``--executor local|slurm`` (``--slurm-args "..."``), ``--workdir`` (default
 ``runs/``), ``--retry-failed``, ``--separate-evaluations``, ``--status``,
-``--tune``, ``--confirm``, ``--until-resolved``. Every run is validated before anything runs (exit 2,
+``--tune``, ``--confirm``, ``--until-resolved``, ``--relabel REPORT_DIR`` (label the
+sweep's claims on a committed report, from its report.json). Every run is validated before anything runs (exit 2,
 nothing written). Exit code 1 if a run failed.
 """
 
@@ -28,6 +29,7 @@ from typing import Any, Mapping, Sequence
 from tfx_jax.records import sweep as sweep_record
 from tfx_jax.core.flags import exit_code
 from tfx_jax.core.errors import ConfigError
+from tfx_jax.records import claims as claims_lib
 from tfx_jax.run.config_base import load_config_file
 from tfx_jax.sweep import adaptive
 from tfx_jax.sweep import spec as spec_lib
@@ -61,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--name", help="sweep name (directory under --workdir)")
   p.add_argument("--workdir", default="runs", help="parent of the sweep directory")
   p.add_argument("--dry-run", action="store_true", help="list every run; run nothing")
+  p.add_argument("--relabel", metavar="REPORT_DIR", default=None,
+                 help="label the claims this sweep declares on the report already in "
+                 "REPORT_DIR (docs/results/<name>), from its report.json alone, when its "
+                 "runs are gone: rewrites report.json's claims and report.md's claims "
+                 "block; runs nothing")
   p.add_argument("--topology", help="with --dry-run: compile every run for this machine "
                  "(v5e-16, v4-32, cpu-8, ...; python -m tfx_jax.compile) and check that "
                  "it fits; exit 1 if one does not")
@@ -294,9 +301,30 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
       base_values=base, command=command, cwd=os.getcwd(),
       created=(previous.created if previous and previous.created else sweep_record.now()),
       slurm_jobs=list(previous.slurm_jobs) if previous else [], runs=entries,
-      report_options=report_options)
+      report_options=report_options, claims=claims_lib.check_all(sweep.claims))
   adaptive.restore_added(record, previous)
+  # A claim the sweep cannot test: exit 2, nothing written (the report's
+  # statistics load only where a sweep declares claims).
+  if record.claims:
+    from tfx_jax.report import claims as report_claims  # pylint: disable=import-outside-toplevel
+    report_claims.check_sweep(record)
   return record
+
+
+def relabel(record: SweepRecord, report_dir: pathlib.Path) -> int:
+  """``--relabel REPORT_DIR``: the sweep's claims labelled on a committed report."""
+  from tfx_jax.report import assemble  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report.sections import claims  # pylint: disable=import-outside-toplevel
+  if not (report_dir / "report.json").is_file():
+    raise ConfigError(f"--relabel {report_dir}: no report.json there to relabel.")
+  if not record.claims:
+    raise ConfigError(f"--relabel: the sweep {record.name} declares no claims "
+                      "(Sweep(claims=[...])).")
+  path = assemble.relabel(report_dir, record)
+  text = path.read_text()
+  print(text.split(claims.BEGIN, 1)[1].split(claims.END, 1)[0].strip())
+  print(f"relabelled: {path} and {path.with_suffix('.json')}")
+  return 0
 
 
 def print_runs(record: SweepRecord, sweep_dir: pathlib.Path, queued=None) -> None:
@@ -353,6 +381,8 @@ def _sweep(argv: list[str]) -> int:
                           else kept.equivalence_margin))
   record = build_record(sweep, axes, runs, reproduce_command(argv), previous, options,
                         notes, until_resolved_budget(args.until_resolved, previous))
+  if args.relabel:
+    return relabel(record, pathlib.Path(args.relabel))
   if record.until_resolved and not (previous and previous.until_resolved):
     warn_if_already_tested(sweep_dir)
   state_lib.refresh(sweep_dir, record)

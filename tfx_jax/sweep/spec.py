@@ -79,6 +79,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from tfx_jax.core.errors import ConfigError
+from tfx_jax.records.claims import Claim
 from tfx_jax.records.sweep import (Evaluation, Tune, TunedGrid, grid_at, parse_evaluation,
                                    tune_grids)
 
@@ -133,6 +134,9 @@ class Sweep:
   # against b (b plays the base) in every context of the other axes
   # (``comparison_pairs``).
   comparisons: Sequence[tuple[Overrides, Overrides]] = ()
+  # The papers' claims this sweep tests (``Claim``, tfx_jax/records/claims.py):
+  # the report labels each by one rule, Holm over all of them.
+  claims: Sequence[Claim] = ()
 
 
 @dataclasses.dataclass(frozen=True)

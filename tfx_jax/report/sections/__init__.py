@@ -20,11 +20,13 @@ an optional module-level function of the report's ``context.Context``:
 The report (``report.assemble``) walks ``SECTIONS``: every section's
 ``compute``, then every section's ``plots``, then every section's
 ``markdown`` in this order. Adding a statistic is one new module here and
-one line in ``SECTIONS``. ``trends`` (a point's still-improving check,
+one line in ``SECTIONS``. ``claims`` reads the finished report (its
+``results(ctx, report)``), so its numbers come after every ``compute``. ``trends`` (a point's still-improving check,
 read by the points table and the verdicts) computes inside the points and
 has no part of its own.
 """
 
+from tfx_jax.report.sections import claims
 from tfx_jax.report.sections import comparisons
 from tfx_jax.report.sections import compute
 from tfx_jax.report.sections import evaluation_effects
@@ -44,6 +46,7 @@ from tfx_jax.report.sections import verdicts
 
 SECTIONS = (
     title,              # the sweep's name and description
+    claims,             # the declared claims: the one family, each labelled
     verdicts,           # the headline figure, the design, every verdict in words
     reproduce,          # the command, the base config, what became of the runs
     selection,          # the points: chosen values, outcomes, metrics

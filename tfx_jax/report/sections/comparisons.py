@@ -20,7 +20,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from tfx_jax.records.sweep import AxisRecord, SweepRecord
 from tfx_jax.report import stats
 from tfx_jax.report import stats_sequential
-from tfx_jax.report.context import (Context, compared_at, lower_is_better, margin_for,
+from tfx_jax.report.context import (Context, adjust, compared_at, exploratory, lower_is_better,
+                                    margin_for,
                                     reserved_seed, sequential_design, tuned_key)
 from tfx_jax.report.points import context_label, contexts, value_label
 from tfx_jax.report.schema import (Comparison, Counts, FailedComparison, Look, Options, Point,
@@ -112,14 +113,14 @@ def comparisons(record: SweepRecord, points: Sequence[Point], options: Options
           p_adjusted=None, verdict="unresolved", seeds_needed=None,
           text=""))  # rendered when report.json is written (``sections.verdicts``)
   if design is None:
-    adjusted = stats.holm([r.interval.p_value for r in untested])  # None: not testable
+    adjusted = adjust(record, [r.interval.p_value for r in untested])  # None: not testable
     equivalences = [None] * len(untested)  # the verdict's own TOST, unadjusted
   else:
-    adjusted = stats.holm([look.p_difference for look in looks])
+    adjusted = adjust(record, [look.p_difference for look in looks])
     equivalences = [
         dataclasses.replace(look.equivalence, p_value=p, alpha=options.alpha,
                             equivalent=p is not None and p < options.alpha)
-        for look, p in zip(looks, stats.holm([look.p_equivalence for look in looks]))]
+        for look, p in zip(looks, adjust(record, [look.p_equivalence for look in looks]))]
   rows = []
   for row, p_adj, look, eq in zip(untested, adjusted, looks, equivalences):
     iv = row.interval
@@ -232,7 +233,8 @@ def design_line(record: SweepRecord, row: Comparison) -> str:
     parts.append(f"sequential: {stats_sequential.SEQUENTIAL_METHOD}, look {row.look.look} of "
                  f"{row.look.looks}")
   else:
-    parts.append("fixed seeds: t test, Holm over the report")
+    parts.append("fixed seeds: t test, " + ("exploratory, unadjusted" if exploratory(record)
+                                            else "Holm over the report"))
   return "; ".join(parts)
 
 
@@ -292,8 +294,11 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
          "other axes" + (", and each pair the sweep declares (`a vs b`: a against b, "
                          "b in the base's place)" if declared else "")
          + ". Paired: differences per seed (same seeds, same data order); "
-         "Welch: unpaired. p adjusted by Holm-Bonferroni over every comparison "
-         "below.", ""]
+         "Welch: unpaired. " + ("Exploratory: p unadjusted and no verdict labelled; the "
+                                "sweep's claims are the report's one family (Claims)."
+                                if exploratory(record) else
+                                "p adjusted by Holm-Bonferroni over every comparison "
+                                "below."), ""]
   for ai, axis in enumerate(record.axes):
     rows = [r for r in report.comparisons if r.axis_index == ai]
     if not rows:

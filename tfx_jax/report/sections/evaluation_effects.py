@@ -12,7 +12,8 @@ from typing import Any, Mapping, Sequence
 from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import stats
-from tfx_jax.report.context import Context, lower_is_better, margin_for, point_verdict_runs
+from tfx_jax.report.context import (Context, adjust, exploratory, lower_is_better, margin_for,
+                                    point_verdict_runs)
 from tfx_jax.report.points import at_chosen
 from tfx_jax.report.schema import EvaluationEffect, Options, Point, Report
 from tfx_jax.report.sections import lengths, selection
@@ -51,7 +52,7 @@ def evaluation_effects(record: SweepRecord, points: Sequence[Point], summaries: 
         trained = {seed: point.compared[seed][metric] for seed in scaled}
         untested.append((point, tag.removeprefix("rope-"), metric, tuple(sorted(scaled)),
                          stats.compare(scaled, trained)))
-  adjusted = stats.holm([iv.p_value for *_, iv in untested])
+  adjusted = adjust(record, [iv.p_value for *_, iv in untested])
   rows = []
   for (point, how, metric, seeds, iv), p_adj in zip(untested, adjusted):
     margin = margin_for(metric, record.select_by, options)
@@ -86,7 +87,9 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
     return []
   return ["Scaled at evaluation only against the positions the model was trained "
           f"with: the same models ({shown_seeds(record)}), paired by seed, "
-          "perplexity scaled minus as trained. p adjusted by Holm over this "
-          "table's rows, a family of its own: two evaluations of the same models, "
-          "not two models.", "",
+          "perplexity scaled minus as trained. " + (
+              "Exploratory: p unadjusted (the sweep's claims are the report's one "
+              "family)." if exploratory(record) else
+              "p adjusted by Holm over this table's rows, a family of its own: two "
+              "evaluations of the same models, not two models."), "",
           markdown_table(evaluation_effects_table(report)), ""]

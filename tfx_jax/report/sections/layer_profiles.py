@@ -17,7 +17,7 @@ from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import collect as collect_lib
 from tfx_jax.report import stats
-from tfx_jax.report.context import Context
+from tfx_jax.report.context import Context, adjust, exploratory
 from tfx_jax.report.points import Points, at_chosen, group_points
 from tfx_jax.report.schema import LayerProfile, Options, Point, Report
 from tfx_jax.report.sections import selection
@@ -73,7 +73,7 @@ def layer_profiles(record: SweepRecord, points: Sequence[Point], summaries: RunS
           p_adjusted=None, trend="unresolved", same_as=None if same_as == label else same_as))
   tested = [row for row in untested if row.same_as is None]
   adjusted = dict(zip([(row.point, row.stack) for row in tested],
-                      stats.holm([row.interval.p_value for row in tested])))
+                      adjust(record, [row.interval.p_value for row in tested])))
   rows = []
   for row in untested:
     p_adj = adjusted[(row.same_as or row.point, row.stack)]
@@ -146,10 +146,12 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   if report.layer_profiles:
     out += ["From the first layer to the last: the last layer's value over the "
             "first's, the geometric mean over the same seeds with its 95% interval "
-            "(paired by seed on the log scale); p adjusted by Holm over this table's "
-            "rows, a family of their own, a profile equal on every seed to an earlier "
-            "row's counted once. *grows* or *falls*: the adjusted p is below "
-            f"{report.options.alpha:g}.", "",
+            "(paired by seed on the log scale); " + (
+                "exploratory: p unadjusted (the sweep's claims are the report's one "
+                "family). " if exploratory(record) else
+                "p adjusted by Holm over this table's rows, a family of their own, a "
+                "profile equal on every seed to an earlier row's counted once. ")
+            + f"*grows* or *falls*: the p is below {report.options.alpha:g}.", "",
             markdown_table(layer_trends_table(report)), ""]
   if plots.get("layers"):
     out += [f"![gradient norm per layer]({plots['layers']})", ""]

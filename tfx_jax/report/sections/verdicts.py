@@ -197,6 +197,9 @@ def _design(record: SweepRecord, report: Report) -> str:
   n = len(report.comparisons)
   if n and report.sequential is not None:
     how += " " + sequential.design_text(report)
+  elif n and record.claims:
+    how += (f" {n} comparison{'s' if n != 1 else ''}, exploratory: unadjusted, at α = "
+            "0.05, none labelled; the sweep's claims (above) are the report's one family.")
   elif n:
     how += (f" {n} comparison{'s form' if n != 1 else ' forms'} one family "
             "(Holm-Bonferroni); verdicts at α = 0.05, equivalence by two one-sided tests "
@@ -207,7 +210,8 @@ def _design(record: SweepRecord, report: Report) -> str:
 def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   """The headline figure, the design, and every verdict in words."""
   record = ctx.record
-  out = ["## Verdicts", ""] + headline(record, report, plots) + [_design(record, report), ""]
+  title = "## Exploratory comparisons" if record.claims else "## Verdicts"
+  out = [title, ""] + headline(record, report, plots) + [_design(record, report), ""]
   # The selection metric's verdicts; where the comparisons read other metrics
   # only (a translation sweep compares BLEU and chrF on test), theirs.
   main = [r for r in report.comparisons if r.metric == report.select_by] or list(
