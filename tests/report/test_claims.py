@@ -213,3 +213,19 @@ def test_relabel_labels_a_committed_report_from_its_report_json(tmp_path, capsys
   assert code == 0 and (report_dir / "report.md").read_text() == text
   assert [serial.to_json(r) for r in claims_lib.evaluate(
       [], schema.Report.from_json(data))] == []
+
+
+def test_a_stale_confirmation_is_not_tested_here():
+  report = schema.Report.from_json(json.loads(
+      (ROOT / "docs/results/optimizers/report.json").read_text()))
+  muon = {"optim.optimizer": "muon"}
+  claim = Claim("muon_ahead_64", "Wen et al. 2025", "Muon ahead of AdamW",
+                compare=(muon, {"optim.optimizer": "adamw", "train.num_steps": 400}),
+                metric="eval/loss", expect="lower", context={"model.d_model": 64})
+  row, = claims_lib.evaluate([claim], report)
+  assert row.label == "not tested here"
+  assert "stale: it ran at learning_rate=0.01, adam_learning_rate_ratio=3" in row.reason
+  assert "now chooses learning_rate=0.01, adam_learning_rate_ratio=10" in row.reason
+  fresh, = claims_lib.evaluate([dataclasses_replace(
+      claim, context={"model.d_model": 128})], report)
+  assert fresh.label == "reproduced"

@@ -153,6 +153,17 @@ def axis_points(axes: Sequence[AxisRecord]) -> list[dict[str, str]]:
           for key in itertools.product(*(range(len(a.values)) for a in axes))]
 
 
+def is_stale(point: Point) -> bool:
+  """The point's confirmation runs ran at other tuned values than its tuning
+  stage chooses now (a grid widened or tuning runs added after they started)."""
+  return (point.confirmed is not None and point.chosen is not None
+          and dict(point.confirmed) != dict(point.chosen))
+
+
+def _values(tuned: Mapping[str, Any] | None) -> str:
+  return ", ".join(f"{k.split('.')[-1]}={fmt_value(v)}" for k, v in (tuned or {}).items())
+
+
 # ------------------------------------------------------------------ checks
 def _check_metric(claim: Claim, lengths: Sequence[str], evaluations: Sequence[str],
                   layer_stats: bool, tuned: bool) -> None:
@@ -469,10 +480,12 @@ def evaluate(claims: Sequence[Claim], report: Report,
          report.points[find_point(claim.compare[1], claim.context, values, where)])
     points = [a] if b is None else [a, b]
     result: Test | Untested
-    stale = [p for p in points if getattr(p, "stale", False)]
+    stale = [p for p in points if is_stale(p)]
     if stale:
-      result = Untested(f"{point_label(stale[0])}'s confirmation is stale (its choice changed "
-                        "after it ran)")
+      p = stale[0]
+      result = Untested(f"{point_label(p)}'s confirmation is stale: it ran at "
+                        f"{_values(p.confirmed)}, and the tuning stage now chooses "
+                        f"{_values(p.chosen)}")
     elif claim.requires is not None and not requirement_met(
         claim.requires, report.points[find_point(claim.requires.point, claim.context, values,
                                                   where)], report.report_split):
