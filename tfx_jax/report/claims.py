@@ -189,7 +189,7 @@ def _check_metric(claim: Claim, lengths: Sequence[str], evaluations: Sequence[st
     valid = [f"evaluation/{e}-x<factor>[-from<length>]/{k}" for e in evaluations
              for k in lengths]
   elif metric.startswith("layer_profile/"):
-    ok, valid = layer_stats and len(name) == 3, ["layer_profile/<statistic>/<stack>"]
+    ok, valid = layer_stats and len(name) >= 3, ["layer_profile/<statistic>/<stack>"]
   else:
     ok = metric == "speedup" or (metric == "sensitivity" and tuned)
     valid = ["speedup", *(["sensitivity"] if tuned else [])]
@@ -327,7 +327,7 @@ def test_claim(claim: Claim, report: Report, a: Point, b: Point | None) -> Test 
     return _tested(report, found.interval, band,
                    f"{how} against as trained, the same models paired by seed")
   if metric.startswith("layer_profile/"):
-    _, statistic, stack = metric.rsplit("/", 2)
+    statistic, stack = metric.removeprefix("layer_profile/").rsplit("/", 1)
     found = next((p for p in report.layer_profiles if p.key == a.key
                   and p.statistic == statistic and p.stack == stack), None)
     if found is None or not found.interval.known:
