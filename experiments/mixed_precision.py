@@ -15,9 +15,18 @@ Variants: ``tiny`` (1 seed, 40 steps: a smoke test), ``default`` (the tiny LM's
 ``--parallel 2``).
 """
 
-from tfx_jax.sweep import Sweep
+from tfx_jax.sweep import Claim, Equivalent, Sweep
 
 AXIS = {"compute_dtype": ["float32", "bfloat16"]}
+
+
+def _claims() -> list[Claim]:
+  """bf16 trains like float32 with the same hyperparameters (Kalamkar et al.
+  2019), within the sweep's band of 0.02 nats (``--equivalence-margin``)."""
+  return [Claim(
+      "bf16_level", "Kalamkar et al. 2019", "bf16 computation with float32 parameters, "
+      "optimizer state and loss statistics trains like float32",
+      compare=("bfloat16", "float32"), metric="eval/loss", expect=Equivalent(0.02))]
 
 
 def get_sweep(variant: str = "default") -> Sweep:
@@ -34,5 +43,5 @@ def get_sweep(variant: str = "default") -> Sweep:
         description="float32 vs bf16 computation (float32 parameters, optimizer and "
         "loss statistics) on the tiny LM, 4 seeds paired.",
         overrides={"eval.num_samples": 0}, axes=[AXIS], seeds=[0, 1, 2, 3],
-        evaluations=[["--split", "test"]])
+        evaluations=[["--split", "test"]], claims=_claims())
   raise ValueError(f"unknown variant {variant!r}; choose tiny or default")

@@ -23,7 +23,8 @@ The metrics a claim may read (``report.claims.read``):
   evaluation/<how>/<metric>    a point evaluated another way against as trained
                                (``evaluation/yarn-x8-from64/ppl@8x``)
   layer_profile/<stat>/<stack> ln(last layer / first) of a per-layer statistic
-  speedup                      the effective speedup over AdamW (ln, against 1x)
+  speedup                      the effective speedup over AdamW (ln, against 1x;
+                               with point_b, ln a's against ln b's, Welch)
   sensitivity                  the learning-rate sensitivity (Wortsman et al.;
                                tested only with >= 2 seeds per rate)
 
@@ -151,7 +152,8 @@ def check(claim: Claim) -> None:
   if not isinstance(claim.metric, str) or not claim.metric:
     raise ConfigError(f"{where}: metric is a name such as 'eval/loss', got {claim.metric!r}.")
   single = claim.metric.startswith(SINGLE_POINT_METRICS)
-  if single and claim.compare[1] is not None and claim.metric != "sensitivity":
+  if single and claim.compare[1] is not None and claim.metric not in ("sensitivity",
+                                                                      "speedup"):
     raise ConfigError(f"{where}: {claim.metric} is a quantity of one point: compare=(point, "
                       "None).")
   if claim.compare[1] is None and not single:

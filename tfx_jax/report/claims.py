@@ -335,7 +335,7 @@ def test_claim(claim: Claim, report: Report, a: Point, b: Point | None) -> Test 
     return _tested(report, found.interval, band,
                    "ln(last layer / first), paired by seed")
   if metric == "speedup":
-    return _speedup(report, a, band)
+    return _speedup(report, a, b, band)
   if metric == "sensitivity":
     return _sensitivity(report, a, b, band)
   va, vb = per_seed(report, a, metric), per_seed(report, b, metric)
@@ -343,24 +343,46 @@ def test_claim(claim: Claim, report: Report, a: Point, b: Point | None) -> Test 
                  "paired by seed" if set(va) == set(vb) else "unpaired (Welch)")
 
 
-def _speedup(report: Report, a: Point, band: float) -> Test | Untested:
-  found = next((s for s in report.speedups if s.point == a.values), None)
+def _speedup_of(report: Report, point: Point) -> tuple[float, float, int] | Untested:
+  """(ln speedup, its standard error, seeds) of a point, or why there is none."""
+  found = next((s for s in report.speedups if s.point == point.values), None)
   if found is None:
-    return Untested(f"no effective speedup of {point_label(a)} (no reference runs)")
+    return Untested(f"no effective speedup of {point_label(point)} (no reference runs)")
   if found.speedup is None or found.interval is None or found.interval.se_log is None:
-    bound = f" ({found.bound} {found.bound_value:.3g}x)" if found.bound_value else ""
+    bound = (f" ({found.bound} {found.bound_value:.3g}x)"
+             if found.bound_value is not None else "")
     return Untested("the speedup lies beyond the reference runs' range: a bound, not an "
                     f"estimate{bound}")
-  iv = found.interval
-  n = iv.n
-  if n < 2:
+  if found.interval.n < 2:
     return Untested("one seed: no interval", f"{found.speedup:.3g}x")
-  diff, se, df = math.log(found.speedup), iv.se_log, float(n - 1)
-  t = diff / se if se > 0 else math.inf
-  p = 2.0 * stats.t_sf(abs(t), df) if se > 0 else (0.0 if diff else 1.0)
-  half = stats.t_quantile(0.975, df) * se
-  interval = stats.Interval(diff, diff - half, diff + half, df, se, p, "paired", n, n, 0.95)
-  return _tested(report, interval, band, "ln effective speedup over AdamW, seeds as measured")
+  return math.log(found.speedup), found.interval.se_log, found.interval.n
+
+
+def _speedup(report: Report, a: Point, b: Point | None, band: float) -> Test | Untested:
+  """ln speedup against 0 (1x), or a's against b's (Welch over the two
+  standard errors, each with its seeds - 1 degrees of freedom)."""
+  sa = _speedup_of(report, a)
+  if isinstance(sa, Untested):
+    return sa
+  diff, se, n = sa
+  df, how = float(n - 1), "ln effective speedup over AdamW"
+  if b is not None:
+    sb = _speedup_of(report, b)
+    if isinstance(sb, Untested):
+      return sb
+    diff, va, vb = diff - sb[0], se * se, sb[1] * sb[1]
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va * va / (n - 1) + vb * vb / (sb[2] - 1)) if va + vb else float(
+        n + sb[2] - 2)
+    how = "ln effective speedups over AdamW, Welch"
+  if se > 0:
+    p = 2.0 * stats.t_sf(abs(diff / se), df)
+    half = stats.t_quantile(0.975, df) * se
+  else:
+    p, half = (0.0 if diff else 1.0), 0.0
+  interval = stats.Interval(diff, diff - half, diff + half, df, se, p,
+                            "paired" if b is None else "welch", n, n, 0.95)
+  return _tested(report, interval, band, how)
 
 
 def _sensitivity(report: Report, a: Point, b: Point | None, band: float) -> Test | Untested:
@@ -463,7 +485,11 @@ def label(expect: Any, estimate: float, resolved: bool, equivalent: bool, band: 
 
 
 def expect_text(claim: Claim) -> str:
+  """"lower", "higher", "equivalent within +-0.01" (a log ratio's band as a
+  factor: "equivalent within 1.4x either way")."""
   if isinstance(claim.expect, Equivalent):
+    if log_ratio(claim.metric):
+      return f"equivalent within {math.exp(claim.expect.band):.3g}x either way"
     return f"equivalent within +-{claim.expect.band:g}"
   return claim.expect
 
@@ -515,7 +541,7 @@ def evaluate(claims: Sequence[Claim], report: Report,
           **common, label="not tested here", reason=reason, estimate=None, low=None,
           high=None, level=None, seeds=0 if isinstance(result, Untested) else result.seeds,
           p=None, p_adjusted=None, p_equivalence=None, p_equivalence_adjusted=None,
-          design=f"not in the family of {family} claims",
+          design=f"not in the family of {family} claim{'s' * (family != 1)}",
           descriptive=result.descriptive if isinstance(result, Untested) else None))
       continue
     iv = result.interval
@@ -523,7 +549,7 @@ def evaluate(claims: Sequence[Claim], report: Report,
                       eq_adj is not None and eq_adj < alpha, band_of(claim))
     seeds = "confirmation seeds" if report.verdict_runs == "confirmation" else "seeds"
     design = (f"{result.seeds} {seeds}, {result.how}, {report.report_split} split; Holm over "
-              f"the {family} claims of this report")
+              f"the {family} claim{'s' * (family != 1)} of this report")
     if report.sequential is not None:
       design += f"; seeds added sequentially, alpha spent over {report.sequential.design.looks} looks"
     out.append(ClaimResult(

@@ -58,12 +58,17 @@ def _interval(row: ClaimResult) -> str:
     import math  # pylint: disable=import-outside-toplevel
     text = f"{math.exp(row.estimate):.3f}x"
     if row.low is not None:
-      text += f" [{math.exp(row.low):.3f}, {math.exp(row.high):.3f}]"
+      text += f" [{math.exp(row.low):.3f}, {math.exp(row.high):.3f}]{_level(row)}"
     return text + " (ratio)"
   text = _number(row.estimate)
   if row.low is not None:
-    text += f" [{_number(row.low)}, {_number(row.high)}]"
+    text += f" [{_number(row.low)}, {_number(row.high)}]{_level(row)}"
   return text
+
+
+def _level(row: ClaimResult) -> str:
+  """The interval's level where it is not 95% (a look of adaptive seeds)."""
+  return "" if row.level is None or abs(row.level - 0.95) < 1e-9 else f" ({row.level:.1%})"
 
 
 def _number(x: float) -> str:
@@ -83,13 +88,16 @@ def markdown_lines(rows: Sequence[ClaimResult], relabelled: bool = False) -> Lin
   if not rows:
     return []
   family = rows[0].family
-  table = [["claim", "source", "compares", "metric", "expects", "estimate [95% interval]",
+  table = [["claim", "source", "compares", "metric", "expects", "estimate [interval]",
             "p (Holm)", "label"]]
   for row in rows:
     compares = row.point_a if row.point_b is None else f"{row.point_a} vs {row.point_b}"
     label = f"*{row.label}*" + (" (outside the paper's regime)" if row.outside_regime else "")
-    p = _p(row.p_equivalence_adjusted if row.expect.startswith("equivalent")
-           else row.p_adjusted)
+    # The test the label rests on: TOST where equivalence was found or expected
+    # and the difference not resolved, else the difference.
+    equivalence = row.expect.startswith("equivalent") or row.reason.startswith("equivalent")
+    resolved = row.p_adjusted is not None and row.p_adjusted < 0.05
+    p = _p(row.p_equivalence_adjusted if equivalence and not resolved else row.p_adjusted)
     table.append([f"`{row.id}`: {row.statement}", row.source, compares, f"`{row.metric}`",
                   row.expect, _interval(row), p, label])
   out = [BEGIN, "## Claims", "",
