@@ -9,7 +9,7 @@ import glob
 import json
 import math
 import pathlib
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Mapping
 
 import pytest
 
@@ -17,6 +17,7 @@ from tfx_jax.records import serial
 from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as sweep_record
 from tfx_jax.report import schema
+from tfx_jax.report.claims import ClaimResult
 import records_written
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -195,11 +196,22 @@ def _added(written: Any, original: Any, found: set) -> set:
   return found
 
 
+def _with_claims(written: dict[str, Any], original: Mapping[str, Any]) -> dict[str, Any]:
+  """``written`` (the schema's keys) followed, as ``assemble.report_json``
+  and ``--relabel`` write them, by ``original``'s claims read as their own
+  records (``report.claims.ClaimResult``) and written back."""
+  if "claims" not in original:
+    return written
+  claims = [serial.to_json(serial.from_json(ClaimResult, c)) for c in original["claims"]]
+  return {**written, "claims": claims}
+
+
 @pytest.mark.parametrize("path", REPORTS, ids=lambda p: pathlib.Path(p).parent.name)
 def test_every_committed_report_reads_and_writes_back_as_it_was(path):
   """Byte for byte, where the current version wrote it; one an earlier
   version wrote gains only the keys it lacked (``ADDED``), each at its place,
-  everything else (keys, order, values) as it was."""
+  everything else (keys, order, values) as it was. The claims' labels, kept
+  beside the schema's keys, read and write back as they were."""
   text = pathlib.Path(path).read_text()
   original = json.loads(text)
   report = schema.Report.from_json(original)
@@ -207,7 +219,7 @@ def test_every_committed_report_reads_and_writes_back_as_it_was(path):
   assert _added(written, original, set()) <= {
       ("training", "{}"), ("base_index", "index"), ("evaluation_effects", "[]"),
       ("layer_profiles", "[]")}
-  assert dumped(_without_added(written, original)) == text
+  assert dumped(_with_claims(_without_added(written, original), original)) == text
   assert schema.Report.from_json(json.loads(dumped(written))) == report
 
 
@@ -218,7 +230,9 @@ def test_the_current_reports_are_written_back_byte_for_byte():
   assert len(current) >= 4
   for path in current:
     text = pathlib.Path(path).read_text()
-    assert dumped(schema.Report.from_json(json.loads(text)).to_json()) == text, path
+    original = json.loads(text)
+    written = schema.Report.from_json(original).to_json()
+    assert dumped(_with_claims(written, original)) == text, path
 
 
 def test_a_report_s_migrations_change_nothing_on_a_current_file():
