@@ -73,7 +73,7 @@ d_model 64 run, 87% of it in train steps: about 3.3 hours of ``--parallel
 2``).
 """
 
-from tfx_jax.sweep import Sweep
+from tfx_jax.sweep import Claim, Requires, Sweep
 
 RATES = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
 SIZES = {"model.d_model": [64, 128], "model.num_heads": [2, 4]}
@@ -86,6 +86,74 @@ HIGH_RATE_SEEDS = [1, 2, 3, 4]
 # output log Z excursion without qk-layernorm (77.03 without z-loss, 56.34 with).
 ZLOSS_RATE = 0.3
 ZLOSS_SEEDS = [1, 2, 3, 4]
+# ``zloss``: a run's output log Z "ran away" above 20. At the start log Z is
+# ln |V| = 6.93; the trial runs kept it at 6.5-8.0, and in the default variant
+# no run without the excursion passed 10.64; the excursion at 3e-1 reached
+# 77.03. 20 is about 13 nats above ln |V|, twice the highest value without an
+# excursion and a quarter of the excursion's.
+RUNAWAY_LOG_Z = 20.0
+
+WORTSMAN = "Wortsman et al. 2023"
+NO_QK, QK = {"model.qk_norm": "none"}, {"model.qk_norm": "layernorm"}
+NO_Z, Z = {"train.z_loss": 0.0}, {"train.z_loss": 1e-4}
+SMALL, LARGE = {"model.d_model": 64}, {"model.d_model": 128}
+
+
+def _claims() -> list[Claim]:
+  """The claims on the loss against the rate read each point's learning-rate
+  sensitivity over the grid (one run per rate here: not tested by the rule)."""
+  out = []
+  for size in (SMALL, LARGE):
+    out.append(Claim(
+        f"qk_sensitivity_{size['model.d_model']}", WORTSMAN, "qk-layernorm lowers the "
+        "learning-rate sensitivity: the loss rises less steeply at high rates "
+        f"(d_model {size['model.d_model']})", compare=(QK, NO_QK), metric="sensitivity",
+        expect="lower", context={**size, **NO_Z}))
+  out.append(Claim(
+      "unstable_rate_size", WORTSMAN, "the instability appears at lower rates in larger "
+      "models: without qk-layernorm the larger model's loss rises more steeply over the "
+      "same rates", compare=(LARGE, SMALL), metric="sensitivity", expect="higher",
+      context={**NO_QK, **NO_Z}))
+  out.append(Claim(
+      "zloss_sensitivity", WORTSMAN, "without weight decay the output logits diverge at high "
+      "rates and z-loss prevents it: the loss rises less steeply with z-loss (d_model 128, "
+      "no qk-layernorm)", compare=(Z, NO_Z), metric="sensitivity", expect="lower",
+      context={**LARGE, **NO_QK}))
+  return out
+
+
+def _high_rate_claims() -> list[Claim]:
+  """qk-layernorm against none at 1e-1: the loss, and the attention logits it keeps
+  from growing."""
+  out = []
+  for size in (SMALL, LARGE):
+    d = size["model.d_model"]
+    out.append(Claim(
+        f"qk_loss_high_rate_{d}", WORTSMAN, "at a high learning rate the loss is lower with "
+        f"qk-layernorm (1e-1, d_model {d})", compare=(QK, NO_QK), metric="eval/loss",
+        expect="lower", context=size))
+    out.append(Claim(
+        f"logit_growth_{d}", WORTSMAN, "without qk-layernorm the attention logits grow at "
+        f"high rates, and qk-layernorm prevents it (1e-1, d_model {d})",
+        compare=(NO_QK, QK), metric="training/max_attention_logit", expect="higher",
+        context=size))
+  return out
+
+
+def _zloss_claims() -> list[Claim]:
+  """z-loss against none where the output log Z can run away; tested only
+  where some run without z-loss had it run away."""
+  runaway = Requires(NO_Z, f"some run without z-loss had its output log Z run away "
+                     f"(its largest above {RUNAWAY_LOG_Z:g}; ln |V| = 6.93)",
+                     metric="training/output_log_z_max", above=RUNAWAY_LOG_Z)
+  return [
+      Claim("zloss_log_z", WORTSMAN, "z-loss prevents the output-logit divergence: a lower "
+            "largest output log Z with z-loss 1e-4 than without", compare=(Z, NO_Z),
+            metric="training/output_log_z_max", expect="lower", requires=runaway),
+      Claim("zloss_loss", WORTSMAN, "z-loss prevents the loss cost of that divergence: a "
+            "lower loss with z-loss 1e-4 than without", compare=(Z, NO_Z),
+            metric="eval/loss", expect="lower", requires=runaway),
+  ]
 
 
 def _base(steps: int) -> dict:
@@ -115,7 +183,7 @@ def get_sweep(variant: str = "default") -> Sweep:
         overrides=_base(1500),
         axes=[SIZES, {"model.qk_norm": ["none", "layernorm"]},
               {"train.z_loss": [0.0, 1e-4]}],
-        tune={"optim.learning_rate": RATES}, seeds=[0], confirm=2)
+        tune={"optim.learning_rate": RATES}, seeds=[0], confirm=2, claims=_claims())
   if variant == "high_rate":
     return Sweep(
         name="stability_high_rate", config="configs/lm.py:tiny",
@@ -123,7 +191,8 @@ def get_sweep(variant: str = "default") -> Sweep:
         "(d_model 64 and 128, 4 layers), no weight decay, no clipping, 1,500 "
         "steps, 4 paired seeds (Wortsman et al. 2023).",
         overrides={**_base(1500), "optim.learning_rate": HIGH_RATE},
-        axes=[SIZES, {"model.qk_norm": ["none", "layernorm"]}], seeds=HIGH_RATE_SEEDS)
+        axes=[SIZES, {"model.qk_norm": ["none", "layernorm"]}], seeds=HIGH_RATE_SEEDS,
+        claims=_high_rate_claims())
   if variant == "zloss":
     return Sweep(
         name="stability_zloss", config="configs/lm.py:tiny",
@@ -132,5 +201,5 @@ def get_sweep(variant: str = "default") -> Sweep:
         "steps, 4 paired seeds: where the output log Z ran away (Wortsman et al. 2023).",
         overrides={**_base(1500), "optim.learning_rate": ZLOSS_RATE,
                    "model.d_model": 128, "model.num_heads": 4, "model.qk_norm": "none"},
-        axes=[{"train.z_loss": [0.0, 1e-4]}], seeds=ZLOSS_SEEDS)
+        axes=[{"train.z_loss": [0.0, 1e-4]}], seeds=ZLOSS_SEEDS, claims=_zloss_claims())
   raise ValueError(f"unknown variant {variant!r}; choose tiny, default, high_rate or zloss")

@@ -189,6 +189,7 @@ def _check_metric(claim: Claim, lengths: Sequence[str], evaluations: Sequence[st
     valid = [f"evaluation/{e}-x<factor>[-from<length>]/{k}" for e in evaluations
              for k in lengths]
   elif metric.startswith("layer_profile/"):
+    # A statistic may hold a slash (``init_grad_norm/ffn_out``): the stack is the last part.
     ok, valid = layer_stats and len(name) >= 3, ["layer_profile/<statistic>/<stack>"]
   else:
     ok = metric == "speedup" or (metric == "sensitivity" and tuned)
@@ -327,6 +328,7 @@ def test_claim(claim: Claim, report: Report, a: Point, b: Point | None) -> Test 
     return _tested(report, found.interval, band,
                    f"{how} against as trained, the same models paired by seed")
   if metric.startswith("layer_profile/"):
+    # The statistic may hold a slash (``init_grad_norm/ffn_out``); the stack is last.
     statistic, stack = metric.removeprefix("layer_profile/").rsplit("/", 1)
     found = next((p for p in report.layer_profiles if p.key == a.key
                   and p.statistic == statistic and p.stack == stack), None)
@@ -579,8 +581,11 @@ def check_sweep(record: SweepRecord) -> None:
       lengths += [f"ppl@{k}" for k in args[args.index("--lengths") + 1].split(",")]
     if "--rope_scaling" in args[:-1]:
       evaluations.append(args[args.index("--rope_scaling") + 1])
-  layer_stats = bool(record.overrides.get("train.log_layer_stats")) or any(
-      e.overrides.get("train.log_layer_stats") for e in record.runs)
+  # Per-layer statistics come from training (``train.log_layer_stats``) or
+  # from the initial parameters (``train.layer_stats_init_batches`` > 0).
+  layer_stats = any(bool(overrides.get(key))
+                    for overrides in [record.overrides, *(e.overrides for e in record.runs)]
+                    for key in ("train.log_layer_stats", "train.layer_stats_init_batches"))
   tuned = "optim.learning_rate" in record.tune
   for claim in record.claims:
     where = f"claim {claim.id!r}"
