@@ -519,3 +519,27 @@ def test_train_fraction_reads_a_fixed_leading_share_of_train():
   for bad in (0.0, 1.5):
     with pytest.raises(ConfigError, match="data.train_fraction"):
       DataConfig(train_fraction=bad).check()
+
+
+def test_byte_lengths_count_the_bytes_each_token_decodes_to(tmp_path):
+  """Each tokenizer's per-id bytes add up to the text's UTF-8 bytes: bytes one
+  each; SentencePiece pieces their decoded bytes, the meta-space one space
+  (so the dummy prefix before the first word is one byte more) and a
+  byte-fallback piece one byte; special ids none."""
+  texts = ["To be, or not to be: that is the question.", "naïve café, über alles"] * 50
+  path = str(tmp_path / "spm_300.model")
+  tokenizer_lib.train_sentencepiece(texts, path, 300)
+  unseen = "Snowman ☃ and 漢字"  # characters the model never saw: byte pieces
+  for tok, extra in ((tokenizer_lib.ByteTokenizer(), 0),
+                     (tokenizer_lib.SentencePieceTokenizer(path), 1)):
+    table = tok.byte_lengths()
+    assert table.shape == (tok.vocab_size,) and table.dtype == np.int32
+    special = [tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id, tok.mask_id]
+    assert not table[special].any()
+    for text in [*texts[:2], unseen]:
+      ids = tok.encode(text)
+      assert tok.decode(ids) == text
+      assert int(table[ids].sum()) == len(text.encode("utf-8")) + extra, (tok, text)
+  sp = tokenizer_lib.SentencePieceTokenizer(path)
+  pieces = [sp.id_to_piece(i) for i in sp.encode(unseen)]
+  assert "<0xE2>" in pieces  # the snowman's first byte, one byte in the table
