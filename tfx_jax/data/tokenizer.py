@@ -174,6 +174,10 @@ class HFTokenizer:
     self.eos_id = pick("eos", EOS_ID)
     self.mask_id = pick("mask", MASK_ID)
     self._special = frozenset({self.pad_id, self.bos_id, self.eos_id})
+    # The special ids the files declare (not the project's defaults filled
+    # in above, which may be ordinary tokens of this vocabulary).
+    self._declared = frozenset(v for v in [*ids.values(), *own.values()]
+                               if v is not None and v >= 0)
 
   def encode(self, text: str) -> list[int]:
     if self._sp is not None:
@@ -187,18 +191,18 @@ class HFTokenizer:
     return self._tok.decode(ids)
 
   def byte_lengths(self) -> np.ndarray:
-    """The UTF-8 bytes of each id (module docstring). A SentencePiece model:
-    ``sentencepiece_byte_lengths``. A tokenizer.json: 0 for its special added
-    tokens; with a byte-level decoder (GPT-2's BPE), each character of a token
-    is one byte (GPT-2's table maps every byte to one character); otherwise
-    ``piece_bytes`` of the token, a WordPiece continuation's '##' dropped and
-    a byte-fallback token <0xNN> 1 byte."""
-    special = (self.pad_id, self.unk_id, self.bos_id, self.eos_id, self.mask_id)
+    """The UTF-8 bytes of each id (module docstring), 0 for the special ids
+    the files declare. A SentencePiece model: ``sentencepiece_byte_lengths``.
+    A tokenizer.json: 0 for its special added tokens too; with a byte-level
+    decoder (GPT-2's BPE), each character of a token is one byte (GPT-2's
+    table maps every byte to one character); otherwise ``piece_bytes`` of the
+    token, a WordPiece continuation's '##' dropped and a byte-fallback token
+    <0xNN> 1 byte."""
     if self._sp is not None:
-      return sentencepiece_byte_lengths(self._sp, special)
+      return sentencepiece_byte_lengths(self._sp, self._declared)
     out = np.zeros(self.vocab_size, np.int32)
-    skip = set(special) | {i for i, t in self._tok.get_added_tokens_decoder().items()
-                           if t.special}
+    skip = set(self._declared) | {i for i, t in self._tok.get_added_tokens_decoder().items()
+                                  if t.special}
     byte_level = "ByteLevel" in type(self._tok.decoder).__name__
     for i in range(self.vocab_size):
       token = self._tok.id_to_token(i)
