@@ -3,16 +3,18 @@
 Loads the latest (or ``--step``) checkpoint with the config saved in the
 workdir and reports what fits the family:
 
-  lm         perplexity (teacher-forced next-token predictions as hypotheses)
+  lm         perplexity and bits per byte (teacher-forced next-token
+             predictions as hypotheses)
   translate  perplexity (teacher-forced), BLEU and chrF (sacrebleu, detokenized
              text, signature printed)
-  mlm        masked-token accuracy (and perplexity at the masked positions)
+  mlm        masked-token accuracy (and perplexity and bits per byte at the
+             masked positions)
   classify   accuracy
 
 Writes ``workdir/eval/<split>-<step>.hyp.txt`` / ``.ref.txt`` (one line per
 example) and the metrics to ``workdir/eval/<split>-<step>.json``, each with
-its standard error beside it (``loss_se``, ``accuracy_se``: across the
-evaluated rows; ``bleu_se``, ``chrf_se``: sacreBLEU's bootstrap), the
+its standard error beside it (``loss_se``, ``accuracy_se``, ``bpb_se``:
+across the evaluated rows; ``bleu_se``, ``chrf_se``: sacreBLEU's bootstrap), the
 sampling error of the evaluated examples, which the sweep report sets beside
 the seed-to-seed spread.
 

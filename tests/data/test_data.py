@@ -519,3 +519,53 @@ def test_train_fraction_reads_a_fixed_leading_share_of_train():
   for bad in (0.0, 1.5):
     with pytest.raises(ConfigError, match="data.train_fraction"):
       DataConfig(train_fraction=bad).check()
+
+
+def test_byte_lengths_count_the_bytes_each_token_decodes_to(tmp_path):
+  """Each tokenizer's per-id bytes add up to the text's UTF-8 bytes: bytes one
+  each; SentencePiece pieces their decoded bytes, the meta-space one space
+  (so the dummy prefix before the first word is one byte more) and a
+  byte-fallback piece one byte; special ids none."""
+  texts = ["To be, or not to be: that is the question.", "naïve café, über alles"] * 50
+  path = str(tmp_path / "spm_300.model")
+  tokenizer_lib.train_sentencepiece(texts, path, 300)
+  unseen = "Snowman ☃ and 漢字"  # characters the model never saw: byte pieces
+  for tok, extra in ((tokenizer_lib.ByteTokenizer(), 0),
+                     (tokenizer_lib.SentencePieceTokenizer(path), 1)):
+    table = tok.byte_lengths()
+    assert table.shape == (tok.vocab_size,) and table.dtype == np.int32
+    special = [tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id, tok.mask_id]
+    assert not table[special].any()
+    for text in [*texts[:2], unseen]:
+      ids = tok.encode(text)
+      assert tok.decode(ids) == text
+      assert int(table[ids].sum()) == len(text.encode("utf-8")) + extra, (tok, text)
+  sp = tokenizer_lib.SentencePieceTokenizer(path)
+  pieces = [sp.id_to_piece(i) for i in sp.encode(unseen)]
+  assert "<0xE2>" in pieces  # the snowman's first byte, one byte in the table
+
+
+def test_byte_lengths_of_a_byte_level_tokenizer_json(tmp_path):
+  """An imported tokenizer.json with GPT-2's byte-level BPE: each character of
+  a token stands for one byte, so the bytes of the ids add up to the text's;
+  its special tokens count none, and an ordinary token at the project's
+  default mask id (4, which this file does not declare) its byte."""
+  tokenizers = pytest.importorskip("tokenizers")
+  bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
+  bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+  bpe.decoder = tokenizers.decoders.ByteLevel()
+  bpe.train_from_iterator(
+      ["To be, or not to be: naïve café", "that is the question"] * 20,
+      tokenizers.trainers.BpeTrainer(
+          vocab_size=320, special_tokens=["<pad>", "<unk>", "<s>", "</s>"],
+          initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+  path = tmp_path / "tokenizer.json"
+  bpe.save(str(path))
+  tok = tokenizer_lib.HFTokenizer(str(path))
+  table = tok.byte_lengths()
+  assert table.shape == (tok.vocab_size,) and not table[[0, 1, 2, 3]].any()
+  assert tok.mask_id == 4 and table[4] == 1
+  for text in ("To be, or not to be: naïve café", "a snowman ☃ unseen", bpe.id_to_token(4)):
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert int(table[ids].sum()) == len(text.encode("utf-8")), text

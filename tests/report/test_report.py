@@ -1004,3 +1004,39 @@ def test_compute_table_sums_core_time_and_the_train_steps_share(tmp_path):
   assert "## Compute" in text and "4 runs took 5.17 core-min, 48% of it in train steps" in text
   assert "| relu | 2 | 3.33 core-min | 60% | 0.50 core-min |" in text
   assert "| **total** | 4 | 5.17 core-min | 48% |" in text
+
+
+def _vocabulary_sweep(label: str, values):
+  """(record, report) of two values of ``label``, three seeds, in memory:
+  the second value worse in nats per token and better in bits per byte, as
+  a larger vocabulary is (more text in each token)."""
+  spread = (0.0, 0.02, 0.01)
+  entries, summaries = [], {}
+  for vi, value in enumerate(values):
+    for seed in range(3):
+      name = f"{label}-{value}_s{seed}"
+      final = {"eval/loss": 3.0 + 0.5 * vi + spread[seed] * (1 + vi),
+               "eval/bpb": 1.5 - 0.1 * vi + spread[seed] / 2 * (1 + vi)}
+      entries.append(fakes.entry(name, seed, [{label: value}], state="finished"))
+      summaries[name] = fakes.summary(final, step=30, curves={}, lengths={})
+  record = sweep_record("vocabulary", [fakes.axis(label, values)], entries, seeds=[0, 1, 2])
+  baselines = {name: schema.Baseline(5.7, math.log(1024)) for name in summaries}
+  return record, assemble.analyze(record, summaries, baselines), summaries
+
+
+def test_points_that_differ_in_tokenizer_are_compared_in_bits_per_byte():
+  """A vocabulary axis compares eval/bpb and no metric per token, and says so;
+  an axis of one tokenizer compares eval/loss, of which eval/bpb is a
+  constant multiple there."""
+  record, report, summaries = _vocabulary_sweep("data.vocab_size", [1024, 4096])
+  assert {r.metric for r in report.comparisons} == {"eval/bpb"}
+  (row,) = report.comparisons
+  assert row.verdict == "better" and row.interval.diff == pytest.approx(-0.1 + 0.01 / 2)
+  md = assemble.render(record, summaries, report, {})
+  design = md[md.index("## Verdicts"):]
+  assert ("differ in tokenizer or vocabulary (data.vocab_size), so they are compared in "
+          "bits per byte (`eval/bpb`)") in design
+  assert "eval/loss" not in design[:design.index("\n## ", 3)]
+  _, report, _ = _vocabulary_sweep("model.activation", ["gelu", "swiglu"])
+  assert {r.metric for r in report.comparisons} == {"eval/loss"}
+  assert report.comparisons[0].verdict == "worse"

@@ -46,7 +46,9 @@ pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarn
 TOLERANCE = {"rel": 1e-5, "abs": 1e-6}
 # The two-process runs leave data.num_shards at 0: one shard per process.
 ONE_PROCESS_TWO_SHARDS = {"data.num_shards": 2}
-COMPARED = ("train/loss", "train/nll", "train/grad_norm", "eval/loss", "eval/perplexity")
+# eval/bpb: bits and bytes are summed over the global batch, so over both processes.
+COMPARED = ("train/loss", "train/nll", "train/grad_norm", "eval/loss", "eval/perplexity",
+            "eval/bpb", "eval/bpb_se")
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +143,10 @@ def test_two_processes_evaluate_a_split_to_the_one_process_metrics(one_process,
   want = json.loads((one / f"{split}-20.json").read_text())
   got = json.loads((two / f"{split}-20.json").read_text())
   assert got["num_examples"] == want["num_examples"] == 9
-  # The standard error across rows too: the padding rows of the shard that
-  # ended first count for nothing.
-  for key in ("loss", "perplexity", "loss_se"):
+  # The standard errors across rows too: the padding rows of the shard that
+  # ended first count for nothing. Bits per byte: the split's bits over its
+  # bytes, both summed over the processes' rows before dividing.
+  for key in ("loss", "perplexity", "loss_se", "bpb", "bpb_se"):
     assert got[key] == pytest.approx(want[key], **TOLERANCE)
   # Process 0 writes every process's examples, in the one-process order.
   assert (two / f"{split}-20.ref.txt").read_text() == (one / f"{split}-20.ref.txt").read_text()

@@ -125,10 +125,11 @@ def test_evaluate_language_model_reports_the_logged_perplexity(lm_run):
   workdir, scalars = lm_run
   result, _, _, out = evaluated(workdir)
   assert result["task"] == "lm" and result["step"] == 20
-  assert {"loss", "perplexity"} <= set(result) and "accuracy" not in result
+  assert {"loss", "perplexity", "bpb"} <= set(result) and "accuracy" not in result
   assert result["perplexity"] == pytest.approx(math.exp(result["loss"]))
   # The same checkpoint on the same validation batches as the in-training eval.
   assert_as_logged(result["perplexity"], scalars, "eval/perplexity", 20)
+  assert_as_logged(result["bpb"], scalars, "eval/bpb", 20)
   assert f"lm evaluation of {workdir} at step 20" in out
   assert f"perplexity: {result['perplexity']:.4f}" in out
 
@@ -147,6 +148,7 @@ def test_evaluate_translation_reports_perplexity_bleu_chrf_and_signatures(transl
   workdir, scalars = translate_run
   result, hyps, refs, out = evaluated(workdir)
   assert result["task"] == "translate" and result["step"] == 20
+  assert "bpb" not in result  # no bytes a translation's comparisons read
   # Teacher-forced, as training logged it for the same checkpoint and batches.
   assert result["perplexity"] == pytest.approx(math.exp(result["loss"]))
   assert_as_logged(result["loss"], scalars, "eval/loss", 20)
@@ -200,8 +202,9 @@ def test_evaluate_writes_each_metrics_standard_error_as_training_logged_it(run, 
       assert result[f"{metric}_se"] == pytest.approx(boot._ci / 1.959964)  # pylint: disable=protected-access
       assert "bs:1000" in result[f"{metric}_signature"]
     assert [s for s, _ in scalars["eval/bleu_se"]] == [s for s, _ in scalars["eval/bleu"]]
-  means = [m for m in ("loss", "accuracy") if m in result]
-  assert means == (["loss", "accuracy"] if result["task"] in ("mlm", "classify") else ["loss"])
+  means = [m for m in ("loss", "accuracy", "bpb") if m in result]
+  assert means == {"lm": ["loss", "bpb"], "mlm": ["loss", "accuracy", "bpb"],
+                   "classify": ["loss", "accuracy"], "translate": ["loss"]}[result["task"]]
   for metric in means:
     se = result[f"{metric}_se"]
     assert 0.0 < se < 1.0 and f"{metric}_se: {se:.4f}" in out

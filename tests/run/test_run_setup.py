@@ -270,3 +270,41 @@ def test_init_grad_norms_of_ffn_out_averaged_over_batches():
   tags = layer_stats.tags({"layer_stats/init_grad_norm/ffn_out": mean})
   assert sorted(tags) == [f"layer_stats/init_grad_norm/ffn_out/decoder_{j:02d}"
                           for j in range(3)]
+
+
+# Two documents of 19 and 12 UTF-8 bytes ("ï" and "é" are 2 each), cut into
+# rows of 8 tokens.
+TWO_DOCUMENTS = [{"text": "To be, or not to be".encode()}, {"text": "naïve café".encode()}]
+TWO_DOCUMENTS_BYTES = 19 + 12
+
+
+@pytest.mark.parametrize("spec", ["lm.py:tiny", "mlm.py:tiny"])
+def test_eval_bits_per_byte_are_the_same_for_any_batch_size(spec):
+  """The evaluation step's bits per byte (the tokenizer's bytes gathered in
+  the step) over two documents read in batches of 1, 2 and all rows: the
+  split's bits over its bytes, whatever the batches; a language model's
+  bytes are the documents' (eos counts none)."""
+  from tfx_jax.data import pipeline  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run import config as run_config  # pylint: disable=import-outside-toplevel
+  run = run_config.resolve(tiny_config(spec, {"data.tokenizer": "byte",
+                                              "model.vocab_size": 261}))
+  tok = tokenizer_lib.ByteTokenizer()
+  sharded = run_setup.ShardedRun(run, run.model, byte_lengths=tok.byte_lengths())
+  params = sharded.init_state().params
+  task = tasks.get(run.task)
+  got = []
+  for batch_size in (1, 2, 16):
+    batches = pipeline.make_dataset(
+        run.data, task.rows, "validation", batch_size=batch_size, seq_len=8,
+        seed=run_setup.EVAL_SEED, tokenizer=tok, shuffle=False, num_epochs=1,
+        drop_remainder=False, source=TWO_DOCUMENTS)
+    sums = run_setup.evaluate_batches(sharded.eval_step(), params, batches, sharded.mesh)
+    metrics = tasks.metrics_from_sums(task, sums)
+    assert metrics["eval/bpb"] * math.log(2) * float(sums["bytes"]) == pytest.approx(
+        metrics["eval/loss"] * float(sums["weight"]), rel=1e-6)
+    if run.task == "lm":
+      assert float(sums["bytes"]) == TWO_DOCUMENTS_BYTES
+    got.append(metrics)
+  for metrics in got[1:]:
+    for key in ("eval/loss", "eval/bpb", "eval/bpb_se"):
+      assert metrics[key] == pytest.approx(got[0][key], rel=1e-5), key

@@ -162,6 +162,8 @@ def test_l0_is_the_loss_of_the_uniform_prediction(name):
   task = tasks.get(name)
   rows = [r for i, example in enumerate(CORPUS) for r in rows_of(task, example, i)]
   batch = batch_of(rows)
+  if "bpb" in task.metrics:  # the evaluation step gathers them (run/setup.make_eval_step)
+    batch["target_bytes"] = TOK.byte_lengths()[batch["targets"]]
   width = batch["targets"].shape[1]
   outputs = {"logits": np.zeros((len(rows), width, CONFIG.model.vocab_size), np.float32),
              "class_logits": np.zeros((len(rows), CONFIG.model.num_classes), np.float32)}
@@ -171,6 +173,10 @@ def test_l0_is_the_loss_of_the_uniform_prediction(name):
     metrics = task_lib.metrics_from_sums(task, sums)
     assert metrics["eval/loss"] == pytest.approx(l0, rel=1e-6), family
     assert {f"eval/{m}" for m in task.metrics if m in task_lib.FROM_SUMS} <= set(metrics)
+    if "bpb" in task.metrics:  # l0 in bits, over the bytes of the scored tokens
+      scored_bytes = float(np.sum(batch["target_bytes"] * batch["weights"]))
+      assert metrics["eval/bpb"] == pytest.approx(
+          l0 / math.log(2) * float(sums["weight"]) / scored_bytes, rel=1e-6)
     objective, _ = task.objective(CONFIG, family, train=True)(outputs, batch)
     assert np.isfinite(float(objective))
   uniform = CONFIG.model.num_classes if task.rows.labelled else CONFIG.model.vocab_size
@@ -260,3 +266,48 @@ def test_evaluation_standard_errors_are_those_of_the_rows(name):
     together = task_lib.metrics_from_sums(task, total)
     for key, value in expected.items():
       assert together[key] == pytest.approx(value, rel=rel[key]), (family, key)
+
+
+# Two documents whose UTF-8 bytes are counted by hand: 5 and 6 ("ï" is 2).
+TWO_DOCUMENTS = [{"text": "To be".encode()}, {"text": "naïve".encode()}]
+TWO_DOCUMENTS_BYTES = 5 + 6
+
+
+@pytest.mark.parametrize("name", [n for n, t in tasks.TASKS.items() if "bpb" in t.metrics])
+def test_bits_per_byte_is_the_corpus_bits_over_its_bytes(name):
+  """eval/bpb on two documents: the NLL of every scored target (eos too, at 0
+  bytes) in bits over the documents' bytes counted by hand; eval/bpb_se the
+  delta method's standard error of that ratio with each row a cluster; both
+  the same from the sums of any split of the rows into batches."""
+  task = tasks.get(name)
+  rows = [r for i, example in enumerate(TWO_DOCUMENTS) for r in rows_of(task, example, i)]
+  rows.append({k: np.zeros_like(np.asarray(v)) for k, v in rows[0].items()})  # padding
+  batch = batch_of(rows)
+  batch["target_bytes"] = TOK.byte_lengths()[batch["targets"]]
+  rng = np.random.default_rng(2)
+  logits = rng.normal(0, 2, (*batch["targets"].shape, TOK.vocab_size)).astype(np.float32)
+  z = logits.astype(np.float64)
+  log_p = z - np.log(np.exp(z).sum(-1, keepdims=True))
+  nll = -np.take_along_axis(log_p, batch["targets"][..., None], -1)[..., 0] * batch["weights"]
+  bytes_ = batch["target_bytes"] * batch["weights"]
+  assert bytes_.sum() == TWO_DOCUMENTS_BYTES
+  bits_r, bytes_r = nll.sum(1) / math.log(2), bytes_.sum(1)
+  bpb = bits_r.sum() / TWO_DOCUMENTS_BYTES
+  rows_scored = int((batch["weights"].sum(1) > 0).sum())
+  # The ratio's delta method: Var(sum X / sum B) ~ sum_r (X_r - bpb B_r)^2 / (sum B)^2.
+  se = math.sqrt(rows_scored / (rows_scored - 1) * np.sum((bits_r - bpb * bytes_r) ** 2)
+                 ) / TWO_DOCUMENTS_BYTES
+  loss = task.objective(CONFIG, task.families[0], train=False)
+  n = len(rows)
+  for size in (1, 2, n):
+    total = None
+    for start in range(0, n, size):
+      part = slice(start, start + size)
+      _, sums = loss({"logits": logits[part]}, {k: v[part] for k, v in batch.items()})
+      total = task_lib.add_sums(total, sums)
+    metrics = task_lib.metrics_from_sums(task, total)
+    assert metrics["eval/bpb"] == pytest.approx(bpb, rel=1e-6), size
+    assert metrics["eval/bpb_se"] == pytest.approx(se, rel=1e-5), size
+  # Without the targets' bytes (a translation's evaluation), no bpb at all.
+  _, sums = loss({"logits": logits}, {k: v for k, v in batch.items() if k != "target_bytes"})
+  assert not {"eval/bpb", "eval/bpb_se"} & set(task_lib.metrics_from_sums(task, sums))

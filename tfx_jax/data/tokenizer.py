@@ -16,6 +16,10 @@
   `tokenizer.json` (read with the `tokenizers` package), with that model's own
   special ids (from `special_ids.json` next to the file, as
   `python -m tfx_jax.convert from-hf` writes it).
+
+Each tokenizer's `byte_lengths()` is the UTF-8 bytes every id decodes to (an
+int32 table indexed by id), which bits per byte (eval/bpb) divides by: special
+ids (pad, unk, bos, eos, mask, control pieces) count 0 bytes.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Literal, get_args
 
 from absl import logging
+import numpy as np
 import sentencepiece as spm
 
 from tfx_jax.data import sources
@@ -40,6 +45,30 @@ TOKENIZER_KINDS = get_args(TokenizerKind)
 # Sentences fed to the SentencePiece trainer, evenly spaced over the train split.
 MAX_TRAIN_SENTENCES = 200_000
 _SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})
+# SentencePiece's meta-space (U+2581): the one space byte it stands for.
+META_SPACE = "\u2581"
+
+
+def piece_bytes(piece: str) -> int:
+  """The UTF-8 bytes a SentencePiece (or WordPiece) piece decodes to, its
+  meta-space a space. Read per id, so the space of the dummy prefix that
+  SentencePiece puts before a text's first word (and decoding drops) counts
+  too: one byte more per document than the text has."""
+  return len(piece.replace(META_SPACE, " ").encode("utf-8"))
+
+
+def sentencepiece_byte_lengths(sp: spm.SentencePieceProcessor,
+                               special: Iterable[int]) -> np.ndarray:
+  """``byte_lengths`` of a SentencePiece model: 0 for ``special`` ids and its
+  control, unknown and unused pieces, 1 for a byte-fallback piece <0xNN>,
+  else ``piece_bytes``."""
+  out = np.zeros(sp.get_piece_size(), np.int32)
+  skip = set(special)
+  for i in range(len(out)):
+    if i in skip or sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
+      continue
+    out[i] = 1 if sp.is_byte(i) else piece_bytes(sp.id_to_piece(i))
+  return out
 
 
 class _SpecialIds:
@@ -62,6 +91,10 @@ class ByteTokenizer(_SpecialIds):
     data = bytes(int(i) - NUM_SPECIAL for i in ids
                  if NUM_SPECIAL <= int(i) < self.vocab_size)
     return data.decode("utf-8", errors="replace")
+
+  def byte_lengths(self) -> np.ndarray:
+    """1 byte per id past the specials (module docstring)."""
+    return (np.arange(self.vocab_size) >= NUM_SPECIAL).astype(np.int32)
 
 
 class SentencePieceTokenizer(_SpecialIds):
@@ -89,6 +122,10 @@ class SentencePieceTokenizer(_SpecialIds):
 
   def id_to_piece(self, i: int) -> str:
     return self._sp.id_to_piece(int(i))
+
+  def byte_lengths(self) -> np.ndarray:
+    """The UTF-8 bytes of each piece (``sentencepiece_byte_lengths``)."""
+    return sentencepiece_byte_lengths(self._sp, (PAD_ID, UNK_ID, BOS_ID, EOS_ID, MASK_ID))
 
 
 class HFTokenizer:
@@ -137,6 +174,10 @@ class HFTokenizer:
     self.eos_id = pick("eos", EOS_ID)
     self.mask_id = pick("mask", MASK_ID)
     self._special = frozenset({self.pad_id, self.bos_id, self.eos_id})
+    # The special ids the files declare (not the project's defaults filled
+    # in above, which may be ordinary tokens of this vocabulary).
+    self._declared = frozenset(v for v in [*ids.values(), *own.values()]
+                               if v is not None and v >= 0)
 
   def encode(self, text: str) -> list[int]:
     if self._sp is not None:
@@ -148,6 +189,32 @@ class HFTokenizer:
     if self._sp is not None:
       return self._sp.decode(ids)
     return self._tok.decode(ids)
+
+  def byte_lengths(self) -> np.ndarray:
+    """The UTF-8 bytes of each id (module docstring), 0 for the special ids
+    the files declare. A SentencePiece model: ``sentencepiece_byte_lengths``.
+    A tokenizer.json: 0 for its special added tokens too; with a byte-level
+    decoder (GPT-2's BPE), each character of a token is one byte (GPT-2's
+    table maps every byte to one character); otherwise ``piece_bytes`` of the
+    token, a WordPiece continuation's '##' dropped and a byte-fallback token
+    <0xNN> 1 byte."""
+    if self._sp is not None:
+      return sentencepiece_byte_lengths(self._sp, self._declared)
+    out = np.zeros(self.vocab_size, np.int32)
+    skip = set(self._declared) | {i for i, t in self._tok.get_added_tokens_decoder().items()
+                                  if t.special}
+    byte_level = "ByteLevel" in type(self._tok.decoder).__name__
+    for i in range(self.vocab_size):
+      token = self._tok.id_to_token(i)
+      if i in skip or token is None:
+        continue
+      if byte_level:
+        out[i] = len(token)
+      elif len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+        out[i] = 1
+      else:
+        out[i] = piece_bytes(token[2:] if token.startswith("##") else token)
+    return out
 
 
 Tokenizer = ByteTokenizer | SentencePieceTokenizer | HFTokenizer

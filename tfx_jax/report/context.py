@@ -13,7 +13,9 @@ The design: which runs a verdict reads (``verdict_runs``; ``reserved_seed``
 where a tuned sweep without a test split keeps its first seed for the
 choice), the seeds of the first look and the looks of a sweep with adaptive
 seeds (``first_look_seeds``, ``sequential_design``), which way a metric is
-better and its equivalence margin (``lower_is_better``, ``margin_for``).
+better and its equivalence margin (``lower_is_better``, ``margin_for``), and
+the metric the comparisons lead with (``compared_by``: bits per byte where
+the points differ in tokenizer).
 """
 
 from __future__ import annotations
@@ -31,10 +33,19 @@ from tfx_jax.report.stats_sequential import SequentialDesign
 
 T = TypeVar("T")
 
-LOWER_IS_BETTER = ("loss", "perplexity", "nll", "ppl")
+LOWER_IS_BETTER = ("loss", "perplexity", "nll", "ppl", "bpb")
 # Default equivalence margins by metric kind: 0.01 nats of loss, 0.5 BLEU
-# (or chrF) points, half a point of accuracy.
-DEFAULT_MARGINS = (("bleu", 0.5), ("chrf", 0.5), ("accuracy", 0.005), ("loss", 0.01))
+# (or chrF) points, half a point of accuracy, 0.005 bits per byte (0.01 nats
+# per token at about 3 bytes a token: 0.01 / (3 ln 2)).
+DEFAULT_MARGINS = (("bleu", 0.5), ("chrf", 0.5), ("accuracy", 0.005), ("loss", 0.01),
+                   ("bpb", 0.005))
+# The fields that change the tokenizer or its vocabulary. A token holds more
+# text under a larger vocabulary, so nats per token (eval/loss, perplexity,
+# ppl@k) are not comparable across them: points that differ in one are
+# compared in bits per byte (``BITS_PER_BYTE``) instead (``compared_by``).
+TOKENIZER_FIELDS = ("data.tokenizer", "data.tokenizer_file", "data.tokenizer_dataset",
+                    "data.vocab_size", "model.vocab_size")
+BITS_PER_BYTE = "eval/bpb"
 
 
 @dataclasses.dataclass
@@ -78,6 +89,28 @@ def exploratory(record: SweepRecord) -> bool:
 
 def lower_is_better(metric: str) -> bool:
   return any(word in metric for word in LOWER_IS_BETTER)
+
+
+def per_token(metric: str) -> bool:
+  """A metric in nats per token, or a function of them (perplexity)."""
+  return metric in ("eval/loss", "eval/perplexity") or metric.startswith("ppl@")
+
+
+def tokenizer_axes(record: SweepRecord) -> tuple[str, ...]:
+  """The labels of the axes whose values change the tokenizer or its
+  vocabulary (``TOKENIZER_FIELDS``)."""
+  return tuple(a.label for a in record.axes
+               if len(a.values) > 1 and set(a.fields) & set(TOKENIZER_FIELDS))
+
+
+def compared_by(record: SweepRecord) -> str:
+  """The metric the comparisons lead with: the selection metric, or bits per
+  byte in place of a per-token one where the points differ in tokenizer
+  (``tokenizer_axes``). Within a point the tokenizer is one, so the tuned
+  values are still chosen by ``select_by``."""
+  if tokenizer_axes(record) and per_token(record.select_by):
+    return BITS_PER_BYTE
+  return record.select_by
 
 
 def margin_for(metric: str, select_by: str, options: Options) -> float:

@@ -10,7 +10,8 @@ from typing import Sequence
 from tfx_jax.records.summary import RunSummaries, RunSummary
 from tfx_jax.records.sweep import SweepRecord
 
-METRIC_ORDER = ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/bleu", "train/nll")
+METRIC_ORDER = ("eval/loss", "eval/perplexity", "eval/bpb", "eval/accuracy", "eval/bleu",
+                "train/nll")
 
 
 def run_metrics(summary: RunSummary) -> dict[str, float]:

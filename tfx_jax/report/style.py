@@ -157,7 +157,7 @@ def metric_name(metric: str) -> str:
   if metric.startswith("ppl@"):
     return f"perplexity at {metric[4:]} the training length"
   name = metric.split("/", 1)[-1].replace("_", " ")
-  return {"nll": "training NLL", "bleu": "BLEU"}.get(name, name)
+  return {"nll": "training NLL", "bleu": "BLEU", "bpb": "bits per byte"}.get(name, name)
 
 
 def with_unit(text: str, metric: str) -> str:

@@ -31,8 +31,8 @@ def score_split(run, split="validation", *, max_batches=0, beam_size=4, alpha=0.
   """(metrics, hypotheses, references) of a loaded run on ``split``.
 
   Every task gets its teacher-forced metrics (loss and, as the task has them,
-  perplexity and accuracy, each mean with its standard error: the training
-  loop's evaluation). A task scored by decoding (translation) adds its
+  perplexity, accuracy and bits per byte, each mean with its standard error:
+  the training loop's evaluation). A task scored by decoding (translation) adds its
   decoded metrics (BLEU, chrF), and its hypotheses and references are the
   decoded texts: Vaswani et al.'s Table 3 reports dev perplexity beside BLEU.
   ``max_batches`` > 0 scores at most that many evaluation batches (for a
@@ -41,7 +41,8 @@ def score_split(run, split="validation", *, max_batches=0, beam_size=4, alpha=0.
   config = run.config
   task = tasks.get(config.task)
   decoded = task.score_by_generation is not None
-  sharded = run.sharded or run_setup.ShardedRun(config, run.model_cfg)
+  sharded = run.sharded or run_setup.ShardedRun(
+      config, run.model_cfg, byte_lengths=run.tokenizer.byte_lengths())
   hyps, refs = [], []
 
   def collect(batch, pred):

@@ -278,14 +278,29 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
   return train_step
 
 
-def make_eval_step(model_cfg: ModelConfig, config, platform: str | None = None):
-  """``eval_step(params, batch) -> (sums, predictions)``: the one evaluation forward."""
+def make_eval_step(model_cfg: ModelConfig, config, platform: str | None = None,
+                   byte_lengths: np.ndarray | None = None):
+  """``eval_step(params, batch) -> (sums, predictions)``: the one evaluation forward.
+
+  ``byte_lengths``: the UTF-8 bytes of every token id (the tokenizer's
+  ``byte_lengths()``), for a task that reports bits per byte (``bpb`` in its
+  metrics: lm, mlm): the step gathers each target's bytes from it, a
+  constant of the program (one [B, L] integer gather), and the sums gain
+  ``losses.byte_sums``. None (or a task without it): no bytes.
+  """
   task = tasks.get(config.task)
   model = build_model(model_cfg, deterministic=True, platform=platform)
   loss = task.objective(config, model_cfg.family, train=False)
+  table = None
+  if byte_lengths is not None and "bpb" in task.metrics:
+    # Ids of the model's vocabulary past the tokenizer's (never a target) are 0 bytes.
+    table = np.zeros(max(len(byte_lengths), model_cfg.vocab_size), np.int32)
+    table[:len(byte_lengths)] = byte_lengths
 
   def eval_step(params, batch):
     out = model.apply({"params": params}, **task.model_inputs(batch))
+    if table is not None:
+      batch = {**batch, "target_bytes": jnp.asarray(table)[batch["targets"]]}
     _, sums = loss(out, batch)
     return sums, task.predictions(out)
 
@@ -363,11 +378,15 @@ class ShardedRun:
   ``devices`` (default: this process's) may be another machine's, e.g. the
   compile-only devices of a TPU topology (``python -m tfx_jax.compile``): the
   steps are then that machine's programs, the model's kernels chosen for its
-  platform (``build_model(platform=...)``), and compile without running."""
+  platform (``build_model(platform=...)``), and compile without running.
+  ``byte_lengths``: the tokenizer's bytes per id, with which the evaluation
+  step reports bits per byte (``make_eval_step``)."""
 
-  def __init__(self, config, model_cfg: ModelConfig, devices=None):
+  def __init__(self, config, model_cfg: ModelConfig, devices=None,
+               byte_lengths: np.ndarray | None = None):
     self.config = config
     self.model_cfg = model_cfg
+    self.byte_lengths = byte_lengths  # the tokenizer's, for eval/bpb (make_eval_step)
     self.mesh = sharding_lib.make_mesh(config.mesh, devices)
     run_config.check_expert_axis(model_cfg, self.mesh.shape["expert"])
     self.platform = self.mesh.devices.flat[0].platform
@@ -431,7 +450,7 @@ class ShardedRun:
     if getattr(self, "_eval_step", None) is None:
       self._eval_step = jax.jit(
           _traced_in(self.mesh, make_eval_step(self.model_cfg, self.config,
-                                               self.platform)),
+                                               self.platform, self.byte_lengths)),
           in_shardings=(self.state_shardings.params, self.batch_sharding),
           out_shardings=self.replicated)
     return self._eval_step

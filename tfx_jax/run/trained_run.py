@@ -62,10 +62,10 @@ def load_run(workdir, step: int | None = None) -> TrainedRun:
     if step is not None and step not in steps:
       raise ConfigError(f"--step={step} is not a checkpoint of {workdir}; "
                         f"available steps: {', '.join(map(str, steps))}.")
-    sharded = run_setup.ShardedRun(config, model_cfg)
+    tokenizer = run_setup.load_tokenizer(config)
+    sharded = run_setup.ShardedRun(config, model_cfg, byte_lengths=tokenizer.byte_lengths())
     restored = ckpt.restore(step, abstract_state=sharded.abstract_state)
   finally:
     ckpt.close()
-  tokenizer = run_setup.load_tokenizer(config)
   return TrainedRun(pathlib.Path(workdir), config, model_cfg, tokenizer,
                   restored.state.params, int(restored.state.step), sharded)

@@ -51,7 +51,7 @@ from tfx_jax.run.trained_run import TrainedRun
 
 # Beside config.json where the optimizer has parameter groups (muon).
 OPTIMIZER_GROUPS = "optimizer_groups.json"
-HPARAM_METRICS = ["eval/loss", "eval/perplexity", "eval/accuracy"]
+HPARAM_METRICS = ["eval/loss", "eval/perplexity", "eval/accuracy", "eval/bpb"]
 
 
 @dataclasses.dataclass
@@ -198,7 +198,8 @@ class _TrainingLoop:
     config = self.config
     self.tokenizer = run_setup.load_tokenizer(config)
     run_setup.check_data(config)
-    self.sharded = sharded = run_setup.ShardedRun(config, self.model_cfg)
+    self.sharded = sharded = run_setup.ShardedRun(
+        config, self.model_cfg, byte_lengths=self.tokenizer.byte_lengths())
     restored = (self.ckpt.restore(abstract_state=sharded.abstract_state)
                 if latest is not None else None)
     # data.num_shards=0 is one shard per process at the start; a resumed run

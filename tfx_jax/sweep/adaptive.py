@@ -101,13 +101,14 @@ def add_seeds(record: SweepRecord, report: Report, max_seeds: int) -> list[RunEn
 
 def unresolved_lines(record: SweepRecord, report: Report) -> list[str]:
   """For ``--status``: each unresolved comparison and the seeds of each point."""
+  from tfx_jax.report.context import compared_by  # pylint: disable=import-outside-toplevel
   from tfx_jax.report.sections import verdicts  # pylint: disable=import-outside-toplevel
   lines = []
   seeds: dict[tuple, set] = {}
   for entry in record.runs:
     seeds.setdefault(record.point_key(entry), set()).add(entry.seed)
   for row in report.comparisons:
-    if row.verdict == "unresolved" and row.metric == report.select_by:
+    if row.verdict == "unresolved" and row.metric == compared_by(record):
       lines.append(f"  unresolved: {verdicts.verdict_text(record, row)}")
   for point in report.points:
     label = ", ".join(f"{k}={v}" for k, v in point.values.items()) or "base"

@@ -9,7 +9,8 @@ each, across document ends; the same tokens are predicted (every text token
 and each document's eos), so the baseline and l0 below hold for both.
 Loss: cross entropy over the real tokens (``losses.token_loss``; label
 smoothing and z-loss while training). Baseline: the unigram entropy of the
-text's tokens and eos. l0 = ln |V|. Metrics: perplexity. At every
+text's tokens and eos. l0 = ln |V|. Metrics: perplexity and bits per byte
+(eos counts 0 bytes, its NLL still counts). At every
 evaluation: greedy continuations of a few validation prompts.
 """
 
@@ -63,7 +64,7 @@ TASK = Task(
     objective=losses.token_objective,
     targets=baselines.Targets("lm", lm_targets, ("text_key",)),
     initial_loss=losses.uniform_token_loss,
-    metrics=("perplexity",),
+    metrics=("perplexity", "bpb"),
     predictions=token_predictions,
     prediction_texts=token_texts,
     sample_inputs=generation.prompt_examples,

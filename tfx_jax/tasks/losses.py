@@ -11,8 +11,11 @@ the task modules bind the settings each loss reads (``token_objective``).
 * ``token_loss``: the objective of the token-level tasks (lm, translate, mlm)
   and its sums.
 * ``row_moments`` and ``standard_error``: the standard error of an evaluation
-  mean (loss, accuracy) across the rows of the evaluated batches, from sums
-  the evaluation step adds anyway (no second pass, no extra host transfer).
+  mean (loss, accuracy, bits per byte) across the rows of the evaluated
+  batches, from sums the evaluation step adds anyway (no second pass, no
+  extra host transfer).
+* ``byte_sums``: the sums of bits per byte, the NLL in bits over the UTF-8
+  bytes of the targets (eval/bpb), comparable across tokenizers.
 * ``uniform_token_loss``: their loss at initialisation, ln |V|.
 * ``with_router_losses``: a task's training objective plus the load-balancing
   loss and the router z-loss of a mixture of experts (``model/layers/moe.py``).
@@ -109,16 +112,19 @@ def log_z_sums(logits, weights) -> dict:
   return {"log_z": jnp.sum(log_z * weights), "log_z_sq": jnp.sum(jnp.square(log_z) * weights)}
 
 
-def row_moments(values: dict[str, jax.Array], weights: jax.Array) -> dict[str, jax.Array]:
+def row_moments(values: dict[str, jax.Array], weights: jax.Array,
+                weight: str = "weight") -> dict[str, jax.Array]:
   """The batch's sums ``standard_error`` reads, over its rows (axis 0),
   centred on the batch's own mean.
 
   With N_r row r's sum of ``weights``, X_r its sum of each weighted value x
   in ``values`` (``{"nll": loss x weight}``, [B, ...]) and m_b = sum_r X_r /
   sum_r N_r the batch's mean of x: ``<x>_shift`` = m_b, ``<x>_csq`` =
-  sum_r (X_r - m_b N_r)^2 and ``<x>_cx_weight`` = sum_r (X_r - m_b N_r) N_r
-  per value, and ``weight_sq`` = sum_r N_r^2 and ``rows`` (the rows with
-  weight). ``add_sums`` turns them into the raw moments sum_r X_r^2 and
+  sum_r (X_r - m_b N_r)^2 and ``<x>_cx_<weight>`` = sum_r (X_r - m_b N_r) N_r
+  per value, and ``<weight>_sq`` = sum_r N_r^2, and for the default weight
+  (the scored tokens) ``rows``, the rows with weight. ``weight`` names
+  another denominator (``"bytes"``: bits per byte, whose rows are still the
+  scored ones). ``add_sums`` turns them into the raw moments sum_r X_r^2 and
   sum_r X_r N_r in float64 on the host, where they add over batches.
 
   Why centred: the raw sum_r X_r^2 in float32 carries a rounding of about
@@ -129,7 +135,9 @@ def row_moments(values: dict[str, jax.Array], weights: jax.Array) -> dict[str, j
   batches, devices or processes.
   """
   n_B = jnp.sum(weights.reshape(weights.shape[0], -1), axis=1)
-  out = {"weight_sq": jnp.sum(jnp.square(n_B)), "rows": jnp.sum((n_B > 0).astype(jnp.float32))}
+  out = {f"{weight}_sq": jnp.sum(jnp.square(n_B))}
+  if weight == "weight":
+    out["rows"] = jnp.sum((n_B > 0).astype(jnp.float32))
   total = jnp.maximum(jnp.sum(n_B), 1.0)
   for name, x in values.items():
     x_B = jnp.sum(x.reshape(x.shape[0], -1), axis=1)
@@ -137,31 +145,36 @@ def row_moments(values: dict[str, jax.Array], weights: jax.Array) -> dict[str, j
     centred = x_B - shift * n_B
     out[f"{name}_shift"] = shift
     out[f"{name}_csq"] = jnp.sum(jnp.square(centred))
-    out[f"{name}_cx_weight"] = jnp.sum(centred * n_B)
+    out[f"{name}_cx_{weight}"] = jnp.sum(centred * n_B)
   return out
 
 
 def raw_moments(sums: Mapping[str, Any]) -> dict[str, Any]:
   """One batch's ``row_moments`` (host values) as the raw moments that add
-  over batches, in float64: ``<x>_sq`` = sum_r X_r^2 and ``<x>_x_weight`` =
-  sum_r X_r N_r in place of ``<x>_shift``, ``<x>_csq`` and ``<x>_cx_weight``
-  (X_r - m_b N_r + m_b N_r = X_r, expanded with the same m_b and
-  ``weight_sq`` that ``standard_error`` later meets again, so their float32
-  rounding cancels exactly). Other sums pass through."""
+  over batches, in float64: ``<x>_sq`` = sum_r X_r^2 and ``<x>_x_<weight>``
+  = sum_r X_r N_r in place of ``<x>_shift``, ``<x>_csq`` and
+  ``<x>_cx_<weight>`` (X_r - m_b N_r + m_b N_r = X_r, expanded with the same
+  m_b and ``<weight>_sq`` that ``standard_error`` later meets again, so their
+  float32 rounding cancels exactly). Other sums pass through."""
   out = dict(sums)
   for key in [k for k in sums if k.endswith("_shift")]:
     name = key[:-len("_shift")]
+    cx_key = next(k for k in sums if k.startswith(f"{name}_cx_"))
+    weight = cx_key[len(f"{name}_cx_"):]
     shift = float(out.pop(key))
-    csq, cxw = float(out.pop(f"{name}_csq")), float(out.pop(f"{name}_cx_weight"))
-    weight_sq = float(sums["weight_sq"])
+    csq, cxw = float(out.pop(f"{name}_csq")), float(out.pop(cx_key))
+    weight_sq = float(sums[f"{weight}_sq"])
     out[f"{name}_sq"] = csq + 2.0 * shift * cxw + shift * shift * weight_sq
-    out[f"{name}_x_weight"] = cxw + shift * weight_sq
+    out[f"{name}_x_{weight}"] = cxw + shift * weight_sq
   return out
 
 
-def standard_error(sums: Mapping[str, Any], name: str) -> float | None:
-  """The standard error of the mean m = sum(``name``) / sum(weight) over the
-  evaluated rows (None: fewer than two rows, or ``row_moments`` not summed).
+def standard_error(sums: Mapping[str, Any], name: str, weight: str = "weight"
+                   ) -> float | None:
+  """The standard error of the mean m = sum(``name``) / sum(``weight``) over
+  the evaluated rows (None: fewer than two rows, or ``row_moments`` not
+  summed). ``weight`` "bytes" with ``name`` "bits" is bits per byte's: the
+  same ratio estimate, with each row's bytes in place of its tokens.
 
   The rows are the sampling unit, each a cluster of tokens: the
   cluster-robust (sandwich) variance of a mean, the linearised variance of a
@@ -190,15 +203,15 @@ def standard_error(sums: Mapping[str, Any], name: str) -> float | None:
   comparison it is an upper bound on what the evaluation adds to the
   seed-to-seed spread.
   """
-  needed = (name, f"{name}_sq", f"{name}_x_weight", "weight", "weight_sq", "rows")
+  needed = (name, f"{name}_sq", f"{name}_x_{weight}", weight, f"{weight}_sq", "rows")
   if any(k not in sums for k in needed):
     return None
-  rows, total = float(sums["rows"]), float(sums["weight"])
+  rows, total = float(sums["rows"]), float(sums[weight])
   if rows < 2 or total <= 0:
     return None
   mean = float(sums[name]) / total
-  squares = (float(sums[f"{name}_sq"]) - 2.0 * mean * float(sums[f"{name}_x_weight"])
-             + mean * mean * float(sums["weight_sq"]))
+  squares = (float(sums[f"{name}_sq"]) - 2.0 * mean * float(sums[f"{name}_x_{weight}"])
+             + mean * mean * float(sums[f"{weight}_sq"]))
   return math.sqrt(max(squares, 0.0) * rows / (rows - 1.0)) / total
 
 
@@ -211,9 +224,31 @@ def token_sums(logits, batch, smoothing) -> tuple[jax.Array, dict]:
   nll_tokens = token_cross_entropy(logits, batch["targets"]) * weights
   nll = jnp.sum(nll_tokens) if smoothing else loss
   correct_tokens = (jnp.argmax(logits, -1) == batch["targets"]) * weights
-  return loss, {"loss": loss, "nll": nll, "weight": denom,
-                "correct": jnp.sum(correct_tokens), **log_z_sums(logits, weights),
-                **row_moments({"nll": nll_tokens, "correct": correct_tokens}, weights)}
+  sums = {"loss": loss, "nll": nll, "weight": denom, "correct": jnp.sum(correct_tokens),
+          **log_z_sums(logits, weights),
+          **row_moments({"nll": nll_tokens, "correct": correct_tokens}, weights)}
+  if "target_bytes" in batch:
+    sums.update(byte_sums(nll_tokens, batch["target_bytes"] * weights))
+  return loss, sums
+
+
+def byte_sums(nll_tokens: jax.Array, bytes_tokens: jax.Array) -> dict[str, jax.Array]:
+  """The sums of bits per byte: ``bits``, the weighted NLL in bits (nats /
+  ln 2), ``bytes``, the UTF-8 bytes of the weighted targets (``bytes_tokens``,
+  [B, L]: 0 for special tokens, whose bits still count), and their
+  ``row_moments`` with the bytes as the weight. Sums, so that bits per byte
+  is the split's total bits over its total bytes, whatever the batches and
+  processes.
+
+  Its standard error, ``standard_error(sums, "bits", "bytes")``, is the delta
+  method's for a ratio of two sums over the evaluated rows (Cochran 1977,
+  6.3): with X_r and B_r row r's bits and bytes and b = sum X / sum B,
+  Var(b) ~ R / (R - 1) sum_r (X_r - b B_r)^2 / (sum_r B_r)^2, the formula
+  of eval/loss_se with bytes in place of tokens."""
+  bits_tokens = nll_tokens / math.log(2.0)
+  bytes_tokens = bytes_tokens.astype(jnp.float32)
+  return {"bits": jnp.sum(bits_tokens), "bytes": jnp.sum(bytes_tokens),
+          **row_moments({"bits": bits_tokens}, bytes_tokens, "bytes")}
 
 
 def token_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
@@ -224,7 +259,9 @@ def token_loss(outputs: dict, batch: dict, *, label_smoothing: float = 0.0,
   ``weight`` (tokens it was summed over), ``correct``, ``log_z`` and
   ``log_z_sq``, and the ``row_moments`` of ``nll`` and ``correct`` (for
   their standard errors; a train step does not return them, so XLA drops
-  them). With ``z_loss`` c > 0 the objective adds c * log^2 Z per token
+  them); with ``batch["target_bytes"]`` (each target's UTF-8 bytes, which
+  the evaluation step gathers: ``run/setup.make_eval_step``) the
+  ``byte_sums`` of bits per byte too. With ``z_loss`` c > 0 the objective adds c * log^2 Z per token
   (PaLM, Chowdhery et al. 2022, section 5: c = 1e-4), which keeps the
   softmax normaliser near 1.
   """

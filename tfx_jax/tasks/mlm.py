@@ -10,8 +10,8 @@ stream (``data.stream``; RoBERTa's FULL-SENTENCES, Liu et al. 2019, section
 the same way (bos and eos never).
 Loss: cross entropy at the masked positions (``losses.token_loss``).
 Baseline: the unigram entropy of the text's tokens (the maskable positions:
-not bos or eos). l0 = ln |V|. Metrics: perplexity and accuracy at the masked
-positions.
+not bos or eos). l0 = ln |V|. Metrics: perplexity, accuracy and bits per
+byte at the masked positions.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ TASK = Task(
     objective=losses.token_objective,
     targets=baselines.Targets("mlm", mlm_targets, ("text_key",)),
     initial_loss=losses.uniform_token_loss,
-    metrics=("perplexity", "accuracy"),
+    metrics=("perplexity", "accuracy", "bpb"),
     predictions=token_predictions,
     prediction_texts=token_texts,
 )

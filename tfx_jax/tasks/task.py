@@ -29,12 +29,14 @@ from tfx_jax.model.config import Family
 from tfx_jax.tasks import losses
 
 # The evaluation metrics a task can report besides eval/loss (the mean NLL):
-# perplexity exp(loss) and accuracy come from the summed evaluation forward
-# (``metrics_from_sums``); bleu and chrf from decoded text (``generation.py``:
-# eval/bleu at every evaluation, both in the evaluate command). Each but
-# perplexity comes with its standard error, ``<metric>_se``.
-Metric = Literal["perplexity", "accuracy", "bleu", "chrf"]
-FROM_SUMS: tuple[Metric, ...] = ("perplexity", "accuracy")
+# perplexity exp(loss), accuracy and bpb (bits per byte: the NLL in bits over
+# the UTF-8 bytes of the targets, which does not depend on the tokenizer) come
+# from the summed evaluation forward (``metrics_from_sums``); bleu and chrf
+# from decoded text (``generation.py``: eval/bleu at every evaluation, both in
+# the evaluate command). Each but perplexity comes with its standard error,
+# ``<metric>_se``.
+Metric = Literal["perplexity", "accuracy", "bpb", "bleu", "chrf"]
+FROM_SUMS: tuple[Metric, ...] = ("perplexity", "accuracy", "bpb")
 FROM_GENERATION: tuple[Metric, ...] = ("bleu", "chrf")
 
 # (scalars, texts) written to TensorBoard at every evaluation.
@@ -95,10 +97,13 @@ class Task:
 
 
 def metrics_from_sums(task: Task, sums: dict) -> dict[str, float]:
-  """eval/loss, eval/perplexity, eval/accuracy (as the task has them) from sums,
-  each mean with its standard error across the evaluated rows beside it
-  (eval/loss_se, eval/accuracy_se: ``losses.standard_error``; perplexity is
-  exp(loss), so it has none of its own)."""
+  """eval/loss, eval/perplexity, eval/accuracy, eval/bpb (as the task has
+  them) from sums, each mean with its standard error across the evaluated
+  rows beside it (eval/loss_se, eval/accuracy_se, eval/bpb_se:
+  ``losses.standard_error``; perplexity is exp(loss), so it has none of its
+  own). eval/bpb is the split's bits over its bytes (``losses.byte_sums``),
+  where the evaluation gathered the targets' bytes and they are not all
+  special tokens."""
   w = max(float(sums["weight"]), 1.0)
   loss = float(sums["nll"]) / w
   out = {"eval/loss": loss}
@@ -106,8 +111,11 @@ def metrics_from_sums(task: Task, sums: dict) -> dict[str, float]:
     out["eval/perplexity"] = float(math.exp(min(loss, 50.0)))
   if "accuracy" in task.metrics:
     out["eval/accuracy"] = float(sums["correct"]) / w
-  for metric, total in (("loss", "nll"), ("accuracy", "correct")):
-    se = losses.standard_error(sums, total)
+  if "bpb" in task.metrics and float(sums.get("bytes", 0.0)) > 0:
+    out["eval/bpb"] = float(sums["bits"]) / float(sums["bytes"])
+  for metric, total, weight in (("loss", "nll", "weight"), ("accuracy", "correct", "weight"),
+                                ("bpb", "bits", "bytes")):
+    se = losses.standard_error(sums, total, weight)
     if f"eval/{metric}" in out and se is not None:
       out[f"eval/{metric}_se"] = se
   if "pt_loss" in sums:

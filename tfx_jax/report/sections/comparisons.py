@@ -20,9 +20,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from tfx_jax.records.sweep import AxisRecord, SweepRecord
 from tfx_jax.report import stats
 from tfx_jax.report import stats_sequential
-from tfx_jax.report.context import (Context, adjust, compared_at, exploratory, lower_is_better,
-                                    margin_for,
-                                    reserved_seed, sequential_design, tuned_key)
+from tfx_jax.report.context import (Context, adjust, compared_at, compared_by, exploratory,
+                                    lower_is_better, margin_for, reserved_seed,
+                                    sequential_design, tuned_key)
 from tfx_jax.report.points import context_label, contexts, value_label
 from tfx_jax.report.schema import (Comparison, Counts, FailedComparison, Look, Options, Point,
                                    Report)
@@ -87,7 +87,7 @@ def comparisons(record: SweepRecord, points: Sequence[Point], options: Options
   has, and its equivalence test is the unadjusted TOST (``stats.verdict``).
   """
   design = sequential_design(record)
-  metrics = compared_metrics(points, record.select_by)
+  metrics = compared_metrics(points, record)
   untested = []  # every comparison with its interval, before the family's test
   looks: list[stats_sequential.SequentialLook | None] = []
   for ai, axis, ctx, vi, bi, point, base in _against_base(record, points):
@@ -309,7 +309,7 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
             f"{value_label(axis.values[axis.reference], axis)}"
             + (f"; declared pairs: {pairs}" if pairs else "") + ")", "",
             markdown_table(comparisons_table(rows, axis.reference)), ""]
-    designs = [r for r in rows if r.metric == report.select_by]
+    designs = [r for r in rows if r.metric == compared_by(record)]
     if designs:
       out += [markdown_table([["comparison", "context", "design"]] + [
           [f"{r.value} vs {r.base_value}", r.context, design_line(record, r)]

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import stats
-from tfx_jax.report.context import Context
+from tfx_jax.report.context import Context, compared_by
 from tfx_jax.report.points import value_label
 from tfx_jax.report.schema import Comparison, Noise, Options, Point, Report
 from tfx_jax.report.sections import comparisons, selection
@@ -24,11 +24,11 @@ def compute(ctx: Context) -> dict[str, Any]:
 
 def noise_and_power(record: SweepRecord, points: Sequence[Point],
                     rows: Sequence[Comparison], options: Options) -> list[Noise]:
-  """Per axis: the base point's seed standard deviation (select_by, report
+  """Per axis: the base point's seed standard deviation (``compared_by``, report
   split) and the smallest difference detectable at ``options.power``, by
   the test its comparisons have: at alpha, or with adaptive seeds at the
   current look's share of it (the smallest of the rows with fewest seeds)."""
-  select_by = record.select_by
+  select_by = compared_by(record)  # the metric the comparisons lead with
   by_key = {p.key: p for p in points}
   out = []
   for ai, axis in enumerate(record.axes):
@@ -75,7 +75,7 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   if not report.noise:
     return []
   return ["## Noise floor and power", "",
-          f"The base point's seed-to-seed standard deviation of `{report.select_by}` and "
+          f"The base point's seed-to-seed standard deviation of `{report.noise[0].metric}` and "
           "the smallest true difference the current seeds detect with a two-sided t test "
           "at α = 0.05 (noncentral t); more seeds where it exceeds the effects that "
           "matter (`python -m tfx_jax.sweep ... --until-resolved MAX_SEEDS`).", "",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from tfx_jax.records.sweep import SweepRecord
-from tfx_jax.report.context import Context
+from tfx_jax.report.context import Context, compared_by
 from tfx_jax.report.points import contexts
 from tfx_jax.report.schema import Comparison, Point, Report, ScaleEffect
 from tfx_jax.report.sections import comparisons, selection
@@ -43,13 +43,13 @@ def size_axes(record: SweepRecord, points: Sequence[Point]) -> list[int]:
 
 def scale_effects(record: SweepRecord, points: Sequence[Point], rows: Sequence[Comparison]
                   ) -> list[ScaleEffect]:
-  """For a size axis: each other axis's difference from its base (select_by)
+  """For a size axis: each other axis's difference from its base (``compared_by``)
   against the parameter count of the context, with its interval."""
   out = []
   for size_ai in size_axes(record, points):
     by_key = {p.key: p for p in points}
     for row in rows:
-      if row.axis_index == size_ai or row.metric != record.select_by:
+      if row.axis_index == size_ai or row.metric != compared_by(record):
         continue
       point = by_key.get(row.key_of(row.value_index))
       if point is None or not point.num_params:

@@ -19,7 +19,8 @@ from typing import Any, Mapping, Sequence
 from tfx_jax.records.summary import RunSummaries, RunSummary
 from tfx_jax.records.sweep import RunEntry, Split, SweepRecord
 from tfx_jax.report import stats
-from tfx_jax.report.context import (Context, compared_at, lower_is_better, reserved_seed,
+from tfx_jax.report.context import (BITS_PER_BYTE, Context, compared_at, compared_by,
+                                    lower_is_better, per_token, reserved_seed, tokenizer_axes,
                                     tuned_key, verdict_runs)
 from tfx_jax.report.points import Points, value_label
 from tfx_jax.report.schema import (Baseline, Counts, InitialLossSource, Options, Point, Report,
@@ -221,14 +222,22 @@ def analyze_points(record: SweepRecord, summaries: RunSummaries,
   return points
 
 
-def compared_metrics(points: Sequence[Point], select_by: str) -> list[str]:
-  """The metrics the points are compared on, the selection metric first; a
+def compared_metrics(points: Sequence[Point], record: SweepRecord) -> list[str]:
+  """The metrics the points are compared on, ``compared_by``'s first; a
   metric's evaluation standard error (``<metric>_se``) is reported beside it
-  (``Point.eval_se``), not compared."""
+  (``Point.eval_se``), not compared. Points that differ in tokenizer
+  (``tokenizer_axes``) are compared in bits per byte and in no metric per
+  token; otherwise bits per byte is eval/loss times one constant (the
+  evaluated sample's tokens over its bytes) and is left out, as perplexity."""
   names = {m for p in points for values in p.compared.values() for m in values
            if not is_standard_error(m)}
   names.discard("eval/perplexity")  # a function of eval/loss
-  return sorted(names, key=lambda m: (m != select_by, m.startswith("ppl@"),
+  if tokenizer_axes(record):
+    names = {m for m in names if not per_token(m)}
+  else:
+    names.discard(BITS_PER_BYTE)
+  first = compared_by(record)
+  return sorted(names, key=lambda m: (m != first, m.startswith("ppl@"),
                                       int(m[4:-1]) if m.startswith("ppl@") else 0, m))
 
 
@@ -237,7 +246,7 @@ def compared_metrics(points: Sequence[Point], select_by: str) -> list[str]:
 def points_table(record: SweepRecord, report: Report, points: Points) -> list[list[str]]:
   """One row per point: chosen tuned values, outcomes, compared metrics (a
   sweep with confirmation seeds: its confirmation runs')."""
-  metrics = compared_metrics(report.points, report.select_by)
+  metrics = compared_metrics(report.points, record)
   tuned = bool(record.tune)
   confirmed = report.verdict_runs == "confirmation"
   head = ([a.label for a in record.axes] + (["chosen"] if tuned else [])
@@ -289,10 +298,10 @@ def _metric_cells(report: Report, point, metrics: Sequence[str]) -> list[str]:
   return cells
 
 
-def eval_noise_lines(report: Report) -> Lines:
+def eval_noise_lines(record: SweepRecord, report: Report) -> Lines:
   """What the eval SE column means, and the points whose evaluation noise is
   more than ``EVAL_NOISE_LIMIT`` of their seed spread."""
-  metrics = _with_se(report, compared_metrics(report.points, report.select_by))
+  metrics = _with_se(report, compared_metrics(report.points, record))
   if not metrics:
     return []
   out = ["Eval SE: the standard error of each evaluation's own estimate, the sampling "
@@ -333,4 +342,4 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
           "of their final validation loss (the base point's where a point has one run): "
           "a longer run may change the verdicts on that point.", "",
           markdown_table(points_table(ctx.record, report, ctx.groups)), ""
-          ] + eval_noise_lines(report)
+          ] + eval_noise_lines(ctx.record, report)

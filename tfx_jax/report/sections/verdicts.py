@@ -14,7 +14,8 @@ from typing import Any, Mapping
 
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import tuning
-from tfx_jax.report.context import Context, lower_is_better, sequential_design
+from tfx_jax.report.context import (Context, compared_by, lower_is_better,
+                                    sequential_design, tokenizer_axes)
 from tfx_jax.report.schema import Comparison, Counts, FailedComparison, Report
 from tfx_jax.report.sections import sequential, trends
 from tfx_jax.report.sections.comparisons import design_line, failed_keys
@@ -194,6 +195,11 @@ def _design(record: SweepRecord, report: Report) -> str:
   else:
     how = (f"Compared on the {split} split." if report.comparisons
            else f"Metrics on the {split} split.")
+  axes = tokenizer_axes(record)
+  if axes:
+    how += (f" The points differ in tokenizer or vocabulary ({', '.join(axes)}), so they are "
+            "compared in bits per byte (`eval/bpb`), never in nats per token, which a "
+            "tokenizer's vocabulary changes.")
   n = len(report.comparisons)
   if n and report.sequential is not None:
     how += " " + sequential.design_text(report)
@@ -212,9 +218,10 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   record = ctx.record
   title = "## Exploratory comparisons" if record.claims else "## Verdicts"
   out = [title, ""] + headline(record, report, plots) + [_design(record, report), ""]
-  # The selection metric's verdicts; where the comparisons read other metrics
-  # only (a translation sweep compares BLEU and chrF on test), theirs.
-  main = [r for r in report.comparisons if r.metric == report.select_by] or list(
+  # The leading metric's verdicts (the selection metric's, or bits per byte
+  # across tokenizers); where the comparisons read other metrics only (a
+  # translation sweep compares BLEU and chrF on test), theirs.
+  main = [r for r in report.comparisons if r.metric == compared_by(record)] or list(
       report.comparisons)
   if main or report.failed:
     out += ([f"- {verdict_text(record, r)}{trends.still_improving_note(report, r)}"
