@@ -680,6 +680,50 @@ def test_slurm_submits_the_confirmation_stage_once_the_tuning_stage_is_done(
   assert "slurm 101_0 PENDING" in out
 
 
+def test_slurm_submits_the_reconfirmation_once_the_widened_tuning_stage_is_done(
+    tmp_path, capsys, monkeypatch):
+  """With sbatch and squeue stand-ins: after the grid widens, the first
+  invocation submits the new tuning run; once it is done, the next moves pre's
+  stale confirmation (sweep.json) and submits its runs at the new choice."""
+  fake = tmp_path / "slurm"
+  fake.mkdir()
+  for command, text in (("sbatch", FAKE_SBATCH), ("squeue", FAKE_SQUEUE)):
+    (fake / command).write_text(text)
+    (fake / command).chmod(stat.S_IRWXU)
+  monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+  monkeypatch.setenv("FAKE_SLURM", str(fake))
+  file = widening_file(tmp_path)
+  runs = tmp_path / "runs"
+  sweep_dir = runs / "widening"
+  plant_confirmed(sweep_dir)
+  code, out, err = sweep_in_process([file, "--workdir", runs], capsys)
+  assert code == 0, out + err
+  plant(sweep_dir / name("pre", 3e-2, 0), *WIDER[("pre", 3e-2)])
+  args = [f"{file}:widened", "--workdir", runs, "--executor", "slurm"]
+  code, out, err = sweep_in_process(args, capsys)
+  assert code == 0 and out.strip().endswith("100"), out + err
+  script = (fake / "submitted-0.sbatch").read_text()
+  assert "#SBATCH --array=0-0" in script and f"# {name('post', 3e-2, 0)}" in script
+  assert not any(e.stage == "superseded" for e in sweep_record.read(sweep_dir).runs)
+  plant(sweep_dir / name("post", 3e-2, 0), *WIDER[("post", 3e-2)])
+  code, out, err = sweep_in_process(args, capsys)
+  assert code == 0 and out.strip().endswith("101"), out + err
+  assert "point model.norm_position=pre is stale" in out
+  script = (fake / "submitted-1.sbatch").read_text()
+  assert "#SBATCH --array=0-1" in script
+  assert sorted(re.findall(r"# (norm_position\S+)", script)) == [
+      name("pre", 3e-2, 1), name("pre", 3e-2, 2)]
+  stages = {e.name: e.stage for e in sweep_record.read(sweep_dir).runs}
+  assert [stages[name("pre", lr, s)] for lr in (1e-2, 3e-2) for s in (1, 2)] == [
+      "superseded", "superseded", "confirm", "confirm"]
+  code, out, _ = sweep_in_process([*args, "--status"], capsys)
+  assert ("point model.norm_position=pre: chosen learning_rate=0.03; confirmed at "
+          "learning_rate=0.03 on seeds 1, 2; superseded confirmation runs at "
+          "learning_rate=0.01 (seeds 1, 2) kept, not compared") in out
+  assert "confirmation stage (seeds 1, 2, each point at its chosen value): 2 finished, " \
+      "2 pending" in out
+
+
 # --------------------------------------------------------- a real tiny sweep
 @pytest.mark.slow
 def test_a_tiny_lm_sweep_confirms_on_fresh_seeds_and_resumes_after_kill_9(tmp_path):
