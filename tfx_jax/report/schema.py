@@ -512,10 +512,10 @@ class Report:
 # known; those reports' ``seeds`` are None for stalled runs too); the
 # report's ``tuning_seeds`` (not known: empty), ``confirmation_seeds``,
 # ``sequential``, ``speedups``, ``compute`` (not recorded),
-# ``evaluation_effects`` and ``layer_profiles`` (none), its
-# ``stale_comparisons`` and each point's ``choice`` (not known). Before per-point tuned
-# grids each tuned field was one list of values, which ``tune_grids`` reads
-# as it is.
+# ``evaluation_effects``, ``layer_profiles`` and ``stale_comparisons``
+# (none); per point its ``choice`` (not known). Before per-point tuned grids
+# each tuned field was one list of values, which ``tune_grids`` reads as it
+# is. A point's ``stale`` flag has its step: absent, it is read from the file.
 def _failed_comparisons(data: dict[str, Any]) -> None:
   """Before comparisons with a side that never learned were listed: none."""
   data.setdefault("failed", [])
