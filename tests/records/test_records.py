@@ -127,6 +127,24 @@ def test_a_layout_orders_renames_flattens_omits_rounds_and_derives():
     serial.layout(order=("a",))(Inner)
 
 
+@serial.layout(omit_default=("flag", "names"))
+@dataclasses.dataclass(frozen=True)
+class Flagged:
+  name: str
+  flag: bool = False
+  names: tuple[str, ...] = ()
+
+
+def test_a_field_at_its_default_may_be_left_out_and_reads_back_as_it():
+  assert serial.to_json(Flagged("a")) == {"name": "a"}
+  assert serial.to_json(Flagged("a", True, ("b",))) == {"name": "a", "flag": True,
+                                                       "names": ["b"]}
+  for record in (Flagged("a"), Flagged("a", True), Flagged("a", names=("b",))):
+    assert serial.from_json(Flagged, serial.to_json(record)) == record
+  with pytest.raises(TypeError, match=r"omits \['name'\] at their defaults"):
+    serial.layout(omit_default=("name",))(Inner)
+
+
 @dataclasses.dataclass(frozen=True)
 class Versioned:
   name: str
@@ -167,8 +185,9 @@ REPORTS = sorted(glob.glob(str(ROOT / "docs" / "results" / "*" / "report.json"))
 # What reading and writing a committed report adds to one an earlier version
 # wrote, as the hand-written reader and writer did: per seed its ``training``
 # signals, per comparison its ``base_index``, the report's evaluation effects
-# and layer profiles.
-ADDED = ("training", "base_index", "evaluation_effects", "layer_profiles")
+# and layer profiles, and a point's ``stale`` flag where its confirmation ran
+# at another value than it chose (written only where true).
+ADDED = ("training", "base_index", "evaluation_effects", "layer_profiles", "stale")
 
 
 def _without_added(written: Any, original: Any) -> Any:
@@ -218,9 +237,25 @@ def test_every_committed_report_reads_and_writes_back_as_it_was(path):
   written = report.to_json()
   assert _added(written, original, set()) <= {
       ("training", "{}"), ("base_index", "index"), ("evaluation_effects", "[]"),
-      ("layer_profiles", "[]")}
+      ("layer_profiles", "[]"), ("stale", "true")}
   assert dumped(_with_claims(_without_added(written, original), original)) == text
   assert schema.Report.from_json(json.loads(dumped(written))) == report
+
+
+def test_an_older_report_s_stale_confirmation_reads_as_stale():
+  """The committed reports whose points kept a confirmation at a value chosen
+  before (the optimizers sweep's Muon at d_model 64: confirmed at Adam ratio
+  3, ratio 10 chosen after its grid was widened) read as stale, and only those."""
+  stale = {}
+  for path in REPORTS:
+    for point in schema.Report.from_json(json.loads(pathlib.Path(path).read_text())).points:
+      assert point.stale == (point.confirmed is not None and point.confirmed != point.chosen)
+      if point.stale:
+        stale.setdefault(pathlib.Path(path).parent.name, []).append(
+            (point.confirmed, point.chosen))
+  assert stale == {"optimizers": [
+      ({"optim.learning_rate": 0.01, "optim.adam_learning_rate_ratio": 3.0},
+       {"optim.learning_rate": 0.01, "optim.adam_learning_rate_ratio": 10.0})]}
 
 
 def test_the_current_reports_are_written_back_byte_for_byte():

@@ -150,16 +150,23 @@ def test_confirmation_seeds_are_fresh_and_the_same_for_every_point(tmp_path):
   adaptive.restore_added(again, sweep_record.read(tmp_path))
   assert [(e.name, e.stage, e.tuned) for e in again.runs] == [
       (e.name, e.stage, e.tuned) for e in record.runs]
-  # A later analysis choosing otherwise never moves them: a fourth seed runs
-  # at the value the point was confirmed at.
+  # A later analysis choosing otherwise (a widened grid, tuning runs added)
+  # makes pre's confirmation stale: it moves to the new choice, on every
+  # confirmation seed, and its runs at the old one are superseded (kept);
+  # post, still chosen at 1e-3, gets its fourth seed there.
   moved = dataclasses.replace(report, points=tuple(
       dataclasses.replace(p, chosen={"optim.learning_rate": 1e-3}) for p in report.points))
   more = declared("--seeds", "0,1", "--confirm", "4")
   adaptive.restore_added(more, sweep_record.read(tmp_path))
   state_lib.refresh(tmp_path, more)
-  (fourth,) = [e for e in confirm.add_confirmation(more, moved)
-               if e.values[0]["model.norm_position"] == "pre"]
-  assert fourth.seed == 5 and fourth.tuned == {"optim.learning_rate": 1e-2}
+  assert [p.key for p, _ in confirm.stale_points(more, moved)] == [(1,)]
+  assert sorted((e.values[0]["model.norm_position"], e.seed, e.tuned["optim.learning_rate"])
+                for e in confirm.add_confirmation(more, moved)) == (
+      [("post", 5, 1e-3)] + [("pre", s, 1e-3) for s in (2, 3, 4, 5)])
+  superseded = sorted(e.name for e in more.runs if e.stage == "superseded")
+  assert superseded == [name("pre", 1e-2, s) for s in (2, 3, 4)]
+  assert sorted(a.name for a in more.added if a.stage == "superseded") == superseded
+  assert confirm.stale_points(more, moved) == []
   # A point with no chosen value (no tuning run learned) gets none.
   none = declared("--seeds", "0,1", "--confirm", "3")
   state_lib.refresh(tmp_path, none)
@@ -360,6 +367,214 @@ def test_local_stages_run_in_order_and_until_resolved_adds_confirmation_seeds(
           "learning_rate=0.01 on seeds 1, 2") in out
 
 
+# ------------------------------------------------------ a stale confirmation
+# The experiment file of the widened grid: the default variant tunes the
+# learning rate over 1e-3 and 1e-2, "widened" adds 3e-2, at which pre is
+# better still (its confirmation at 1e-2 is then stale).
+WIDENING = """
+from tfx_jax.sweep import Sweep
+def get_sweep(variant="default"):
+  rates = {{"default": [1e-3, 1e-2], "widened": [1e-3, 1e-2, 3e-2]}}[variant]
+  return Sweep(name="widening", config="configs/lm.py:tiny",
+               axes=[{{"model.norm_position": ["post", "pre"]}}],
+               tune={{"optim.learning_rate": rates}}, seeds=[0], confirm=2,
+               overrides={overrides!r})
+"""
+WIDER = {("post", 3e-2): (2.90, 2.91), ("pre", 3e-2): (2.30, 2.31)}
+RECONFIRMATION = [(2.31, 2.30), (2.29, 2.32)]  # pre at 3e-2, seeds 1 and 2
+
+
+def widening_file(tmp_path, overrides=None):
+  """The experiment file (``WIDENING``) in ``tmp_path``; ``overrides``: every run's."""
+  file = tmp_path / "widening.py"
+  file.write_text(WIDENING.format(overrides=dict(overrides or {})))
+  return file
+
+
+def plant_confirmed(sweep_dir) -> None:
+  """Tuning seed 0 at 1e-3 and 1e-2, confirmation seeds 1 and 2 at each
+  point's choice (post 1e-3, pre 1e-2): the sweep before its grid widens."""
+  plant_tuning(sweep_dir, seeds=(0,))
+  for norm, lr in CHOSEN.items():
+    for seed in (1, 2):
+      plant(sweep_dir / name(norm, lr, seed), *CONFIRMATION[norm][seed - 1])
+
+
+def files_of(workdirs) -> dict:
+  """{path: (bytes, mtime)} of every file under ``workdirs``."""
+  return {f: (f.read_bytes(), f.stat().st_mtime_ns) for w in workdirs
+          for f in sorted(w.rglob("*")) if f.is_file() and f.name != state_lib.LOCK_FILE}
+
+
+def test_a_widened_grid_makes_a_confirmation_stale_and_the_sweep_reconfirms_it(
+    tmp_path, capsys):
+  """Every run planted, so nothing trains. The grid widens; while a new tuning
+  run has failed, the report flags pre's confirmation stale and leaves its
+  comparison out, and --status names it; once the tuning stage is done the
+  same command re-confirms pre at its new choice, the old runs kept untouched."""
+  file = widening_file(tmp_path)
+  runs = tmp_path / "runs"
+  sweep_dir = runs / "widening"
+  plant_confirmed(sweep_dir)
+  code, out, err = sweep_in_process([file, "--workdir", runs], capsys)
+  assert code == 0, out + err
+  report = schema.read(sweep_dir)
+  assert [(p.confirmed, p.stale) for p in report.points] == [
+      ({"optim.learning_rate": lr}, False) for lr in (1e-3, 1e-2)]
+  old = [sweep_dir / name("pre", 1e-2, seed) for seed in (1, 2)]
+  before = files_of(old)
+
+  # Widened: pre at 3e-2 beats its choice; post's run there failed (the
+  # confirmation stage waits for --retry-failed).
+  plant(sweep_dir / name("pre", 3e-2, 0), *WIDER[("pre", 3e-2)])
+  fakes.write_run(sweep_dir / name("post", 3e-2, 0), state="failed", step=3,
+                  reason="planted crash")
+  widened = [f"{file}:widened", "--workdir", runs]
+  code, out, err = sweep_in_process(widened, capsys)
+  assert code == 1, out + err
+  assert "confirmation stage: waits for 1 failed tuning run(s)" in out
+  report = schema.read(sweep_dir)
+  pre = report.point((1,))
+  assert (pre.chosen, pre.confirmed) == ({"optim.learning_rate": 3e-2},
+                                         {"optim.learning_rate": 1e-2})
+  assert pre.stale and pre.compared == {} and sorted(pre.confirmation) == [1, 2]
+  assert not report.point((0,)).stale
+  assert report.comparisons == () and report.failed == ()
+  (left,) = report.stale_comparisons
+  assert (left.axis, left.value, left.base_value, left.stale) == (
+      "model.norm_position", "post", "pre", ("pre",))
+  assert left.text == (
+      "post vs pre: left out: pre's confirmation is stale: its confirmation runs ran at "
+      "learning_rate=0.01, learning_rate=0.03 is chosen now. Running the sweep again "
+      "re-confirms it at the new choice (the runs at the old value are kept, superseded).")
+  data = json.loads((sweep_dir / "report.json").read_text())
+  assert [p.get("stale") for p in data["points"]] == [None, True]  # written where true
+  md = (sweep_dir / "report.md").read_text()
+  assert f"- {left.text}" in md and "No comparison: each has a side whose" in md
+  assert "| pre | learning_rate=0.03 (confirmation stale: ran at learning_rate=0.01; " in md
+  code, out, _ = sweep_in_process([*widened, "--status"], capsys)
+  assert code == 0
+  assert ("point model.norm_position=pre: chosen learning_rate=0.03; its confirmation is "
+          "STALE: it ran at learning_rate=0.01 on seeds 1, 2, learning_rate=0.03 is chosen "
+          "now; it is re-confirmed once the tuning stage is done (the confirmation stage "
+          "waits for 1 failed tuning run(s)") in out
+  assert ("point model.norm_position=post: chosen learning_rate=0.001; confirmed at "
+          "learning_rate=0.001 on seeds 1, 2\n") in out
+
+  # The failed run done: the same command re-confirms pre at 3e-2 (its
+  # confirmation runs planted, so nothing trains).
+  plant(sweep_dir / name("post", 3e-2, 0), *WIDER[("post", 3e-2)])
+  for seed in (1, 2):
+    plant(sweep_dir / name("pre", 3e-2, seed), *RECONFIRMATION[seed - 1])
+  code, out, err = sweep_in_process(widened, capsys)
+  assert code == 0, out + err
+  assert ("confirmation stage: point model.norm_position=pre is stale: confirmed at "
+          "learning_rate=0.01, learning_rate=0.03 is chosen now; its runs at "
+          "learning_rate=0.01 are superseded (kept), re-confirming at learning_rate=0.03") in out
+  assert (f"confirmation stage: 2 run(s), seeds 1, 2 at each point's chosen value: "
+          f"{name('pre', 3e-2, 1)}, {name('pre', 3e-2, 2)}") in out
+  record = sweep_record.read(sweep_dir)
+  stages = {e.name: e.stage for e in record.runs}
+  assert {n: stages[n] for n in (*(w.name for w in old), name("pre", 3e-2, 1),
+                                 name("pre", 3e-2, 2))} == {
+      old[0].name: "superseded", old[1].name: "superseded",
+      name("pre", 3e-2, 1): "confirm", name("pre", 3e-2, 2): "confirm"}
+  assert {a.name: a.stage for a in record.added} == {
+      n: s for n, s in stages.items() if n.endswith(("_s1", "_s2"))}
+  assert files_of(old) == before  # nothing of the old confirmation lost or rewritten
+  report = schema.read(sweep_dir)
+  pre = report.point((1,))
+  assert pre.confirmed == pre.chosen == {"optim.learning_rate": 3e-2} and not pre.stale
+  assert report.stale_comparisons == () and loss_row(report).seeds == (1, 2)
+  assert loss_row(report).interval.diff == pytest.approx(
+      sum(t for _, t in CONFIRMATION["post"][:2]) / 2 - sum(t for _, t in RECONFIRMATION) / 2)
+  assert "stale_comparisons" not in json.loads((sweep_dir / "report.json").read_text())
+  code, out, _ = sweep_in_process([*widened, "--status"], capsys)
+  assert ("point model.norm_position=pre: chosen learning_rate=0.03; confirmed at "
+          "learning_rate=0.03 on seeds 1, 2; superseded confirmation runs at "
+          "learning_rate=0.01 (seeds 1, 2) kept, not compared") in out
+  assert re.search(rf"{old[0].name} +superseded +finished", out), out
+
+  # The grid narrowed back: pre chooses 1e-2 again, whose runs are its
+  # confirmation again; nothing runs.
+  code, out, err = sweep_in_process([file, "--workdir", runs], capsys)
+  assert code == 0 and "confirmation stage: 2 run(s)" not in out, out + err
+  record = sweep_record.read(sweep_dir)
+  assert {e.name: e.stage for e in record.runs if e.name in {w.name for w in old}} == {
+      w.name: "confirm" for w in old}
+  assert not any("0.03" in e.name for e in record.runs)
+  report = schema.read(sweep_dir)
+  assert report.point((1,)).confirmed == {"optim.learning_rate": 1e-2}
+  assert not report.point((1,)).stale and loss_row(report).seeds == (1, 2)
+  assert files_of(old) == before
+
+
+@pytest.mark.slow
+def test_kill_9_during_the_reconfirmation_then_the_same_command_loses_nothing(
+    tmp_path, capsys):
+  """The widened sweep planted up to its re-confirmation, which trains for
+  real (tiny LM runs): a kill -9 once one of pre's two new confirmation runs
+  is training, then the same command: both finish once, the superseded runs
+  at 1e-2 are untouched, and pre is confirmed at its new choice."""
+  from tfx_jax.data import prepare  # pylint: disable=import-outside-toplevel
+  prepare.prepare("tfx_shakespeare", None, 1024)  # once, before two runs need it
+  # The test split in 45 batches, not 720 of TINY's 4 rows.
+  file = widening_file(tmp_path, {**TINY, "eval.batch_size": 64})
+  sweep_dir = tmp_path / "widening"
+  plant_confirmed(sweep_dir)
+  code, out, err = sweep_in_process([file, "--workdir", tmp_path], capsys)
+  assert code == 0 and "nothing to run" in out, out + err  # confirmed, before it widens
+  for (norm, lr), (validation, test) in WIDER.items():
+    plant(sweep_dir / name(norm, lr, 0), validation, test)
+  old = [sweep_dir / name("pre", 1e-2, seed) for seed in (1, 2)]
+  before = files_of(old)
+  env = subprocess_env(tmp_path / "jax_cache")
+  command = [sys.executable, "-m", "tfx_jax.sweep", f"{file}:widened", "--workdir",
+             str(tmp_path), "--parallel", "2"]
+  proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  seen = []
+  for line in proc.stdout:
+    seen.append(line)
+    if "confirmation stage: 2 run(s)" in line:
+      break
+  new = [sweep_dir / name("pre", 3e-2, seed) for seed in (1, 2)]
+  assert all(w.name in seen[-1] for w in new), "".join(seen)
+  assert any("point model.norm_position=pre is stale" in l for l in seen), "".join(seen)
+  # Kill once a re-confirmation run is inside its training loop.
+  deadline = time.time() + 300
+  logs = [w / state_lib.LOG_FILE for w in new]
+  while not any(p.exists() and re.search(r"step +\d+/20", p.read_text()) for p in logs):
+    assert proc.poll() is None and time.time() < deadline, "the sweep was not killed"
+    time.sleep(0.005)
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  # At once: a run whose child is still saving is locked; the command waits for it.
+  rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+  assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+  assert "run(s), seeds" not in rerun.stdout  # added once, resumed from sweep.json
+  assert "is stale" not in rerun.stdout
+  record = sweep_record.read(sweep_dir)
+  assert {e.state for e in record.runs} == {"finished"}
+  assert sorted((e.name, e.stage) for e in record.runs if e.stage != "tune") == sorted(
+      [(w.name, "superseded") for w in old] + [(w.name, "confirm") for w in new]
+      + [(name("post", 1e-3, seed), "confirm") for seed in (1, 2)])
+  interrupted = 0
+  for workdir in new:
+    log = (workdir / state_lib.LOG_FILE).read_text()
+    assert log.count("Finished at step 20") == 1, log
+    interrupted += "received SIGTERM" in log
+    assert (workdir / "eval" / "test-20.json").exists()
+  assert interrupted >= 1, "the kill landed after both runs had finished"
+  assert files_of(old) == before
+  report = schema.read(sweep_dir)
+  pre = report.point((1,))
+  assert pre.chosen == pre.confirmed == {"optim.learning_rate": 3e-2} and not pre.stale
+  assert sorted(pre.confirmation) == [1, 2] and report.stale_comparisons == ()
+  assert all(s.run in {w.name for w in new} for s in pre.confirmation.values())
+
+
 def test_a_sweep_json_written_before_stages_existed_resumes(tmp_path, capsys):
   """A tuned sweep.json as the version before stages wrote it (no ``stage``,
   no ``confirm``, a seed added by --until-resolved): the same command finds
@@ -463,6 +678,50 @@ def test_slurm_submits_the_confirmation_stage_once_the_tuning_stage_is_done(
   code, out, _ = sweep_in_process([*args, "--status"], capsys)
   assert "confirmation stage (seeds 1, 2, each point at its chosen value): 4 pending" in out
   assert "slurm 101_0 PENDING" in out
+
+
+def test_slurm_submits_the_reconfirmation_once_the_widened_tuning_stage_is_done(
+    tmp_path, capsys, monkeypatch):
+  """With sbatch and squeue stand-ins: after the grid widens, the first
+  invocation submits the new tuning run; once it is done, the next moves pre's
+  stale confirmation (sweep.json) and submits its runs at the new choice."""
+  fake = tmp_path / "slurm"
+  fake.mkdir()
+  for command, text in (("sbatch", FAKE_SBATCH), ("squeue", FAKE_SQUEUE)):
+    (fake / command).write_text(text)
+    (fake / command).chmod(stat.S_IRWXU)
+  monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+  monkeypatch.setenv("FAKE_SLURM", str(fake))
+  file = widening_file(tmp_path)
+  runs = tmp_path / "runs"
+  sweep_dir = runs / "widening"
+  plant_confirmed(sweep_dir)
+  code, out, err = sweep_in_process([file, "--workdir", runs], capsys)
+  assert code == 0, out + err
+  plant(sweep_dir / name("pre", 3e-2, 0), *WIDER[("pre", 3e-2)])
+  args = [f"{file}:widened", "--workdir", runs, "--executor", "slurm"]
+  code, out, err = sweep_in_process(args, capsys)
+  assert code == 0 and out.strip().endswith("100"), out + err
+  script = (fake / "submitted-0.sbatch").read_text()
+  assert "#SBATCH --array=0-0" in script and f"# {name('post', 3e-2, 0)}" in script
+  assert not any(e.stage == "superseded" for e in sweep_record.read(sweep_dir).runs)
+  plant(sweep_dir / name("post", 3e-2, 0), *WIDER[("post", 3e-2)])
+  code, out, err = sweep_in_process(args, capsys)
+  assert code == 0 and out.strip().endswith("101"), out + err
+  assert "point model.norm_position=pre is stale" in out
+  script = (fake / "submitted-1.sbatch").read_text()
+  assert "#SBATCH --array=0-1" in script
+  assert sorted(re.findall(r"# (norm_position\S+)", script)) == [
+      name("pre", 3e-2, 1), name("pre", 3e-2, 2)]
+  stages = {e.name: e.stage for e in sweep_record.read(sweep_dir).runs}
+  assert [stages[name("pre", lr, s)] for lr in (1e-2, 3e-2) for s in (1, 2)] == [
+      "superseded", "superseded", "confirm", "confirm"]
+  code, out, _ = sweep_in_process([*args, "--status"], capsys)
+  assert ("point model.norm_position=pre: chosen learning_rate=0.03; confirmed at "
+          "learning_rate=0.03 on seeds 1, 2; superseded confirmation runs at "
+          "learning_rate=0.01 (seeds 1, 2) kept, not compared") in out
+  assert "confirmation stage (seeds 1, 2, each point at its chosen value): 2 finished, " \
+      "2 pending" in out
 
 
 # --------------------------------------------------------- a real tiny sweep

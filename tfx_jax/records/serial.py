@@ -67,8 +67,8 @@ class Layout:
   empty: the fields in declared order. ``keys``: {field: its key in the file}.
   ``flat``: fields whose record's keys are written inline, in this object.
   ``omit_none``: fields left out when None (absent reads as None).
-  ``omit_empty``: fields left out when empty (absent reads as the default),
-  so a field added later leaves the files that do not use it as they were.
+  ``omit_default``: fields left out when equal to their default (absent
+  reads as the default): a flag or a listing an earlier file never had.
   ``written``: {field: its JSON value of the field's value} (e.g. rounded).
   ``derived``: {key: its value of the record}, written and never read back.
   """
@@ -76,7 +76,7 @@ class Layout:
   keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
   flat: frozenset[str] = frozenset()
   omit_none: frozenset[str] = frozenset()
-  omit_empty: frozenset[str] = frozenset()
+  omit_default: frozenset[str] = frozenset()
   written: Mapping[str, Callable[[Any], Any]] = dataclasses.field(default_factory=dict)
   derived: Mapping[str, Callable[[Any], Any]] = dataclasses.field(default_factory=dict)
 
@@ -103,22 +103,26 @@ def layout(order: Sequence[str] = (), keys: Mapping[str, str] | None = None,
            flat: Sequence[str] = (), omit_none: Sequence[str] = (),
            written: Mapping[str, Callable[[Any], Any]] | None = None,
            derived: Mapping[str, Callable[[Any], Any]] | None = None,
-           omit_empty: Sequence[str] = ()) -> Callable[[type], type]:
+           omit_default: Sequence[str] = ()) -> Callable[[type], type]:
   """A class decorator: the record's file layout (``Layout``). Also called on
   a class defined elsewhere, ``layout(...)(cls)``, where the file is this
   module's caller's concern."""
   def register(cls: type) -> type:
     shape = Layout(tuple(order), dict(keys or {}), frozenset(flat), frozenset(omit_none),
-                   frozenset(omit_empty), dict(written or {}), dict(derived or {}))
+                   frozenset(omit_default), dict(written or {}), dict(derived or {}))
     names = [f.name for f in dataclasses.fields(cls)]
     if (shape.order or shape.derived) and sorted(shape.order) != sorted(
         [*names, *shape.derived]):  # derived keys are written where the order puts them
       raise TypeError(f"{cls.__name__}: layout order {list(shape.order)} is not its fields "
                       f"{names} and derived keys {list(shape.derived)}.")
-    unknown = (set(shape.keys) | shape.flat | shape.omit_none | shape.omit_empty
+    unknown = (set(shape.keys) | shape.flat | shape.omit_none | shape.omit_default
                | set(shape.written)) - set(names)
     if unknown:
       raise TypeError(f"{cls.__name__}: layout names {sorted(unknown)}, not fields.")
+    defaults = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    if shape.omit_default - defaults:
+      raise TypeError(f"{cls.__name__}: layout omits {sorted(shape.omit_default - defaults)} "
+                      "at their defaults, which they do not have (a plain default is needed).")
     _LAYOUTS[cls] = shape
     return cls
   return register
@@ -165,8 +169,9 @@ def _record_json(record: Any) -> dict[str, Any]:
       out[name] = to_json(shape.derived[name](record))
       continue
     value = getattr(record, name)
-    if (name in shape.omit_none and value is None) or (
-        name in shape.omit_empty and not value):
+    if name in shape.omit_none and value is None:
+      continue
+    if name in shape.omit_default and value == _field(cls, name).default:
       continue
     if name in shape.written:
       encoded = shape.written[name](value)
@@ -290,6 +295,10 @@ def _read_record(cls: type, data: Any, where: str, path: str) -> Any:
 
 
 # ------------------------------------------------------------------ helpers
+def _field(cls: type, name: str) -> dataclasses.Field:
+  return next(f for f in dataclasses.fields(cls) if f.name == name)
+
+
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
   return typing.get_type_hints(cls, include_extras=True)

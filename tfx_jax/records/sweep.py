@@ -10,8 +10,8 @@
                 the report's margins, and its runs
   RunEntry      one run: name, seed, axis values, tuned values, every
                 override it is trained with, its evaluations, its stage (the
-                tuning stage, or a confirmation seed), and where it stands
-                (state, step, reason, attempts, times)
+                tuning stage, a confirmation seed, or a superseded one), and
+                where it stands (state, step, reason, attempts, times)
 
 ``python -m tfx_jax.sweep`` writes it (``write``: atomically, as
 ``status.json`` is written for a run) and rewrites it whenever a run
@@ -56,8 +56,10 @@ Split = Literal["test", "validation"]
 # tuned value and declared seed; a sweep without tuned fields has only
 # these). ``confirm``: a point's fresh seeds at the tuned value its tuning
 # stage chose (``Sweep(confirm=N)``), the only runs a confirmed sweep's
-# verdicts read.
-Stage = Literal["tune", "confirm"]
+# verdicts read. ``superseded``: confirmation runs at a value the point no
+# longer chooses (its grid widened, tuning runs added since): kept on disk and
+# in this record, never run again, read by no verdict (``sweep.confirm``).
+Stage = Literal["tune", "confirm", "superseded"]
 
 
 def now() -> str:
@@ -316,7 +318,7 @@ class ReportOptions:
                       "tune", "select_by", "confirm", "until_resolved", "report_split", "axes",
                       "base_values", "command", "cwd", "created", "slurm_jobs", "runs",
                       "added", "report_options", "updated", "claims"),
-               omit_empty=("claims",))
+               omit_default=("claims",))
 @dataclasses.dataclass(frozen=True)
 class SweepRecord:
   """The content of sweep.json. Its fields are fixed once built; its lists

@@ -3,8 +3,10 @@
   Report        the whole: the options and baselines it used, its points,
                 comparisons, failed comparisons, sensitivity, noise and scale
   Point         one combination of axis values: its runs at each tuned value
-                (``TunedValue``, each seed a ``SeedResult``), the value chosen,
-                its confirmation runs (a sweep with confirmation seeds) and the
+                (``TunedValue``, each seed a ``SeedResult``), the value chosen
+                and its lead over the next best (``ChoiceMargin``), its
+                confirmation runs (a sweep with confirmation seeds; ``stale``
+                where they ran at another value than is chosen now) and the
                 per-seed metrics it is compared on, with its evaluations'
                 standard error beside its seed-to-seed spread
   Comparison    a value against its base in one context, on one metric (the
@@ -14,14 +16,14 @@
                 (``stats.Verdict``) and its sentence (rendered when report.json is
                 written, ``sections.verdicts``); with adaptive seeds,
                 its ``Look`` in the report's ``Sequential`` test
-  FailedComparison, Sensitivity, Noise, ScaleEffect: the other sections;
+  FailedComparison, StaleComparison, Sensitivity, Noise, ScaleEffect: the
+                other sections (a comparison a side of which never learned,
+                or whose confirmation is stale, is listed, not made);
   ``speedup.Speedup`` the effective speedup over AdamW
   Trend         whether a point's validation loss still fell at its last
                 evaluations by more than the seed noise (``Point.trend``)
-  EvaluationEffect  a point's models evaluated another way (RoPE scaled at
-                evaluation) against as trained, paired by seed
-  LayerProfile  a point's per-layer statistic (the gradient norm at
-                initialisation) per stack, and its last-over-first trend
+  EvaluationEffect, LayerProfile  the effects tested as families of their
+                own (``report.effects``, re-exported here)
 
 ``assemble.analyze`` builds a ``Report`` from its sections (``sections/``);
 the markdown, the plots and the sweep's adaptive seeds read it;
@@ -38,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import pathlib
 from typing import Any, Iterable, Literal, Mapping
 
@@ -48,6 +49,7 @@ from tfx_jax.report import stats_sequential
 from tfx_jax.records.compute import Compute
 from tfx_jax.records.speedup import Speedup
 from tfx_jax.records.sweep import Split, Tune, tune_grids
+from tfx_jax.report.effects import EvaluationEffect, LayerProfile
 
 FILENAME = "report.json"
 # A comparison with a side that never learned, at any tuned value.
@@ -175,12 +177,33 @@ class Trend:
   still_improving: bool | None
 
 
+@dataclasses.dataclass(frozen=True)
+class ChoiceMargin:
+  """How far a tuned point's chosen value is ahead of the next best
+  (``runner_up``) on what chose it, against the point's seed spread
+  (``sections.choices``). ``margin``: the runner-up's selection score minus
+  the chosen's (``TunedValue.selection_score``: ``select_by`` on validation
+  over the choosing seeds, lower first; >= 0). ``spread``: the seed-to-seed
+  standard deviation (n - 1) of ``select_by`` on validation over the point's
+  learned confirmation runs (a sweep without them: its runs at the chosen
+  value), or, where it has fewer than two, the base point's (``spread_from``,
+  as ``Trend.noise_from``). ``within_noise``: margin < spread: a change of
+  seed moves the metric by more than the choice's lead, so the tuning seeds
+  decided which value won; None where no spread is known."""
+  runner_up: str
+  margin: float
+  spread: float | None
+  spread_from: NoiseFrom | None
+  within_noise: bool | None
+
+
 # ``eval_se`` and ``seed_sd`` are derived from ``compared`` (not read back):
-# the evaluation noise beside the seed noise.
+# the evaluation noise beside the seed noise. ``stale`` is written where true.
 @serial.layout(order=("key", "values", "chosen", "chosen_label", "chosen_at_edge", "tuned",
                       "counts", "runs", "compared", "num_params", "eval_se", "seed_sd",
-                      "trend", "confirmed", "confirmation"),
-               derived={"eval_se": lambda p: p.eval_se, "seed_sd": lambda p: p.seed_sd})
+                      "trend", "confirmed", "confirmation", "stale", "choice"),
+               derived={"eval_se": lambda p: p.eval_se, "seed_sd": lambda p: p.seed_sd},
+               omit_none=("choice",), omit_default=("stale",))
 @dataclasses.dataclass(frozen=True)
 class Point:
   """One combination of axis values (``key``: the index of each axis's value)."""
@@ -200,6 +223,14 @@ class Point:
   # learned ones are ``compared``; ``tuned`` and ``counts`` are the tuning stage's.
   confirmed: dict[str, Any] | None = None
   confirmation: dict[int, SeedResult] = dataclasses.field(default_factory=dict)
+  # The confirmation runs ran at other tuned values than the point chooses now
+  # (a grid widened, tuning runs added since: ``sections.choices.is_stale``):
+  # nothing is ``compared`` and its comparisons are left out
+  # (``Report.stale_comparisons``) until the sweep re-confirms it.
+  stale: bool = False
+  # The chosen value's lead over the next best (None: nothing tuned, a single
+  # value learned, or a choice made by fewer failed runs).
+  choice: ChoiceMargin | None = None
 
   @property
   def confirmation_counts(self) -> Counts:
@@ -318,6 +349,19 @@ class FailedComparison:
   base_confirmed: str | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class StaleComparison:
+  """A comparison left out because a side's confirmation is stale
+  (``Point.stale``: its confirmation runs ran at other tuned values than it
+  chooses now). ``stale``: those sides' value labels; ``text``: why, in words."""
+  axis: str
+  value: str
+  base_value: str
+  context: str
+  stale: tuple[str, ...]
+  text: str
+
+
 # ------------------------------------------------------- sensitivity, noise
 @dataclasses.dataclass(frozen=True)
 class CurvePoint:
@@ -375,72 +419,6 @@ class ScaleEffect:
   verdict: stats.Verdict
 
 
-@serial.layout(order=("key", "point", "evaluation", "metric", "seeds", "margin",
-                      "p_adjusted", "verdict", "interval"),
-               flat=("interval",))
-@dataclasses.dataclass(frozen=True)
-class EvaluationEffect:
-  """One point's models evaluated another way against as trained, the same
-  runs paired by seed: RoPE scaled at evaluation only (``evaluate --lengths
-  --rope_scaling``) against its positions as trained, at one length. Two
-  evaluations of one set of models, not two models: a family of its own,
-  Holm over the report's evaluation effects."""
-  key: tuple[int, ...]
-  point: str        # the point's axis values, as a label
-  evaluation: str   # how it was evaluated: "yarn-x8-from64"
-  metric: str       # "ppl@8x"
-  seeds: tuple[int, ...]
-  interval: stats.Interval  # evaluated this way - as trained
-  margin: float
-  p_adjusted: float | None
-  verdict: stats.Verdict
-
-
-# Which way a per-layer statistic runs from the first layer to the last
-# (``LayerProfile``): resolved up or down after Holm, or not resolved.
-LayerTrend = Literal["grows", "falls", "unresolved"]
-
-
-# The ratio and its ends are derived from the interval (written, not read back).
-@serial.layout(order=("key", "point", "statistic", "stack", "seeds", "means", "half_widths",
-                      "ratio", "ratio_low", "ratio_high", "p_adjusted", "trend", "same_as",
-                      "interval"),
-               keys={"interval": "log_ratio"},
-               derived={"ratio": lambda p: p.ratio[0], "ratio_low": lambda p: p.ratio[1],
-                        "ratio_high": lambda p: p.ratio[2]})
-@dataclasses.dataclass(frozen=True)
-class LayerProfile:
-  """One point's per-layer statistic in one stack over the runs the report's
-  per-layer table shows (its confirmation runs where it ran them; the
-  gradient norm at initialisation where runs logged it, Xiong et al.'s
-  Figure 3): each layer's mean over the
-  seeds with its 95% t-interval's half-width, and the profile's trend, the
-  last layer's value over the first's. The trend is tested on the log scale,
-  paired by seed (ln last - ln first against 0), and reported as the ratio:
-  the geometric mean over seeds with its interval; p adjusted by Holm over
-  the report's profiles, a family of their own."""
-  key: tuple[int, ...]
-  point: str       # the point's axis values, as a label
-  statistic: str   # "init_grad_norm/ffn_out": the layer_stats tag's kind and part
-  stack: str       # "encoder", "decoder"
-  seeds: tuple[int, ...]
-  means: tuple[float, ...]                 # per layer, first to last
-  half_widths: tuple[float | None, ...]    # None: one seed
-  interval: stats.Interval  # ln(last) - ln(first), paired by seed
-  p_adjusted: float | None
-  trend: LayerTrend
-  # The earlier point whose profile this one equals on every seed, tested
-  # once for both (None: tested itself).
-  same_as: str | None = None
-
-  @property
-  def ratio(self) -> tuple[float, float | None, float | None]:
-    """last / first: (geometric mean over seeds, its interval's low, high)."""
-    iv = self.interval
-    return (math.exp(iv.diff), None if iv.low is None else math.exp(iv.low),
-            None if iv.high is None else math.exp(iv.high))
-
-
 # ------------------------------------------------------------------- whole
 # The design's looks, derived from its first and last, are written beside them.
 serial.layout(order=("first", "last", "looks", "rho"),
@@ -463,8 +441,10 @@ class Sequential:
                       "options", "baselines", "points", "comparisons", "failed",
                       "sensitivity", "noise", "scale", "verdict_runs", "selection_biased",
                       "tuning_seeds", "confirmation_seeds", "sequential", "speedups",
-                      "compute", "evaluation_effects", "layer_profiles"),
-               derived={"selection_biased": lambda r: r.selection_biased})
+                      "compute", "evaluation_effects", "layer_profiles",
+                      "stale_comparisons"),
+               derived={"selection_biased": lambda r: r.selection_biased},
+               omit_default=("stale_comparisons",))
 @dataclasses.dataclass(frozen=True)
 class Report:
   """report.json."""
@@ -491,6 +471,8 @@ class Report:
   evaluation_effects: tuple[EvaluationEffect, ...] = ()
   # Per-layer statistics' profiles and trends (``LayerProfile``; none: no run logged them).
   layer_profiles: tuple[LayerProfile, ...] = ()
+  # Left out: a side's confirmation is stale (written where there is one).
+  stale_comparisons: tuple[StaleComparison, ...] = ()
 
   def __post_init__(self):
     object.__setattr__(self, "tune", tune_grids(self.tune))
@@ -530,9 +512,10 @@ class Report:
 # known; those reports' ``seeds`` are None for stalled runs too); the
 # report's ``tuning_seeds`` (not known: empty), ``confirmation_seeds``,
 # ``sequential``, ``speedups``, ``compute`` (not recorded),
-# ``evaluation_effects`` and ``layer_profiles`` (none). Before per-point tuned
-# grids each tuned field was one list of values, which ``tune_grids`` reads
-# as it is.
+# ``evaluation_effects``, ``layer_profiles`` and ``stale_comparisons``
+# (none); per point its ``choice`` (not known). Before per-point tuned grids
+# each tuned field was one list of values, which ``tune_grids`` reads as it
+# is. A point's ``stale`` flag has its step: absent, it is read from the file.
 def _failed_comparisons(data: dict[str, Any]) -> None:
   """Before comparisons with a side that never learned were listed: none."""
   data.setdefault("failed", [])
@@ -586,9 +569,18 @@ def _base_index(data: dict[str, Any]) -> None:
           if p["values"].get(row["axis"]) == row["base_value"])
 
 
+def _stale_confirmations(data: dict[str, Any]) -> None:
+  """Before stale confirmations were flagged: a point whose confirmation runs
+  ran at other tuned values than it chose (kept when the choice moved) is
+  stale; its comparisons, made then, stay as the file has them."""
+  for point in data["points"]:
+    if "stale" not in point and point.get("confirmed") not in (None, point["chosen"]):
+      point["stale"] = True
+
+
 serial.versioned(Report, FILENAME, (_failed_comparisons, _grid_edges, _selection_failures,
                                     _outcome_counts, _initial_loss_source, _verdict_runs,
-                                    _base_index))
+                                    _base_index, _stale_confirmations))
 
 
 def read(sweep_dir: str | pathlib.Path) -> Report | None:

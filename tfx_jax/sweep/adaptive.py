@@ -56,7 +56,7 @@ def restore_added(record: SweepRecord, previous: SweepRecord | None) -> None:
   for added in previous.added if previous else []:
     template = by_name.get(added.like)
     if (template is None or added.name in by_name
-        or (added.stage == "confirm" and not record.confirm)):
+        or (added.stage != "tune" and not record.confirm)):
       continue  # the declaration changed: the added run no longer belongs to it
     entry = seeded_entry(template, added.seed, added.stage)
     entry.inherit(old.get(entry.name))

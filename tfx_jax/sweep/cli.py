@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
                  "tfx_jax.evaluate process (default: in the training process)")
   p.add_argument("--status", action="store_true",
                  help="show each run's state (and SLURM's queue), the unresolved "
-                 "comparisons and each point's seeds; run nothing")
+                 "comparisons, each point's seeds and any stale confirmation; run nothing")
   p.add_argument("--stall-margin", type=float, default=None,
                  help="the report's stall margin in nats (default 0.05; see "
                  "python -m tfx_jax.report --help)")
@@ -334,7 +334,7 @@ def print_runs(record: SweepRecord, sweep_dir: pathlib.Path, queued=None) -> Non
                     for value in [*r.values, r.tuned] for k, v in value.items())
     slurm = f"  slurm {queued[r.name]}" if queued and r.name in queued else ""
     reason = f"  ({r.reason})" if r.reason else ""
-    stage = f"{r.stage:<7} " if record.confirm else ""
+    stage = f"{r.stage:<10} " if record.confirm else ""
     print(f"  {r.name:<{width}}  {stage}{r.state:<8} step {r.step:<6} "
           f"{axis} seed={r.seed}{slurm}{reason}")
 

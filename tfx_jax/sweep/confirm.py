@@ -17,19 +17,33 @@ verdicts read those runs only.
   written (the selection), then the confirmation runs are added. A failed
   tuning run (a crash) holds the stage back until ``--retry-failed`` has run
   it again, since a value chosen on part of the seeds would stay chosen.
-- **Fixed once added.** Confirmation runs are added runs (``adaptive``'s
+- **Added once.** Confirmation runs are added runs (``adaptive``'s
   mechanism: recorded in sweep.json's ``added`` with stage ``confirm``, each
-  a copy of the point's tuning run at the chosen value), so the same command
-  resumes after ``kill -9`` at any moment, and the value a point was
-  confirmed at never moves, whatever a later analysis (other margins, more
-  tuning seeds) would choose: seeds added later to a point (a larger
-  ``--confirm``, ``--until-resolved``) run at the same value.
+  a copy of the point's tuning run at the chosen value, named by that value
+  and its seed), so the same command resumes after ``kill -9`` at any
+  moment; seeds added later to a point (a larger ``--confirm``,
+  ``--until-resolved``) run at the value its confirmation runs ran at.
+- **Stale when the choice moves.** Where the finished tuning runs choose
+  another value than a point's confirmation runs ran at (the grid was
+  widened in the experiment file, tuning runs were added, the report's
+  margins changed), the confirmation is *stale* (``stale_points``): it
+  confirms a value nothing chooses. The report flags the point and leaves
+  its comparisons out (``report.sections.choices``), ``--status`` names it,
+  and the next time the sweep runs with its tuning stage done it
+  re-confirms the point at its new choice: the old runs become
+  ``superseded`` (kept on disk and in sweep.json, never run again, read by
+  no verdict) and the confirmation seeds run at the new value, under names
+  and workdirs of their own (a run's name holds its tuned values), so
+  nothing written is lost or overwritten. The move is saved in sweep.json
+  before any new run starts, so a kill at any moment resumes it. Runs at a
+  value chosen again later become the point's confirmation again.
 - **A point with no chosen value** (no tuning run learned) gets no
   confirmation run; the report counts it as failed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from tfx_jax.sweep import adaptive
@@ -37,7 +51,10 @@ from tfx_jax.sweep import state as state_lib
 from tfx_jax.records.sweep import AddedRun, RunEntry, Stage, SweepRecord
 
 if TYPE_CHECKING:
-  from tfx_jax.report.schema import Report
+  from tfx_jax.report.schema import Point, Report
+
+# The stages between which a point's confirmation moves.
+MOVABLE: tuple[Stage, ...] = ("confirm", "superseded")
 
 def seeds_text(seeds) -> str:
   """``1-3`` for consecutive seeds, else ``1, 3, 7``."""
@@ -65,7 +82,8 @@ def waiting(record: SweepRecord) -> str | None:
 
 
 def confirmed_values(record: SweepRecord) -> dict[tuple[int, ...], dict]:
-  """{point key: the tuned values of its confirmation runs} (the points that have some)."""
+  """{point key: the tuned values of its confirmation runs} (the points that
+  have some; superseded runs are no point's confirmation)."""
   out = {}
   for entry in record.runs:
     if entry.stage == "confirm":
@@ -73,17 +91,42 @@ def confirmed_values(record: SweepRecord) -> dict[tuple[int, ...], dict]:
   return out
 
 
+def stale_points(record: SweepRecord, report: Report) -> list[tuple[Point, dict]]:
+  """(point, the tuned values its confirmation runs ran at) of each point of
+  ``report`` (written from the finished tuning runs) whose confirmation runs
+  ran at other tuned values than it chooses: a stale confirmation."""
+  confirmed = confirmed_values(record)
+  return [(p, confirmed[p.key]) for p in report.points
+          if p.key in confirmed and confirmed[p.key] != p.chosen]
+
+
+def move_confirmation(record: SweepRecord, key: tuple[int, ...], value: dict | None) -> None:
+  """Makes the point's runs at ``value`` its confirmation runs and its other
+  confirmation runs ``superseded``, in ``record.runs`` and ``record.added``
+  (``value`` None: nothing is chosen, so every one is superseded)."""
+  stages: dict[str, Stage] = {}
+  for i, entry in enumerate(record.runs):
+    if record.point_key(entry) == tuple(key) and entry.stage in MOVABLE:
+      stage = "confirm" if entry.tuned == value else "superseded"
+      record.runs[i] = dataclasses.replace(entry, stage=stage)
+      stages[entry.name] = stage
+  record.added[:] = [dataclasses.replace(a, stage=stages[a.name]) if a.name in stages else a
+                     for a in record.added]
+
+
 def add_confirmation(record: SweepRecord, report: Report) -> list[RunEntry]:
   """Adds each point's missing confirmation seeds (``confirmation_seeds``)
-  once the tuning stage is done, at the value the point was confirmed at
-  before, else at the value ``report`` chose on the tuning seeds; returns the
-  new runs (already in ``record``; none while ``waiting``)."""
+  once the tuning stage is done, at the value ``report`` chose on the tuning
+  seeds, first moving its confirmation there (``move_confirmation``: a stale
+  one superseded, superseded runs at that value its confirmation again);
+  returns the new runs (already in ``record``; none while ``waiting``)."""
   if not record.confirm or waiting(record) is not None:
     return []
-  confirmed = confirmed_values(record)
+  for point in report.points:
+    move_confirmation(record, point.key, point.chosen)
   templates, have = {}, set()
   for point in report.points:
-    value = confirmed.get(point.key, point.chosen)
+    value = point.chosen
     if value is None:
       continue  # no tuning run learned: nothing to confirm (a failed verdict)
     runs = [e for e in record.runs if record.point_key(e) == point.key]
@@ -116,7 +159,9 @@ def stage_counts(record: SweepRecord, stage: Stage) -> str:
 
 def status_lines(record: SweepRecord, report: Report | None) -> list[str]:
   """For ``--status`` of a sweep with confirmation seeds: each stage's runs,
-  and each point's chosen value and the value it is confirmed at."""
+  each point's chosen value and the value it is confirmed at, a stale
+  confirmation (what it ran at, what is chosen now, when it is re-confirmed)
+  and the superseded confirmation runs a point keeps."""
   from tfx_jax.report import context  # pylint: disable=import-outside-toplevel
   tuning = sorted({e.seed for e in record.runs if e.stage == "tune"})
   lines = [f"tuning stage (seeds {seeds_text(tuning)}): {stage_counts(record, 'tune')}"]
@@ -131,9 +176,25 @@ def status_lines(record: SweepRecord, report: Report | None) -> list[str]:
     value = confirmed.get(point.key)
     at = ""
     if value is not None:
-      seeds = sorted(e.seed for e in record.runs
-                     if e.stage == "confirm" and record.point_key(e) == point.key)
-      moved = "" if value == point.chosen else " (chosen before; kept)"
-      at = f"; confirmed at {context.tuned_key(value)}{moved} on seeds {seeds_text(seeds)}"
+      at = (f"; confirmed at {context.tuned_key(value)} on seeds "
+            f"{seeds_text(_seeds(record, point.key, 'confirm'))}")
+    if value is not None and value != point.chosen:
+      now = (f"{point.chosen_label} is chosen now" if point.chosen is not None
+             else "nothing is chosen now (no tuning run learned)")
+      when = ("the next run of the sweep re-confirms it" if waiting(record) is None else
+              f"it is re-confirmed once the tuning stage is done (the confirmation stage "
+              f"{waiting(record)})")
+      at = (f"; its confirmation is STALE: it ran at {context.tuned_key(value)} on seeds "
+            f"{seeds_text(_seeds(record, point.key, 'confirm'))}, {now}; {when}")
+    superseded = sorted({context.tuned_key(e.tuned) for e in record.runs
+                         if e.stage == "superseded" and record.point_key(e) == point.key})
+    if superseded:
+      at += (f"; superseded confirmation runs at {', '.join(superseded)} (seeds "
+             f"{seeds_text(_seeds(record, point.key, 'superseded'))}) kept, not compared")
     lines.append(f"  point {label}: chosen {chosen}{at}")
   return lines
+
+
+def _seeds(record: SweepRecord, key: tuple[int, ...], stage: Stage) -> list[int]:
+  """The seeds of a point's runs in ``stage``."""
+  return sorted({e.seed for e in record.runs if e.stage == stage and record.point_key(e) == key})

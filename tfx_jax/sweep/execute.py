@@ -3,8 +3,10 @@ local or SLURM executor, keeps ``sweep.json`` current, prints a summary and
 writes the report.
 
 Which runs are left: not finished, not diverged (a diverged run is a result),
-not failed unless ``--retry-failed``. Unfinished runs resume from their
-checkpoints, so the same command is both "run" and "resume".
+not failed unless ``--retry-failed``, not a superseded confirmation run (a
+stale confirmation, moved to the point's new choice: ``confirm``). Unfinished
+runs resume from their checkpoints, so the same command is both "run" and
+"resume".
 
 Stages (``confirm``): the local executor runs the tuning stage, writes the
 report (each point's chosen value), adds and runs the confirmation stage,
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 def runs_to_do(record: SweepRecord, retry_failed: bool) -> list[RunEntry]:
   todo = []
   for entry in record.runs:
-    if entry.state in state_lib.DONE:
+    if entry.state in state_lib.DONE or entry.stage == "superseded":
       continue
     if entry.state == "failed" and not retry_failed:
       continue
@@ -91,8 +93,7 @@ def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
 
   save()
   todo = runs_to_do(record, args.retry_failed)
-  skipped_failed = [e.name for e in record.runs
-                    if e.state == "failed" and not args.retry_failed]
+  skipped_failed = [e.name for e in _failed(record) if not args.retry_failed]
   print(header, flush=True)
   if skipped_failed:
     print(f"  leaving {len(skipped_failed)} failed run(s) alone (--retry-failed reruns "
@@ -125,7 +126,12 @@ def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
     if code:
       return code
     report = _write_report(sweep_dir)
-  return 1 if state_lib.counts(record)["failed"] else 0
+  return 1 if _failed(record) else 0
+
+
+def _failed(record: SweepRecord) -> list[RunEntry]:
+  """The failed runs that still count: not superseded confirmation runs."""
+  return [e for e in record.runs if e.state == "failed" and e.stage != "superseded"]
 
 
 def _confirmation_stage(args, sweep_dir, record, report, save, user_env
@@ -133,11 +139,17 @@ def _confirmation_stage(args, sweep_dir, record, report, save, user_env
   """Adds the confirmation runs the finished tuning stage allows and runs
   them; (exit code, the report written after them)."""
   from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
+  _print_stale(record, report)
+  before = _stages(record)
   added = confirm.add_confirmation(record, report)
+  moved = _stages(record) != before
   if not added:
     reason = confirm.waiting(record)
     if reason:
       print(f"  confirmation stage: {reason}", flush=True)
+    if moved:  # back to runs the point has already: nothing to run, the report changes
+      save()
+      return 0, _write_report(sweep_dir)
     return 0, report
   save()
   print(f"  confirmation stage: {len(added)} run(s), seeds "
@@ -149,6 +161,26 @@ def _confirmation_stage(args, sweep_dir, record, report, save, user_env
     return code, report
   print(summary(record, time.time() - start, sweep_dir), flush=True)
   return 0, _write_report(sweep_dir)
+
+
+def _stages(record: SweepRecord) -> list[tuple[str, str]]:
+  """Each run's stage, which the confirmation stage may move."""
+  return [(e.name, e.stage) for e in record.runs]
+
+
+def _print_stale(record: SweepRecord, report: Report) -> None:
+  """Prints each stale confirmation that the confirmation stage is about to
+  move (``confirm.add_confirmation``)."""
+  from tfx_jax.report.context import tuned_key  # pylint: disable=import-outside-toplevel
+  from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
+  stale = confirm.stale_points(record, report) if confirm.waiting(record) is None else []
+  for point, value in stale:
+    label = ", ".join(f"{k}={v}" for k, v in point.values.items()) or "base"
+    print(f"  confirmation stage: point {label} is stale: confirmed at {tuned_key(value)}, "
+          f"{point.chosen_label or 'nothing'} is chosen now; its runs at "
+          f"{tuned_key(value)} are superseded (kept)"
+          + (f", re-confirming at {point.chosen_label}" if point.chosen is not None else ""),
+          flush=True)
 
 
 def _run_local(args, sweep_dir, record, todo, save, user_env) -> int:
@@ -199,9 +231,13 @@ def _submit(args, sweep_dir, record, todo, save, env) -> int:
     # The tuning stage is done: its report chooses the values to confirm.
     from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
     report = _write_report(sweep_dir)
+    if report:
+      _print_stale(record, report)
+    before = _stages(record)
     todo = confirm.add_confirmation(record, report) if report else []
-    if todo:
+    if todo or _stages(record) != before:
       save()
+    if todo:
       print(f"  confirmation stage: {len(todo)} run(s), seeds "
             f"{confirm.seeds_text(record.confirmation_seeds())} at each point's chosen "
             "value; run the same command again once they are done")

@@ -21,9 +21,11 @@ The report (``report.assemble``) walks ``SECTIONS``: every section's
 ``compute``, then every section's ``plots``, then every section's
 ``markdown`` in this order. Adding a statistic is one new module here and
 one line in ``SECTIONS``. ``claims`` reads the finished report (its
-``results(ctx, report)``), so its numbers come after every ``compute``. ``trends`` (a point's still-improving check,
-read by the points table and the verdicts) computes inside the points and
-has no part of its own.
+``results(ctx, report)``), so its numbers come after every ``compute``.
+``trends`` (a point's still-improving check, read by the points table and
+the verdicts) and ``choices`` (a stale confirmation, a choice within the
+noise: read by the points, tuned-values and comparisons sections) compute
+inside the points and have no part of their own.
 """
 
 from tfx_jax.report.sections import claims

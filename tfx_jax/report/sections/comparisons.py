@@ -8,8 +8,10 @@ Holm-Bonferroni over every comparison of the report (one family); a verdict
 ``better``, ``worse``, ``equivalent`` (TOST within +-margin) or
 ``unresolved``. A sweep with adaptive seeds tests each at its look
 (``sections.sequential``). A comparison whose side never learned
-(``failed``) is listed with its counts. report.json's ``comparisons`` and
-``failed``; the verdicts in words are ``sections.verdicts``'.
+(``failed``) is listed with its counts; one whose side's confirmation is
+stale (``sections.choices``) is listed with the reason and not made, nor
+counted in the family. report.json's ``comparisons``, ``failed`` and
+``stale_comparisons``; the verdicts in words are ``sections.verdicts``'.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from tfx_jax.report.context import (Context, adjust, compared_at, compared_by, e
                                     sequential_design, tuned_key)
 from tfx_jax.report.points import context_label, contexts, value_label
 from tfx_jax.report.schema import (Comparison, Counts, FailedComparison, Look, Options, Point,
-                                   Report)
-from tfx_jax.report.sections import selection, sequential
+                                   Report, StaleComparison)
+from tfx_jax.report.sections import choices, selection, sequential
 from tfx_jax.report.sections.selection import compared_metrics
 from tfx_jax.report.tables import Lines, markdown_table, outcome_cells
 from tfx_jax.report.tuning import grid_text
@@ -39,9 +41,11 @@ def rows(ctx: Context) -> list[Comparison]:
 
 
 def compute(ctx: Context) -> dict[str, Any]:
-  """report.json's ``comparisons`` and ``failed``."""
+  """report.json's ``comparisons``, ``failed`` and ``stale_comparisons``."""
+  points = selection.points(ctx)
   return {"comparisons": tuple(rows(ctx)),
-          "failed": tuple(failed_comparisons(ctx.record, selection.points(ctx)))}
+          "failed": tuple(failed_comparisons(ctx.record, points)),
+          "stale_comparisons": tuple(stale_comparisons(ctx.record, points))}
 
 
 def _by_key(points: Sequence[Point]) -> dict[tuple[int, ...], Point]:
@@ -91,6 +95,8 @@ def comparisons(record: SweepRecord, points: Sequence[Point], options: Options
   untested = []  # every comparison with its interval, before the family's test
   looks: list[stats_sequential.SequentialLook | None] = []
   for ai, axis, ctx, vi, bi, point, base in _against_base(record, points):
+    if point.stale or base.stale:
+      continue  # listed by ``stale_comparisons``, outside the family
     for metric in metrics:
       a = {s: v[metric] for s, v in point.compared.items() if metric in v}
       b = {s: v[metric] for s, v in base.compared.items() if metric in v}
@@ -171,7 +177,7 @@ def failed_comparisons(record: SweepRecord, points: Sequence[Point]
   instead of dropped."""
   out = []
   for ai, axis, ctx, vi, bi, point, base in _against_base(record, points):
-    if point.compared and base.compared:
+    if (point.compared and base.compared) or point.stale or base.stale:
       continue
     (counts, runs, confirmed), (base_counts, base_runs, base_confirmed) = (
         _counted(record, point), _counted(record, base))
@@ -187,6 +193,21 @@ def failed_comparisons(record: SweepRecord, points: Sequence[Point]
         text="",  # rendered when report.json is written (``sections.verdicts``)
         confirmed=confirmed, base_confirmed=base_confirmed)
     out.append(row)
+  return out
+
+
+def stale_comparisons(record: SweepRecord, points: Sequence[Point]
+                      ) -> list[StaleComparison]:
+  """The comparisons that ``comparisons`` leaves out because a side's
+  confirmation is stale (``Point.stale``): each listed with the reason, in
+  the order the comparisons would have had."""
+  out = []
+  for ai, axis, ctx, vi, bi, point, base in _against_base(record, points):
+    value, base_value = value_label(axis.values[vi], axis), value_label(axis.values[bi], axis)
+    sides = [(name, p) for name, p in ((value, point), (base_value, base)) if p.stale]
+    if sides:
+      out.append(choices.stale_comparison(axis.label, value, base_value,
+                                          context_label(record.axes, ctx, ai), sides))
   return out
 
 

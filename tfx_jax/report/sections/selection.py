@@ -4,10 +4,12 @@ Each point (a combination of axis values): its runs at each tuned value,
 each finished run's outcome (learned, stalled or diverged: ``outcome``), the
 tuned value it is compared at (chosen on validation by ``_selection_score``,
 each run capped at the loss at initialisation l0, ``initial_loss``), its
-confirmation runs, and the per-seed metrics its comparisons read
-(``Point.compared``). ``points`` is every section's view of them, with their
-trends (``sections.trends``); report.json's ``points`` and the runs its
-verdicts read (``verdict_runs``, ``reserved_seed``, the seeds).
+confirmation runs (stale where they ran at another value than is chosen
+now), and the per-seed metrics its comparisons read (``Point.compared``).
+``points`` is every section's view of them, with their trends
+(``sections.trends``) and the firmness of their choices
+(``sections.choices``); report.json's ``points`` and the runs its verdicts
+read (``verdict_runs``, ``reserved_seed``, the seeds).
 """
 
 from __future__ import annotations
@@ -25,16 +27,17 @@ from tfx_jax.report.context import (BITS_PER_BYTE, Context, compared_at, compare
 from tfx_jax.report.points import Points, value_label
 from tfx_jax.report.schema import (Baseline, Counts, InitialLossSource, Options, Point, Report,
                                    SeedResult, TunedValue, is_standard_error)
-from tfx_jax.report.sections import trends
+from tfx_jax.report.sections import choices, trends
 from tfx_jax.report.tables import Lines, fmt, markdown_table, outcome_cells, pm, seeds_range
 from tfx_jax.report.tuning import grid_edges
 
 
 def points(ctx: Context) -> list[Point]:
-  """The report's points, each with its trend, computed once per report."""
-  return ctx.once("points", lambda: trends.trends(
+  """The report's points, each with its trend and its choice's margin,
+  computed once per report."""
+  return ctx.once("points", lambda: choices.choice_margins(ctx.record, trends.trends(
       ctx.record, analyze_points(ctx.record, ctx.summaries, ctx.baselines, ctx.options),
-      ctx.summaries))
+      ctx.summaries)))
 
 
 def compute(ctx: Context) -> dict[str, Any]:
@@ -157,9 +160,10 @@ def _seed_result(entry: RunEntry, summary: RunSummary, baseline: Baseline, split
 def analyze_points(record: SweepRecord, summaries: RunSummaries,
                    baselines: Mapping[str, Baseline], options: Options) -> list[Point]:
   """Each point: its runs per tuned value with outcomes and metrics, its chosen
-  tuned value, its confirmation runs, and the per-seed metrics it is compared
-  on (the learned confirmation runs on a sweep with confirmation seeds, else
-  the learned runs at the chosen value)."""
+  tuned value, its confirmation runs (stage ``confirm``: superseded runs are
+  no point's), and the per-seed metrics it is compared on (the learned
+  confirmation runs on a sweep with confirmation seeds, none where they are
+  stale, else the learned runs at the chosen value)."""
   select_by, split = record.select_by, record.report_split
   reserved = reserved_seed(record)
   declared = set(record.seeds)
@@ -195,10 +199,12 @@ def analyze_points(record: SweepRecord, summaries: RunSummaries,
     confirming = confirmation_runs.get(key, [])
     confirmation = {e.seed: _seed_result(e, summaries[e.name], baselines[e.name], split,
                                          options) for e in confirming}
+    confirmed = dict(confirming[0].tuned) if confirming else None
+    stale = choices.is_stale(confirmed, None if chosen is None else chosen.tuned)
     compared = {}
     if record.confirm:
       for seed, s in sorted(confirmation.items()):
-        if s.outcome == "learned":
+        if s.outcome == "learned" and not stale:
           compared[seed] = {**s.on(split), **s.lengths}
     elif chosen is not None:
       for seed, s in chosen.seeds.items():
@@ -217,8 +223,7 @@ def analyze_points(record: SweepRecord, summaries: RunSummaries,
         runs=sum(len(r.seeds) for r in tuned_rows),
         compared=compared,
         num_params=params[0] if params else None,
-        confirmed=dict(confirming[0].tuned) if confirming else None,
-        confirmation=confirmation))
+        confirmed=confirmed, confirmation=confirmation, stale=stale))
   return points
 
 
@@ -259,11 +264,19 @@ def points_table(record: SweepRecord, report: Report, points: Points) -> list[li
     counts, runs = ((point.confirmation_counts, len(point.confirmation)) if confirmed
                     else (point.counts, point.runs))
     rows.append(list(point.values.values())
-                + ([compared_at(point) or "none learned"] if tuned else [])
+                + ([_chosen_cell(point)] if tuned else [])
                 + [str(runs)] + outcome_cells(counts)
                 + _metric_cells(report, point, metrics) + [trends.trend_cell(point.trend)]
                 + [f"{stats.mean_std(tps)[0]:,.0f}" if tps else "-"])
   return rows
+
+
+def _chosen_cell(point: Point) -> str:
+  """The tuned values a point is compared at, or why it is not compared."""
+  if point.stale:
+    return (f"{point.chosen_label or 'none learned'} (confirmation stale: ran at "
+            f"{compared_at(point)}; not compared)")
+  return compared_at(point) or "none learned"
 
 
 # The evaluation's standard error should be at most this fraction of the

@@ -13,8 +13,8 @@ from tfx_jax.report import stats
 from tfx_jax.report import tuning
 from tfx_jax.report.context import Context
 from tfx_jax.report.points import fmt_value
-from tfx_jax.report.schema import Report
-from tfx_jax.report.sections import selection
+from tfx_jax.report.schema import Point, Report
+from tfx_jax.report.sections import choices, selection
 from tfx_jax.report.tables import Lines, fmt, markdown_table, outcome_cells
 
 
@@ -41,8 +41,14 @@ def tuned_table(record: SweepRecord, report: Report) -> list[list[str]]:
               else "-")
       rows.append(list(point.values.values()) + [row.label, mean]
                   + outcome_cells(row.counts)
-                  + ["✓" if row.label == point.chosen_label else ""])
+                  + [_chosen_mark(point) if row.label == point.chosen_label else ""])
   return rows
+
+
+def _chosen_mark(point: Point) -> str:
+  """The chosen row's mark: within the noise where its lead over the next best
+  is below the point's seed spread (``Point.choice``)."""
+  return "✓ within the noise" if point.choice and point.choice.within_noise else "✓"
 
 
 def sensitivity_table(report: Report) -> list[list[str]]:
@@ -63,7 +69,8 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   record = ctx.record
   if not record.tune:
     return []
-  out = ["## Tuned values", "", markdown_table(tuned_table(record, report)), ""]
+  out = (["## Tuned values", "", markdown_table(tuned_table(record, report)), ""]
+         + choices.noise_lines(report))
   edges = [(p, field, end) for p in report.points for field, end in p.chosen_at_edge.items()]
   if edges:
     out += ["Chosen at the end of the grid, so the best value may lie beyond what "

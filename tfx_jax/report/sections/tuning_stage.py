@@ -24,9 +24,11 @@ def tuning_stage_table(record: SweepRecord, report: Report) -> list[list[str]]:
   for point in report.points:
     row = next((r for r in point.tuned if r.label == point.chosen_label), None)
     learned = [s for s in row.seeds.values() if s.outcome == "learned"] if row else []
-    confirmed = [v[metric] for v in point.compared.values() if metric in v]
-    kept = ("" if point.confirmed is None or point.confirmed == point.chosen else
-            f" (confirmed at {compared_at(point)}, chosen before)")
+    # A stale point's confirmation runs, shown though no verdict reads them.
+    confirmed = [s.on(split)[metric] for s in point.confirmation.values()
+                 if s.outcome == "learned" and metric in s.on(split)]
+    # A stale confirmation: its runs at the value chosen before, which no verdict reads.
+    kept = f" (confirmed at {compared_at(point)}, chosen before)" if point.stale else ""
     rows.append(list(point.values.values())
                 + [(point.chosen_label or "none learned") + kept,
                    f"{len(learned)} of {len(row.seeds) if row else 0}",

@@ -130,6 +130,10 @@ def no_comparison(record: SweepRecord, report: Report | None = None) -> str:
   if not any(len(a.values) > 1 for a in record.axes):
     return ("no comparison: the sweep has a single point (no axis with two values), so "
             "there is no base to set it against; its numbers are below.")
+  if report is not None and report.stale_comparisons and not report.comparisons:
+    return ("no comparison: each has a side whose confirmation is stale (it ran at "
+            "another tuned value than is chosen now; listed below); running the sweep "
+            "again re-confirms those points at their new choices.")
   if report is not None and report.verdict_runs == "confirmation" and not any(
       p.confirmation_counts.finished for p in report.points):
     return ("no verdict yet: the verdicts read the confirmation seeds "
@@ -228,6 +232,11 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
              for r in main]
             + [f"- {failed_text(record, r, failed_grids(record, r))}" for r in report.failed]
             + [""])
+  if report.stale_comparisons:
+    out += ["Left out, not compared and outside the family: a side's confirmation is "
+            "stale, its confirmation runs confirming a tuned value it no longer chooses "
+            "(its grid was widened or tuning runs were added after they started).", ""]
+    out += [f"- {r.text}" for r in report.stale_comparisons] + [""]
   return out
 
 
