@@ -9,8 +9,8 @@ reports carry claims) every label and interval its prose quotes is
 report.json's. On planted reports and pages:
 the summary's rows, rounding and counts, the page outside the markers kept
 byte for byte, bad input refused with nothing written, and the checker
-finding a wrong label, an unnamed label, an unknown claim and a
-double-rounded interval (4.72545 quoted as 4.726 fails, 4.725 passes), each
+finding a wrong label, an unnamed label, an unknown claim, a double-rounded
+interval (4.72545 quoted as 4.726 fails, 4.725 passes) and mean ± std, each
 at its line.
 """
 
@@ -20,6 +20,7 @@ import json
 import math
 import pathlib
 import textwrap
+from typing import Sequence
 
 import pytest
 
@@ -44,18 +45,20 @@ def test_committed_summary_is_the_generated_one():
 def test_committed_intervals_are_their_reports():
   # An interval reads no claim: every section's are checked now.
   found = results_doc.committed(results_doc.results_dir(PAGE))
-  mismatches = [m for m in results_check.check(PAGE.read_text(), found) if m.kind != "label"]
+  mismatches = [m for m in results_check.check(PAGE.read_text(), found)
+                if m.kind in ("interval", "page")]
   assert not mismatches, "docs/results.md:\n" + "\n".join(map(str, mismatches))
 
 
-def test_committed_labels_are_their_reports():
+def test_committed_labels_and_spreads_are_their_reports():
   found = results_doc.committed(results_doc.results_dir(PAGE))
   text = PAGE.read_text()
   waiting = results_check.unlabelled(text, found)
   if waiting:
-    pytest.skip("the prose's labels are checked once every section's experiment has "
-                "claims; sections without: " + "; ".join(waiting))
-  mismatches = [m for m in results_check.check(text, found) if m.kind == "label"]
+    pytest.skip("the prose's labels and means ± std are checked once every section's "
+                "experiment has claims (the prose is rewritten from them then); sections "
+                "without: " + "; ".join(waiting))
+  mismatches = [m for m in results_check.check(text, found) if m.kind in ("label", "spread")]
   assert not mismatches, "docs/results.md:\n" + "\n".join(map(str, mismatches))
 
 
@@ -111,12 +114,24 @@ def speedup(value: float, low: float, high: float, low_beyond: bool = False) -> 
                  interval=SpeedupInterval(low, high, low_beyond, False, 0.1, 3))
 
 
-def plant(root: pathlib.Path, name: str, claims=(), comparisons=(), speedups=()) -> None:
+def point(losses: Sequence[float]) -> schema.Point:
+  """A point whose confirmation runs end at test loss ``losses``."""
+  runs = {seed: schema.SeedResult(run=f"r{seed}", outcome="learned", validation={},
+                                  test={"eval/loss": loss}, lengths={}, num_params=1000)
+          for seed, loss in enumerate(losses, start=1)}
+  return schema.Point(key=(0,), values={"model.x": "a"}, chosen={}, chosen_label="",
+                      chosen_at_edge={}, tuned=(), counts=schema.Counts(learned=len(runs)),
+                      runs=len(runs), compared={}, num_params=1000, confirmation=runs)
+
+
+def plant(root: pathlib.Path, name: str, claims=(), comparisons=(), speedups=(),
+          points=()) -> None:
   """docs/results/<name>/report.json under ``root``, its claims as given
   (none: a report not yet relabelled)."""
   report = schema.Report(
       sweep=name, select_by="eval/loss", tune={}, report_split="test", reserved_seed=None,
-      options=schema.Options(), baselines={}, points=(), comparisons=tuple(comparisons),
+      options=schema.Options(), baselines={}, points=tuple(points),
+      comparisons=tuple(comparisons),
       failed=(), sensitivity=(), noise=(), scale=(), speedups=tuple(speedups))
   data = report.to_json()
   if claims:
@@ -149,7 +164,8 @@ def planted_reports(root: pathlib.Path) -> None:
             reason="one run per rate", descriptive="0.59 against 0.16", seeds=0, p=None,
             p_adjusted=None, p_equivalence=None, p_equivalence_adjusted=None)],
         comparisons=[comparison("x", 0.0832, 0.0691, 0.0963)],
-        speedups=[speedup(0.6179, 0.5, 1.0557, low_beyond=True)])
+        speedups=[speedup(0.6179, 0.5, 1.0557, low_beyond=True)],
+        points=[point([4.70045, 4.75045])])
   plant(root, "exp/variant", claims=[claim("variant_claim", label="inconclusive",
                                           estimate=0.02, low=-0.01, high=0.05)])
   plant(root, "plain", comparisons=[comparison("y", -0.0211, -0.0334, -0.0084)])
@@ -325,6 +341,21 @@ def test_intervals_rounded_once(tmp_path):
   assert {m.kind for m in mismatches} == {"interval"}
   twice = next(m for m in mismatches if m.quoted.startswith("4.726"))
   assert "4.72545" in twice.why and "4.726 rounded twice" in twice.why
+
+
+def test_means_and_spreads_rounded_once(tmp_path):
+  body = """
+  ## `exp`: the experiment
+
+  Test loss 4.725 ± 0.035 over 2 seeds, 4.73 ± 0.04 at fewer decimals.
+  Twice: 4.726 ± 0.035. Not there: 4.725 ± 0.050.
+  """
+  mismatches = checked(tmp_path, body)
+  text = (tmp_path / "results.md").read_text()
+  assert sorted((m.line, m.quoted, m.kind) for m in mismatches) == [
+      (line_of(text, "Twice:"), "4.725 ± 0.050", "spread"),
+      (line_of(text, "Twice:"), "4.726 ± 0.035", "spread")], "\n".join(map(str, mismatches))
+  assert "4.726 rounded twice" in next(m.why for m in mismatches if "4.726" in m.quoted)
 
 
 def test_check_command(tmp_path, capsys):

@@ -25,6 +25,11 @@ checkable:
              evaluation effect, a scale effect, a layer profile's log ratio or
              ratio, a speedup. "4.726" for 4.72545 (rounded to 4.7255 first) is
              a mismatch; 4.725 is not.
+  spreads    ``M ± S``: the mean and the (n - 1) standard deviation, each at its
+             printed decimals, of one metric over one group of a point's
+             learned runs in the section's reports (its confirmation runs, or
+             its runs at one tuned value), on the validation or test split,
+             at a length (``ppl@Kx``) or in what training logged.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Literal, Sequence
 
 from tfx_jax.report import claims as claims_lib
-from tfx_jax.report import results_doc
+from tfx_jax.report import results_doc, stats
 from tfx_jax.report.claims import LABELS
 from tfx_jax.report.results_doc import Committed, ResultsError
 
@@ -49,7 +54,7 @@ class Mismatch:
   line: int      # 1-based line of the page
   quoted: str    # as printed
   why: str
-  kind: Literal["label", "interval", "page"] = "label"
+  kind: Literal["label", "interval", "spread", "page"] = "label"
 
   def __str__(self) -> str:
     return f"{self.line}: {self.quoted}: {self.why}"
@@ -92,7 +97,8 @@ def triples(found: Committed) -> list[Triple]:
   for s in report.scale:
     add(f"scale effect {s.value} vs {s.base_value} ({s.context})", s.diff, s.low, s.high)
   for profile in report.layer_profiles:
-    iv, what = profile.interval, f"layer profile {profile.point} {profile.statistic} {profile.stack}"
+    iv = profile.interval
+    what = f"layer profile {profile.point} {profile.statistic} {profile.stack}"
     add(f"{what} (ln last/first)", iv.diff, iv.low, iv.high)
     add(what, *profile.ratio, ratio=True)
   for s in report.speedups:
@@ -102,11 +108,35 @@ def triples(found: Committed) -> list[Triple]:
   return out
 
 
+def spreads(found: Committed) -> list[tuple[str, float, float]]:
+  """Every (where, mean, std) of one report: each metric over each group of
+  a point's learned runs (two or more)."""
+  out = []
+  for point in found.report.points:
+    groups = [("confirmation", point.confirmation)] + [(row.label, row.seeds)
+                                                         for row in point.tuned]
+    for group, seeds in groups:
+      runs = [r for r in seeds.values() if r.outcome == "learned"]
+      tables = {"validation": [r.validation for r in runs], "test": [r.test or {} for r in runs],
+                "lengths": [r.lengths for r in runs], "training": [r.training for r in runs]}
+      for where, rows in tables.items():
+        for metric in sorted({k for row in rows for k in row}):
+          values = [row[metric] for row in rows
+                    if metric in row and row[metric] is not None and math.isfinite(row[metric])]
+          if len(values) >= 2:
+            mean, std = stats.mean_std(values)
+            point_name = claims_lib.point_label(point)
+            out.append((f"{found.name}: {point_name} {group or ''} {where} {metric} "
+                        f"({len(values)} runs)".replace("  ", " "), mean, std))
+  return out
+
+
 # -------------------------------------------------------------------- text
 _NUMBER = r"[+\-\u2212]?\d+(?:,\d{3})*(?:\.\d+)?"
 INTERVAL = re.compile(
     rf"(?<![\w.+\-\u2212])(?P<x>{_NUMBER})(?P<unit>x?)\s*\[\s*(?P<lb>[<>]?)\s*(?P<a>{_NUMBER})"
     rf"x?\s*,\s*(?P<hb>[<>]?)\s*(?P<b>{_NUMBER})x?\s*\]")
+SPREAD = re.compile(rf"(?<![\w.+\-\u2212])(?P<mean>{_NUMBER})\s*±\s*(?P<std>\d+(?:\.\d+)?)")
 _LABEL = "|".join(l.replace(" ", r"\s+") for l in LABELS)
 LABEL = re.compile(rf"(?<!\*)\*(?P<label>{_LABEL})\*(?!\*)")
 NAME = re.compile(r"`(?P<name>[^`\n]+)`")
@@ -154,6 +184,13 @@ def _twice(printed: str, value: float) -> bool:
   return _value(printed) == step and not _matches(printed, value)
 
 
+def _rounded_twice(pairs: Sequence[tuple[str, float]]) -> list[str]:
+  """The printed numbers rounded twice from their values, where every other
+  one is rounded once (none where any is simply another number)."""
+  twice = [p for p, v in pairs if _twice(p, v)]
+  return twice if all(_matches(p, v) or p in twice for p, v in pairs) else []
+
+
 def _interval_mismatch(found: re.Match, candidates: Sequence[Triple]) -> str | None:
   """None where a candidate gives the quoted interval; else why not."""
   x, a, b = found.group("x"), found.group("a"), found.group("b")
@@ -175,12 +212,31 @@ def _interval_mismatch(found: re.Match, candidates: Sequence[Triple]) -> str | N
            f"{rounded(near.high, _decimals(b))}]")
   why = (f"no triple of the section's report.json rounds to it; nearest: {near.what}, "
          f"{near.estimate:.6g} [{near.low:.6g}, {near.high:.6g}], which prints as {shown}")
-  twice = [p for p, v in ((x, near.estimate), (a, near.low), (b, near.high)) if _twice(p, v)]
+  twice = _rounded_twice(((x, near.estimate), (a, near.low), (b, near.high)))
   if twice:
     why += f" ({', '.join(twice)} rounded twice)"
   if (near.low_bound, near.high_bound) != bounds and distance(near) == 0:
     why += "; its ends' bounds differ"
   return why
+
+
+def _spread_mismatch(found: re.Match, candidates: Sequence[tuple[str, float, float]]
+                     ) -> str | None:
+  mean, std = found.group("mean"), found.group("std")
+  if any(_matches(mean, m) and _matches(std, s) for _, m, s in candidates):
+    return None
+  if not candidates:
+    return "no runs in the section's report.json to compare with"
+
+  def distance(c):
+    return (abs(float(_value(mean)) - c[1]) / max(abs(c[1]), 1e-12)
+            + abs(float(_value(std)) - c[2]) / max(abs(c[2]), 1e-12))
+  where, m, s = min(candidates, key=distance)
+  why = (f"no mean ± std of the section's runs rounds to it; nearest: {where}, "
+         f"{m:.6g} ± {s:.6g}, which prints as {rounded(m, _decimals(mean))} ± "
+         f"{rounded(s, _decimals(std))}")
+  twice = _rounded_twice(((mean, m), (std, s)))
+  return why + (f" ({', '.join(twice)} rounded twice)" if twice else "")
 
 
 def _label_mismatches(chunk: str, line_of, section: results_doc.Section,
@@ -270,6 +326,11 @@ def check(text: str, found: Sequence[Committed]) -> list[Mismatch]:
       if why:
         out.append(Mismatch(line_of(m.start()), " ".join(m.group(0).split()), why,
                             "interval"))
+    spread = [c for n in section.scope for c in spreads(by_name[n])]
+    for m in SPREAD.finditer(chunk):
+      why = _spread_mismatch(m, spread)
+      if why:
+        out.append(Mismatch(line_of(m.start()), " ".join(m.group(0).split()), why, "spread"))
     if all(by_name[n].claims for n in section.scope):
       out += _label_mismatches(chunk, line_of, section, by_name, set(by_name) | {
           n.rsplit("/", 1)[-1] for n in by_name})
