@@ -184,6 +184,10 @@ def _twice(printed: str, value: float) -> bool:
   return _value(printed) == step and not _matches(printed, value)
 
 
+# Beyond this relative distance the nearest candidate is no hint of what was meant.
+FAR = 0.05
+
+
 def _rounded_twice(pairs: Sequence[tuple[str, float]]) -> list[str]:
   """The printed numbers rounded twice from their values, where every other
   one is rounded once (none where any is simply another number)."""
@@ -208,6 +212,8 @@ def _interval_mismatch(found: re.Match, candidates: Sequence[Triple]) -> str | N
     return max(abs(float(_value(p)) - v) / max(abs(v), 1e-12)
                for p, v in ((x, t.estimate), (a, t.low), (b, t.high)))
   near = min(usable, key=distance)
+  if distance(near) > FAR:
+    return "no interval of the section's report.json is near it"
   shown = (f"{rounded(near.estimate, _decimals(x))} [{rounded(near.low, _decimals(a))}, "
            f"{rounded(near.high, _decimals(b))}]")
   why = (f"no triple of the section's report.json rounds to it; nearest: {near.what}, "
@@ -232,6 +238,8 @@ def _spread_mismatch(found: re.Match, candidates: Sequence[tuple[str, float, flo
     return (abs(float(_value(mean)) - c[1]) / max(abs(c[1]), 1e-12)
             + abs(float(_value(std)) - c[2]) / max(abs(c[2]), 1e-12))
   where, m, s = min(candidates, key=distance)
+  if distance((where, m, s)) > FAR:
+    return "no mean ± std of the section's runs is near it (report.json may not hold its runs)"
   why = (f"no mean ± std of the section's runs rounds to it; nearest: {where}, "
          f"{m:.6g} ± {s:.6g}, which prints as {rounded(m, _decimals(mean))} ± "
          f"{rounded(s, _decimals(std))}")
