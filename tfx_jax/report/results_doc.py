@@ -148,9 +148,9 @@ def p_text(row: ClaimResult) -> str:
   """The adjusted p's the label read: the difference's, and TOST's for an
   equivalence claim or a difference claim labelled by equivalence."""
   equivalence = row.expect.startswith("equivalent") or row.reason.startswith("equivalent")
-  out = [] if row.p_adjusted is None else [f"p (Holm) {row.p_adjusted:.3g}"]
+  out = [] if row.p_adjusted is None else [f"p (Holm) {row.p_adjusted:.4g}"]
   if equivalence and row.p_equivalence_adjusted is not None:
-    out.append(f"TOST p (Holm) {row.p_equivalence_adjusted:.3g}")
+    out.append(f"TOST p (Holm) {row.p_equivalence_adjusted:.4g}")
   return "; ".join(out)
 
 

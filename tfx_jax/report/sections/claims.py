@@ -77,7 +77,7 @@ def _number(x: float) -> str:
 
 
 def _p(value: float | None) -> str:
-  return "-" if value is None else f"{value:.3g}"
+  return "-" if value is None else f"{value:.4g}"
 
 
 def markdown_lines(rows: Sequence[ClaimResult], relabelled: bool = False) -> Lines:
