@@ -521,7 +521,8 @@ def evaluate(claims: Sequence[Claim], report: Report,
       descriptive = None
       if isinstance(result, Test):
         descriptive = _estimate_text(claim, result.interval)
-      result = Untested(f"the precondition is not met: {claim.requires.text}",
+      result = Untested(f"the design needs that {claim.requires.text}, which its runs do "
+                        "not show",
                         descriptive or getattr(result, "descriptive", None))
     else:
       result = test_claim(claim, report, a, b)
