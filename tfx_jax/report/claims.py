@@ -563,9 +563,16 @@ def evaluate(claims: Sequence[Claim], report: Report,
 
 
 def _estimate_text(claim: Claim, iv: stats.Interval) -> str:
+  """An untested estimate in words (log ratios as factors), rounded once."""
+  def number(x: float) -> str:
+    return f"{x:+.1f}" if abs(x) >= 100 else f"{x:+.3f}"
+  if log_ratio(claim.metric):
+    text = f"{math.exp(iv.diff):.3f}x"
+    return text if iv.low is None else (
+        f"{text} [{math.exp(iv.low):.3f}, {math.exp(iv.high):.3f}]")
   if iv.low is None:
-    return f"{iv.diff:+.4g}"
-  return f"{iv.diff:+.4g} [{iv.low:+.4g}, {iv.high:+.4g}] (descriptive, not tested)"
+    return number(iv.diff)
+  return f"{number(iv.diff)} [{number(iv.low)}, {number(iv.high)}]"
 
 
 def check_sweep(record: SweepRecord) -> None:
