@@ -64,6 +64,22 @@ CONFIRMATION = {"post": [(2.50, 2.50), (2.51, 2.52), (2.49, 2.48)],
 CHOSEN = {"post": 1e-3, "pre": 1e-2}
 
 
+
+def kill_in_training_and_rerun(proc, logs, steps: int, command, env):
+  """kill -9 the sweep ``proc`` once one of ``logs`` shows a training step of
+  ``steps``, then the same ``command`` again; returns that run (exit 0 checked)."""
+  deadline = time.time() + 300
+  while not any(p.exists() and re.search(rf"step +\d+/{steps}", p.read_text()) for p in logs):
+    assert proc.poll() is None and time.time() < deadline, "the sweep was not killed"
+    time.sleep(0.005)
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+  assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+  return rerun
+
+
 def name(norm: str, lr: float, seed: int) -> str:
   return f"norm_position-{norm}_learning_rate-{lr!r}_s{seed}"
 
@@ -541,18 +557,10 @@ def test_kill_9_during_the_reconfirmation_then_the_same_command_loses_nothing(
   new = [sweep_dir / name("pre", 3e-2, seed) for seed in (1, 2)]
   assert all(w.name in seen[-1] for w in new), "".join(seen)
   assert any("point model.norm_position=pre is stale" in l for l in seen), "".join(seen)
-  # Kill once a re-confirmation run is inside its training loop.
-  deadline = time.time() + 300
-  logs = [w / state_lib.LOG_FILE for w in new]
-  while not any(p.exists() and re.search(r"step +\d+/20", p.read_text()) for p in logs):
-    assert proc.poll() is None and time.time() < deadline, "the sweep was not killed"
-    time.sleep(0.005)
-  os.kill(proc.pid, signal.SIGKILL)
-  proc.wait()
-  # At once: a run whose child is still saving is locked; the command waits for it.
-  rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
-  assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+  # Kill once a re-confirmation run is inside its training loop; at once, the
+  # same command again (a run whose child is still saving is locked: it waits).
+  rerun = kill_in_training_and_rerun(proc, [w / state_lib.LOG_FILE for w in new], 20,
+                                     command, env)
   assert "run(s), seeds" not in rerun.stdout  # added once, resumed from sweep.json
   assert "is stale" not in rerun.stdout
   record = sweep_record.read(sweep_dir)
@@ -755,16 +763,8 @@ def test_a_tiny_lm_sweep_confirms_on_fresh_seeds_and_resumes_after_kill_9(tmp_pa
   confirming = re.findall(r"(activation-\S+_s[12])", seen[-1])
   assert len(confirming) == 4, "".join(seen)
   logs = [sweep_dir / n / state_lib.LOG_FILE for n in confirming]
-  # Kill once a confirmation run is inside its training loop.
-  deadline = time.time() + 300
-  while not any(p.exists() and re.search(r"step +\d+/60", p.read_text()) for p in logs):
-    assert proc.poll() is None and time.time() < deadline, "the sweep was not killed"
-    time.sleep(0.005)
-  os.kill(proc.pid, signal.SIGKILL)
-  proc.wait()
-  rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
-  assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+  # Kill once a confirmation run is inside its training loop, then run again.
+  rerun = kill_in_training_and_rerun(proc, logs, 60, command, env)
   assert "run(s), seeds" not in rerun.stdout  # added once, resumed from sweep.json
   record = json.loads((sweep_dir / "sweep.json").read_text())
   report = json.loads((sweep_dir / "report.json").read_text())
