@@ -36,6 +36,7 @@ report is relabelled without its runs (``relabel``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any, Literal, Mapping, Sequence
 
@@ -148,7 +149,6 @@ def find_point(spec: Any, context: Mapping[str, Any] | None,
 def axis_points(axes: Sequence[AxisRecord]) -> list[dict[str, str]]:
   """Every point's {axis label: value label} of a sweep with ``axes``, as
   the report labels them."""
-  import itertools  # pylint: disable=import-outside-toplevel
   return [{a.label: value_label(a.values[i], a) for a, i in zip(axes, key)}
           for key in itertools.product(*(range(len(a.values)) for a in axes))]
 
