@@ -18,6 +18,8 @@
   plots.py      PNG plots (matplotlib)
   forest.py     the headline figure: every comparison, its interval and verdict
   style.py      the plots' colours per axis value, plain tick labels, units
+  claims.py     each declared claim's test and its label, by the one rule,
+                Holm over the claims; claim_checks.py their checks at --dry-run
   results_doc.py  docs/results.md's summary table from the committed reports'
                 claims (``python -m tfx_jax.report --results docs/results.md``);
                 results_check.py the page's prose against them (``--check``)

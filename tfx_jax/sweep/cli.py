@@ -306,8 +306,8 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
   # A claim the sweep cannot test: exit 2, nothing written (the report's
   # statistics load only where a sweep declares claims).
   if record.claims:
-    from tfx_jax.report import claims as report_claims  # pylint: disable=import-outside-toplevel
-    report_claims.check_sweep(record)
+    from tfx_jax.report import claim_checks  # pylint: disable=import-outside-toplevel
+    claim_checks.check_sweep(record)
   return record
 
 
