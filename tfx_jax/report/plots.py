@@ -248,6 +248,9 @@ def sensitivity_plot(path: pathlib.Path, record: SweepRecord, report: Report, fi
                         edgecolors=colour, linewidths=1.5, zorder=4)
       xs_all += [c.tuned[field] for c in curve]
       drawn = drawn or bool(curve)
+    if not xs_all:  # no point of this panel tunes ``field`` (AdamW's Adam ratio)
+      panel.set_axis_off()
+      continue
     if unigram and select_by == "eval/loss":
       panel.axhline(float(np.mean(unigram)), color="#999999", linestyle="--", linewidth=1.0)
       panel.text(1.0, float(np.mean(unigram)), " unigram loss",
