@@ -39,6 +39,7 @@ from tfx_jax.report.sections import verdicts
 from tfx_jax.records.sweep import SweepRecord
 
 import fakes
+from helpers import ROOT
 
 # eval/loss per (norm_position, position) and seed; None: the run diverged.
 LOSSES = {
@@ -1040,3 +1041,20 @@ def test_points_that_differ_in_tokenizer_are_compared_in_bits_per_byte():
   _, report, _ = _vocabulary_sweep("model.activation", ["gelu", "swiglu"])
   assert {r.metric for r in report.comparisons} == {"eval/loss"}
   assert report.comparisons[0].verdict == "worse"
+
+
+def test_a_sensitivity_panel_where_no_point_tunes_the_field_is_left_empty(tmp_path):
+  """AdamW's points tune no Adam ratio: their panels of Muon's ratio plot by
+  size have no curve, and the figure is still drawn (it raised on the empty
+  log-scaled axis)."""
+  from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel
+  from tfx_jax.sweep import cli, spec  # pylint: disable=import-outside-toplevel
+  sweep = spec.load_experiment(str(ROOT / "experiments/optimizers.py:small"))
+  axes, runs = spec.expand(sweep)
+  record = cli.build_record(sweep, axes, runs, "", None)
+  report = schema.Report.from_json(json.loads(
+      (ROOT / "docs/results/optimizers/small/report.json").read_text()))
+  path = tmp_path / "ratio.png"
+  assert plots_lib.sensitivity_plot(path, record, report, "optim.adam_learning_rate_ratio", 0,
+                                    style.Palette(record))
+  assert path.stat().st_size > 5000
