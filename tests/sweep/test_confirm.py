@@ -65,6 +65,19 @@ CHOSEN = {"post": 1e-3, "pre": 1e-2}
 
 
 
+def start_until(command, env, marker: str):
+  """Starts the sweep ``command`` and reads its output up to the line holding
+  ``marker``: (the process, the lines read)."""
+  proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  seen = []
+  for line in proc.stdout:
+    seen.append(line)
+    if marker in line:
+      break
+  return proc, seen
+
+
 def kill_in_training_and_rerun(proc, logs, steps: int, command, env):
   """kill -9 the sweep ``proc`` once one of ``logs`` shows a training step of
   ``steps``, then the same ``command`` again; returns that run (exit 0 checked)."""
@@ -547,13 +560,7 @@ def test_kill_9_during_the_reconfirmation_then_the_same_command_loses_nothing(
   env = subprocess_env(tmp_path / "jax_cache")
   command = [sys.executable, "-m", "tfx_jax.sweep", f"{file}:widened", "--workdir",
              str(tmp_path), "--parallel", "2"]
-  proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-  seen = []
-  for line in proc.stdout:
-    seen.append(line)
-    if "confirmation stage: 2 run(s)" in line:
-      break
+  proc, seen = start_until(command, env, "confirmation stage: 2 run(s)")
   new = [sweep_dir / name("pre", 3e-2, seed) for seed in (1, 2)]
   assert all(w.name in seen[-1] for w in new), "".join(seen)
   assert any("point model.norm_position=pre is stale" in l for l in seen), "".join(seen)
@@ -753,13 +760,7 @@ def test_a_tiny_lm_sweep_confirms_on_fresh_seeds_and_resumes_after_kill_9(tmp_pa
           "--config.eval.batch_size=64"]
   command = [sys.executable, "-m", "tfx_jax.sweep", *map(str, args)]
   sweep_dir = tmp_path / "confirmed"
-  proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-  seen = []
-  for line in proc.stdout:
-    seen.append(line)
-    if "confirmation stage: 4 run(s)" in line:
-      break
+  proc, seen = start_until(command, env, "confirmation stage: 4 run(s)")
   confirming = re.findall(r"(activation-\S+_s[12])", seen[-1])
   assert len(confirming) == 4, "".join(seen)
   logs = [sweep_dir / n / state_lib.LOG_FILE for n in confirming]
