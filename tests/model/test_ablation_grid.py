@@ -60,6 +60,10 @@ WITH_VALUE = {
     ("rope_scaling", "linear"): dict(rope_scaling_factor=2.0),
     ("rope_scaling", "ntk"): dict(rope_scaling_factor=2.0),
     ("rope_scaling", "yarn"): dict(rope_scaling_factor=2.0, rope_original_max_len=2),
+    # A base shape half the tiny width (and depth 1 of 1): m = 2, so that the
+    # multipliers are not the identity.
+    ("parametrization", "mup"): dict(mup_base_d_model=4),
+    ("parametrization", "completep"): dict(mup_base_d_model=4, mup_base_layers=1),
 }
 
 # Literal and bool fields of ModelConfig that are not axes of the design, each

@@ -123,6 +123,9 @@ class LayerSpec:
   parallel_branch: Callable[..., jax.Array] | None = None
   attention_window: int = 0  # 0: every layer attends to every key
   global_every: int = 0
+  # CompleteP's m_L^-alpha on every residual branch (model/parametrization.py);
+  # 1.0: none.
+  branch_multiplier: float = 1.0
 
   def windowed(self, layer: int) -> bool:
     """Whether self-attention of layer ``layer`` (0-based) is windowed."""
@@ -179,6 +182,9 @@ class TransformerLayer(nn.Module):
                         lambda y: cross_attn(y, encoded_BSD, mask=cross_mask)))
     ffn, stats = self._ffn(mask)
     sublayers.append(("ffn", ffn))
+    if s.branch_multiplier != 1.0:
+      scaled = lambda f: lambda y: f(y) * jnp.asarray(s.branch_multiplier, s.dtype)
+      sublayers = [(name, scaled(f)) for name, f in sublayers]
     if s.parallel_branch is None:
       for name, f in sublayers:
         x_BLD = s.residual(x_BLD, f, s.norm, drop, s.alpha, name)

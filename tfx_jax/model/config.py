@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal, Mapping, get_args
 
 from tfx_jax.core import typed_config
 from tfx_jax.core.errors import ConfigError, InactiveSetting
+from tfx_jax.model import parametrization
+from tfx_jax.model.parametrization import Parametrization
 
 Family = Literal["encoder_decoder", "decoder_only", "encoder_only"]
 NormPosition = Literal["post", "pre", "sandwich", "deepnorm"]
@@ -164,6 +166,13 @@ class ModelConfig:
   # u of DeepSeek-V3's bias update b_i <- b_i + u sign(mean load - load_i).
   router_bias_rate: float = 0.001
   capacity_factor: CapacityFactor = 0.0
+  # ---- hyperparameter transfer (model/parametrization.py; docs/axes.md) ----
+  parametrization: Parametrization = "sp"
+  mup_base_d_model: int = 0  # the proxy's width (mup, completep)
+  mup_base_layers: int = 0  # the proxy's layers per stack (completep)
+  depth_alpha: float = 1.0  # completep: branches x m_L^-alpha (0.5: depth-muP)
+  mup_output_multiplier: float = 1.0  # the readout's alpha_out (MuReadout's output_mult)
+  mup_attention_scale: float = 0.0  # logits q.k x scale / d_head; 0 = sqrt(base head width)
 
   # ---- derived quantities -------------------------------------------------
   @property
@@ -413,6 +422,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         f"own norm: model.norm_position must be one of {', '.join(PARALLEL_NORM_POSITIONS)}"
         f" (got {cfg.norm_position!r}, which normalises the residual stream itself).")
   _validate_moe(cfg)
+  parametrization.validate(cfg)
   capacity = position_capacity(cfg)
   if seq_len is not None and capacity is not None and seq_len > capacity:
     raise ConfigError(

@@ -32,6 +32,7 @@ from tfx_jax.model.layers.moe import moe_spec
 from tfx_jax.model.layers.norms import JointHeads, norm_factory
 from tfx_jax.model.layers.positions import (LearnedPositions, RotarySpec, T5RelativeBias,
                                       alibi_bias, rotary_spec, sinusoidal)
+from tfx_jax.model import parametrization
 from tfx_jax.model.config import ModelConfig, deepnorm_constants
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -68,9 +69,26 @@ def position_scheme(cfg: ModelConfig) -> PositionScheme:
 
 def token_init(cfg: ModelConfig):
   """The token table's initializer (``model.embedding_init``): Glorot-uniform
-  over (vocab, d_model), or N(0, 1/d_model) as tensor2tensor and fairseq."""
-  return {"xavier": nn.initializers.xavier_uniform(),
-          "normal": nn.initializers.normal(cfg.d_model ** -0.5)}[cfg.embedding_init]
+  over (vocab, d_model), or N(0, 1/d_model) as tensor2tensor and fairseq.
+
+  Under mup/completep the table is an input weight, whose initialisation does
+  not change with width: the base width's (``parametrization.embedding_width``).
+  """
+  width = parametrization.embedding_width(cfg)
+  if cfg.embedding_init == "normal":
+    return nn.initializers.normal(width ** -0.5)
+  return base_glorot(cfg.vocab_size, width, cfg.d_model)
+
+
+def base_glorot(fixed: int, base: int, actual: int):
+  """Glorot-uniform for a [fixed, actual] or [actual, fixed] matrix with the
+  variance of the base width's, 2 / (fixed + base): the initialisation of an
+  input weight or a readout under muP (constant in width). Exactly
+  ``xavier_uniform`` where the base is the actual width."""
+  if base == actual:
+    return nn.initializers.xavier_uniform()
+  return nn.initializers.variance_scaling((fixed + actual) / (fixed + base), "fan_avg",
+                                          "uniform")
 
 
 def learned_position_init(cfg: ModelConfig):
@@ -88,13 +106,20 @@ def learned_position_init(cfg: ModelConfig):
 
   def like_tokens(key, shape, dtype=jnp.float32):
     # Glorot's bound sqrt(6 / (fan_in + fan_out)) of the (vocab, d_model) table.
-    table_shape = (cfg.vocab_size, cfg.d_model)
+    table_shape = (cfg.vocab_size, parametrization.embedding_width(cfg))
     if cfg.embedding_init == "xavier":
       limit = (6.0 / sum(table_shape)) ** 0.5
       return jax.random.uniform(key, shape, dtype, -limit, limit)
     return tokens(key, shape, dtype)
 
   return like_tokens, cfg.embed_scale
+
+
+def readout_input(cfg: ModelConfig, x):
+  """The readout's input times muP's mup_output_multiplier / m (``MuReadout``);
+  ``x`` itself under sp (no multiply: bitwise today's program)."""
+  multiplier = parametrization.output_multiplier(cfg)
+  return x if multiplier == 1.0 else x * jnp.asarray(multiplier, x.dtype)
 
 
 # The one dispatch point of ``model.attention_gate``: gates per head.
@@ -133,11 +158,12 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool,
       causal=stack == "decoder", qk_norm=qk_norm_for(cfg),
       logit_softcap=cfg.attention_logit_softcap,
       gate_width=_GATE_WIDTHS[cfg.attention_gate](cfg.attention_head_dim),
-      platform=platform)
+      platform=platform, query_scale=parametrization.query_scale(cfg))
   ffn = FfnSpec(
       d_ff=cfg.ffn_dim, act=act, gated=gated, use_bias=cfg.use_bias, dropout=cfg.dropout,
       vo_gain=beta, vo_distribution=dist, dtype=dtype, platform=platform,
-      moe=moe_spec(cfg), moe_every=cfg.moe_every, first_dense_layers=cfg.first_dense_layers)
+      moe=moe_spec(cfg, router_init_scale=parametrization.router_init_scale(cfg)),
+      moe_every=cfg.moe_every, first_dense_layers=cfg.first_dense_layers)
   return LayerSpec(
       attention=attention, ffn=ffn,
       norm=norm_factory(cfg.norm_type, cfg.norm_eps, dtype),
@@ -147,7 +173,9 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool,
       cross_attention=(dataclasses.replace(attention, rotary=None, causal=False)
                        if cross_attention else None),
       parallel_branch=parallel_branch_for(cfg.block, cfg.norm_position),
-      attention_window=cfg.attention_window, global_every=cfg.global_every)
+      attention_window=cfg.attention_window, global_every=cfg.global_every,
+      branch_multiplier=parametrization.branch_multiplier(
+          cfg, cfg.encoder_layers if stack == "encoder" else cfg.decoder_layers))
 
 
 def _with_router_stats(out: dict, **stacks) -> dict:
@@ -239,7 +267,8 @@ class _Family(nn.Module):
   def _make_bias(self, name, *, bidirectional):
     cfg = self.cfg
     if position_scheme(cfg).bias == "t5":
-      return T5RelativeBias(cfg.num_heads, bidirectional, init_std=cfg.d_model**-0.5,
+      return T5RelativeBias(cfg.num_heads, bidirectional,
+                            init_std=parametrization.embedding_width(cfg)**-0.5,
                             num_buckets=cfg.t5_num_buckets,
                             max_distance=cfg.t5_max_distance, name=name)
     return None
@@ -322,8 +351,9 @@ class _Family(nn.Module):
       self.output = nn.Dense(
           cfg.vocab_size, use_bias=False, dtype=_DTYPES[cfg.dtype],
           dot_general=products.dot_general_for(_DTYPES[cfg.dtype], self.platform),
-          kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
-                                                   ("embed", "vocab")))
+          kernel_init=nn.with_logical_partitioning(
+              base_glorot(cfg.vocab_size, parametrization.embedding_width(cfg),
+                          cfg.d_model), ("embed", "vocab")))
     if cfg.output_bias:
       self.output_bias = self.param("output_bias", nn.with_logical_partitioning(
           nn.initializers.zeros, ("vocab",)), (cfg.vocab_size,))
@@ -338,6 +368,7 @@ class _Family(nn.Module):
     x_TD = x_BLD.reshape(-1, x_BLD.shape[-1])
     if self.cfg.scale_output:
       x_TD = x_TD * self.cfg.d_model**-0.5
+    x_TD = readout_input(self.cfg, x_TD)
     if self.cfg.tie_embeddings and products.uses_fast_products(_DTYPES[self.cfg.dtype],
                                                                self.platform):
       # x E^T through the bf16 product (Embed.attend's own product is bf16 -> bf16).
@@ -391,6 +422,7 @@ class DecoderOnly(_Family):
           kernel_init=nn.with_logical_partitioning(CLASSIFIER_INIT, ("embed", "classes")))
 
   def __call__(self, inputs, segment_ids=None, positions=None, token_types=None):
+    cfg = self.cfg
     mask, windowed, bias, positions, index = self._causal_inputs(
         inputs, segment_ids, positions, self.t5)
     x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types)
@@ -403,7 +435,7 @@ class DecoderOnly(_Family):
       # GPT-1 fine-tuning: the last real token's final hidden state.
       last_B = jnp.maximum(jnp.sum(seg > 0, axis=1) - 1, 0)
       h_BD = jnp.take_along_axis(x, last_B[:, None, None], axis=1)[:, 0]
-      out["class_logits"] = self.classifier(h_BD.astype(jnp.float32))
+      out["class_logits"] = self.classifier(readout_input(cfg, h_BD.astype(jnp.float32)))
     return out
 
 
@@ -443,7 +475,7 @@ class EncoderOnly(_Family):
     if cfg.num_classes:
       # BERT's pooler: tanh(dense) of the first token (BOS / [CLS]).
       pooled = jnp.tanh(self.pooler(x[:, 0]))
-      out["class_logits"] = self.classifier(pooled.astype(jnp.float32))
+      out["class_logits"] = self.classifier(readout_input(cfg, pooled.astype(jnp.float32)))
     return out
 
 

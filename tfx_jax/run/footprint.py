@@ -134,11 +134,12 @@ def _mib(n_bytes: float) -> str:
 def boxed_state(config, model_cfg):
   """The run's abstract train state, boxed with logical axis names (no devices)."""
   import jax
-  from tfx_jax.run import optim
+  from tfx_jax.run import optim, param_groups
   from tfx_jax.run import setup as run_setup
 
   optimizer = optim.build(config.optim,
-                          optim.hyperparameters(config.optim, d_model=model_cfg.d_model))
+                          optim.hyperparameters(config.optim, d_model=model_cfg.d_model),
+                          param_groups.for_run(model_cfg, config.optim))
   return jax.eval_shape(run_setup.state_initializer(config, model_cfg, optimizer.tx),
                         jax.random.PRNGKey(0))
 

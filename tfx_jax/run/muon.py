@@ -165,8 +165,34 @@ def scale_by_shape(consistent_rms) -> optax.GradientTransformation:
   return optax.GradientTransformation(optax.init_empty_state, update_fn)
 
 
+def scale_per_leaf(factors: Callable[[str], float]) -> optax.GradientTransformation:
+  """Each leaf's update times ``factors(path)`` (a constant per array: the
+  parametrization's rate multipliers, run/param_groups.py)."""
+
+  def update_fn(updates, state, params=None):
+    del params
+    return _per_leaf(lambda path, u: u * jnp.asarray(
+        factors("/".join(path_keys(path))), u.dtype), updates), state
+
+  return optax.GradientTransformation(optax.init_empty_state, update_fn)
+
+
+def decay_per_leaf(weight_decay, factors: Callable[[str], float]
+                   ) -> optax.GradientTransformation:
+  """``optax.add_decayed_weights`` with the decay times ``factors(path)`` per array."""
+
+  def update_fn(updates, state, params):
+    decayed = jax.tree.map(
+        lambda u, p, path: u + weight_decay * factors(path) * p, updates, params,
+        _per_leaf(lambda path, p: "/".join(path_keys(path)), params))
+    return decayed, state
+
+  return optax.GradientTransformation(optax.init_empty_state, update_fn)
+
+
 def muon(learning_rate, adam: optax.GradientTransformation, *, momentum, nesterov: bool,
-         ns_steps: int, weight_decay, consistent_rms) -> optax.GradientTransformation:
+         ns_steps: int, weight_decay, consistent_rms, multipliers=None
+         ) -> optax.GradientTransformation:
   """Muon for the matrices of :func:`labels`, ``adam`` for the rest.
 
   The Muon group is ``optax.contrib.scale_by_muon`` (momentum ``momentum``,
@@ -181,13 +207,23 @@ def muon(learning_rate, adam: optax.GradientTransformation, *, momentum, nestero
   when Muon does, where here the Adam group is the run's AdamW, with its
   decay mask. ``momentum``, ``weight_decay`` and ``consistent_rms`` may be
   traced; ``ns_steps`` and ``nesterov`` are choices of the program.
+
+  ``multipliers`` (path -> ``param_groups.Multipliers``; None: none) gives
+  each matrix its rate factor f and decay factor: `W <- W - lr f (s NS(M) +
+  wd g W)` (model.parametrization's rules).
   """
+  if multipliers is None:
+    decay = optax.add_decayed_weights(weight_decay)
+    rate = (optax.scale_by_learning_rate(learning_rate),)
+  else:
+    decay = decay_per_leaf(weight_decay, lambda p: multipliers(p).weight_decay)
+    rate = (optax.scale_by_learning_rate(learning_rate),
+            scale_per_leaf(lambda p: multipliers(p).lr))
   matrices = optax.chain(
       optax.contrib.scale_by_muon(ns_steps=ns_steps, beta=momentum, nesterov=nesterov,
                                   weight_dimension_numbers=_dimension_numbers_tree),
       scale_by_shape(consistent_rms),
-      optax.add_decayed_weights(weight_decay),
-      optax.scale_by_learning_rate(learning_rate))
+      decay, *rate)
   return optax.partition({"muon": matrices, "adam": adam}, labels)
 
 

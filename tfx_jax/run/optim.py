@@ -403,15 +403,18 @@ class Muon(OptimConfig):
     _check(self.adam_learning_rate_ratio > 0, "adam_learning_rate_ratio",
            self.adam_learning_rate_ratio, "must be > 0")
 
-  def build(self, schedule, hp):
+  def build(self, schedule, hp, groups=None):
     own, weight_decay = hp.own, self.decay(hp)
-    adam = optax.adamw(lambda count: own["adam_learning_rate_ratio"] * schedule(count),
-                       b1=hp.b1, b2=hp.b2, eps=hp.eps, weight_decay=weight_decay,
-                       mask=decay_mask)
+    ratio = lambda count: own["adam_learning_rate_ratio"] * schedule(count)
+    adam_rule = lambda rate, hp: optax.adamw(rate, b1=hp.b1, b2=hp.b2, eps=hp.eps,
+                                             weight_decay=self.decay(hp), mask=decay_mask)
+    adam = (adam_rule(ratio, hp) if groups is None else
+            grouped(adam_rule, ratio, hp, groups))
     return muon_lib.muon(
         schedule, adam, momentum=own["muon_momentum"], nesterov=self.muon_nesterov,
         ns_steps=self.muon_ns_steps, weight_decay=weight_decay,
-        consistent_rms=own["muon_consistent_rms"] if self.muon_consistent_rms else None)
+        consistent_rms=own["muon_consistent_rms"] if self.muon_consistent_rms else None,
+        multipliers=None if groups is None else groups.muon.__getitem__)
 
   def parameter_groups(self, params):
     """{"muon": ..., "adam": ...}: see ``muon.assignment``."""
@@ -454,7 +457,19 @@ class Built(NamedTuple):
   schedule: optax.Schedule
 
 
-def build(cfg: OptimConfig, hp: Hyperparameters) -> Built:
+def grouped(rule, schedule: optax.Schedule, hp: Hyperparameters, groups
+            ) -> optax.GradientTransformation:
+  """``rule(rate, hp)`` once per parameter group of ``model.parametrization``
+  (``run/param_groups.py``), each with its multipliers on the rate, the weight
+  decay and epsilon: ``optax.partition`` over the groups' labels."""
+  def one(m):
+    scaled = hp._replace(weight_decay=hp.weight_decay * m.weight_decay, eps=hp.eps * m.eps)
+    return rule(lambda count: m.lr * schedule(count), scaled)
+  return optax.partition({label: one(m) for label, m in groups.distinct().items()},
+                         groups.labels)
+
+
+def build(cfg: OptimConfig, hp: Hyperparameters, groups=None) -> Built:
   """clip -> the optimizer's rule (-> gradient accumulation), and its schedule.
 
   ``cfg`` is a resolved section (:func:`resolve`), read for the choices;
@@ -469,9 +484,17 @@ def build(cfg: OptimConfig, hp: Hyperparameters) -> Built:
   `optax.MultiSteps`: gradients of k consecutive calls are averaged and
   applied once, so clipping acts on the averaged gradient and the schedule
   counts real updates, not micro-batches.
+
+  ``groups`` (``param_groups.for_run``; None under ``model.parametrization=
+  sp``) builds the rule once per parameter group with its multipliers.
   """
   schedule = make_schedule(cfg, hp)
-  opt = cfg.build(schedule, hp)
+  if groups is None:
+    opt = cfg.build(schedule, hp)
+  elif isinstance(cfg, Muon):
+    opt = cfg.build(schedule, hp, groups)
+  else:
+    opt = grouped(cfg.build, schedule, hp, groups)
   if cfg.grad_clip_norm > 0:
     opt = optax.chain(clip_by_global_norm(hp.grad_clip_norm), opt)
   if cfg.accumulate_steps > 1:

@@ -31,6 +31,7 @@ from jax.experimental import multihost_utils
 
 from tfx_jax.run import layer_stats as layer_stats_lib
 from tfx_jax.run import optim
+from tfx_jax.run import param_groups
 from tfx_jax.run import config as run_config
 from tfx_jax.run import sharding as sharding_lib
 from tfx_jax import tasks
@@ -228,11 +229,12 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
                and model_cfg.moe_balance == "bias" else 0.0)
   # The attention layers' sown logit maxima are computed only when collected.
   collect = ["intermediates"] if layer_stats else []
+  groups = param_groups.for_run(model_cfg, config.optim)  # None under sp
 
   def train_step(state: TrainState, batch: dict, hparams: optim.Hyperparameters):
     # float32 arrays whether traced or constant: the same arithmetic either way.
     hp = jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), hparams)
-    optimizer = optim.build(config.optim, hp)
+    optimizer = optim.build(config.optim, hp, groups)
     rng = jax.random.fold_in(state.rng, state.step)
 
     def loss_fn(params):
@@ -394,7 +396,8 @@ class ShardedRun:
     # gives the state's tree, which does not depend on them (the train step
     # builds its own from the same values, traced: an argument of the program).
     self.hparams = optim.hyperparameters(config.optim, d_model=model_cfg.d_model)
-    self.optimizer = optim.build(config.optim, self.hparams)
+    self.groups = param_groups.for_run(model_cfg, config.optim)  # None under sp
+    self.optimizer = optim.build(config.optim, self.hparams, self.groups)
     self._init_boxed = init_boxed = state_initializer(config, model_cfg, self.optimizer.tx)
     key = jax.random.PRNGKey(int(config.seed))
     boxed = jax.eval_shape(init_boxed, key)

@@ -313,6 +313,9 @@ class AttentionSpec:
   # by the run's set-up (``models.build_model``), never from the tracing host:
   # it picks the attention kernel and the product form.
   platform: str = "cpu"
+  # A factor on the queries after RoPE: muP's logits q.k x alpha / d_head in
+  # place of q.k / sqrt(d_head) (model/parametrization.py); 1.0: none.
+  query_scale: float = 1.0
 
 
 class Attention(nn.Module):
@@ -381,6 +384,8 @@ class Attention(nn.Module):
       q = rope(q, positions_BL, s.rotary)
       k = rope(k, positions_BL, s.rotary)
 
+    if s.query_scale != 1.0:
+      q = q * jnp.asarray(s.query_scale, q.dtype)
     if self.use_cache and is_self:
       k, v = self._update_cache(k, v, cache_index)
     if is_self and self.is_mutable_collection("intermediates"):

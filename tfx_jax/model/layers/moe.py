@@ -72,6 +72,9 @@ class MoeSpec:
   norm_topk: bool
   expert_bias: bool  # model.moe_balance='bias'
   capacity_factor: float  # 0: dropless
+  # The router's initial variance over its fan-in (Switch: 0.1; under muP the
+  # base's / m, model/parametrization.py).
+  router_init_scale: float = 0.1
 
 
 def _softmax_scores(logits_TE):
@@ -85,7 +88,7 @@ def _sigmoid_scores(logits_TE):
 _SCORES = {"softmax": _softmax_scores, "sigmoid": _sigmoid_scores}
 
 
-def moe_spec(cfg) -> MoeSpec | None:
+def moe_spec(cfg, router_init_scale: float = 0.1) -> MoeSpec | None:
   """The one dispatch point of ``model.ffn_type`` and ``model.router``: None
   for a dense FFN."""
   if cfg.ffn_type == "dense":
@@ -94,7 +97,8 @@ def moe_spec(cfg) -> MoeSpec | None:
       num_experts=cfg.num_experts, experts_per_token=cfg.experts_per_token,
       expert_dim=cfg.expert_dim, shared_dim=cfg.shared_experts * cfg.expert_dim,
       score=_SCORES[cfg.router], norm_topk=cfg.router_norm_topk,
-      expert_bias=cfg.moe_balance == "bias", capacity_factor=cfg.capacity_factor)
+      expert_bias=cfg.moe_balance == "bias", capacity_factor=cfg.capacity_factor,
+      router_init_scale=router_init_scale)
 
 
 # ------------------------------------------------------------------ router
@@ -293,7 +297,8 @@ class MixtureOfExperts(nn.Module):
     logits_TE = nn.Dense(
         E, use_bias=False, dtype=F32, param_dtype=F32, name="router",
         kernel_init=nn.with_logical_partitioning(
-            nn.initializers.variance_scaling(0.1, "fan_in", "truncated_normal"),
+            nn.initializers.variance_scaling(s.router_init_scale, "fan_in",
+                                             "truncated_normal"),
             ("embed", None)))(x_TD.astype(F32))
     bias_E = None
     if s.expert_bias:
