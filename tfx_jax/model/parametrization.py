@@ -40,8 +40,8 @@ rate tuned on a small proxy (the base shape, ``model.mup_base_d_model`` and
   Bordelon et al. 2023): every residual branch is x + m_L^-alpha
   F(Norm(x)); the hidden matrices' Adam rate is eta m^-1 m_L^(alpha - 1)
   and their weight decay lambda m; the blocks' norm gains and biases have the
-  rate eta m_L^(alpha - 1); Adam's epsilon in the blocks is eps m^-1
-  m_L^-alpha; the initialisation, embeddings, final norm and readout are
+  rate eta m_L^(alpha - 1); Adam's epsilon for every array in the blocks is
+  eps m^-1 m_L^-alpha; the initialisation, embeddings, final norm and readout are
   muP's.
 
 The optimizer side of these rules (``run/param_groups.py``) classifies each

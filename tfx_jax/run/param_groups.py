@@ -176,7 +176,8 @@ def adam_multipliers(model_cfg, leaf: Leaf) -> Multipliers:
     return Multipliers(lr=depth_lr / m, weight_decay=m,
                        eps=depth_eps / m if completep and leaf.stack else 1.0)
   if leaf.kind in ("vector", "fixed") and leaf.stack:
-    return Multipliers(lr=depth_lr, eps=depth_eps)
+    # Dey et al.'s epsilon rule is for every array in the blocks.
+    return Multipliers(lr=depth_lr, eps=depth_eps / m if completep else 1.0)
   return Multipliers()
 
 
