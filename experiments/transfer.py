@@ -16,9 +16,9 @@ AdamW without weight decay, cosine schedule with 20 warmup steps. At the base
 width the three parametrizations are the same model; CompleteP at its base
 depth is muP but for Adam's epsilon in the blocks (eps / m).
 
-``depth``: sp vs completep (base shape d_model 64, 2 layers: width rules the
+``depth``: sp vs completep (base shape d_model 32, 2 layers: width rules the
 identity, so only CompleteP's depth rules act) x ``model.num_layers`` 2, 4, 8
-at d_model 64, the same grid, seeds and budget.
+at d_model 32, the same grid, seeds and budget.
 
 The report's transfer check fits, per parametrization and size, the optimum
 of the loss in log learning rate (a parabola through the grid's best rate and
@@ -78,10 +78,10 @@ def get_sweep(variant: str = "default") -> Sweep:
   if variant == "depth":
     return Sweep(
         name="transfer_depth", config="configs/lm.py:tiny",
-        description="sp vs CompleteP (base d_model 64, 2 layers) at 2, 4, 8 layers, "
-        "d_model 64, learning rates 1e-3..1e-1, 2 seeds, 204,800 tokens per run (Dey et "
+        description="sp vs CompleteP (base d_model 32, 2 layers) at 2, 4, 8 layers, "
+        "d_model 32, learning rates 1e-3..1e-1, 2 seeds, 204,800 tokens per run (Dey et "
         "al. 2025).",
-        overrides={**_base(STEPS), "model.d_model": 64},
-        axes=[[SP, _completep(64, 2)], {"model.num_layers": [2, 4, 8]}],
+        overrides={**_base(STEPS), "model.d_model": 32},
+        axes=[[SP, _completep(32, 2)], {"model.num_layers": [2, 4, 8]}],
         tune={"optim.learning_rate": RATES}, seeds=SEEDS)
   raise ValueError(f"unknown variant {variant!r}; choose tiny, default or depth")
