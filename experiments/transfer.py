@@ -33,7 +33,7 @@ muP wider is better at every rate; under CompleteP the optimum stays as depth
 grows (and drifts under SP).
 """
 
-from tfx_jax.sweep import Sweep
+from tfx_jax.sweep import Claim, Equivalent, Sweep
 
 RATES = [1e-3, 3.16e-3, 1e-2, 3.16e-2, 1e-1]
 SEEDS = [0, 1]
@@ -49,6 +49,48 @@ def _mup(base_d_model: int) -> dict:
 def _completep(base_d_model: int, base_layers: int) -> dict:
   return {"model.parametrization": "completep", "model.mup_base_d_model": base_d_model,
           "model.mup_base_layers": base_layers}
+
+
+YANG = "Yang et al. 2022 (Tensor Programs V), Figure 1"
+DEY = "Dey et al. 2025 (CompleteP), Figure 1"
+# A factor sqrt(2) per doubling, in log2 units: the report's transfer band.
+WITHIN_SQRT2 = Equivalent(0.5)
+
+
+def _width_claims() -> list[Claim]:
+  """TP5's Figure 1 in width: the optimum drifts under SP and stays under muP
+  (CompleteP at its base depth too), and under muP wider is better at every rate."""
+  mup = {"model.parametrization": "mup"}
+  return [
+      Claim("sp_optimum_drifts", YANG, "under the standard parametrization the optimal "
+            "Adam learning rate falls as d_model grows", compare=(SP, None),
+            metric="transfer/shift", expect="lower"),
+      Claim("mup_optimum_stays", YANG, "under muP the optimal learning rate stays put as "
+            "d_model grows (within a factor sqrt(2) per doubling)", compare=(mup, None),
+            metric="transfer/shift", expect=WITHIN_SQRT2),
+      Claim("completep_optimum_stays_width", DEY, "under CompleteP (muP in width) the "
+            "optimal learning rate stays put as d_model grows",
+            compare=({"model.parametrization": "completep"}, None),
+            metric="transfer/shift", expect=WITHIN_SQRT2),
+      Claim("mup_wider_better", YANG, "under muP wider is better at every learning rate: "
+            "d_model 256 has a lower loss than d_model 32 at each rate of the grid",
+            compare=({"model.d_model": 256}, {"model.d_model": 32}), context=mup,
+            metric="every_rate/eval/loss", expect="lower"),
+  ]
+
+
+def _depth_claims() -> list[Claim]:
+  """Dey et al.'s Figure 1 in depth: the optimum stays under CompleteP and
+  drifts under SP."""
+  return [
+      Claim("completep_optimum_stays_depth", DEY, "under CompleteP the optimal learning "
+            "rate stays put as depth grows (within a factor sqrt(2) per doubling)",
+            compare=({"model.parametrization": "completep"}, None),
+            metric="transfer/shift", expect=WITHIN_SQRT2),
+      Claim("sp_optimum_drifts_depth", DEY, "under the standard parametrization the "
+            "optimal learning rate falls as depth grows", compare=(SP, None),
+            metric="transfer/shift", expect="lower"),
+  ]
 
 
 def _base(steps: int) -> dict:
@@ -74,7 +116,7 @@ def get_sweep(variant: str = "default") -> Sweep:
         "Dey et al. 2025).",
         overrides=_base(STEPS),
         axes=[[SP, _mup(32), _completep(32, 2)], {"model.d_model": [32, 64, 128, 256]}],
-        tune={"optim.learning_rate": RATES}, seeds=SEEDS)
+        tune={"optim.learning_rate": RATES}, seeds=SEEDS, claims=_width_claims())
   if variant == "depth":
     return Sweep(
         name="transfer_depth", config="configs/lm.py:tiny",
@@ -83,5 +125,5 @@ def get_sweep(variant: str = "default") -> Sweep:
         "al. 2025).",
         overrides={**_base(STEPS), "model.d_model": 32},
         axes=[[SP, _completep(32, 2)], {"model.num_layers": [2, 4, 8]}],
-        tune={"optim.learning_rate": RATES}, seeds=SEEDS)
+        tune={"optim.learning_rate": RATES}, seeds=SEEDS, claims=_depth_claims())
   raise ValueError(f"unknown variant {variant!r}; choose tiny, default or depth")
