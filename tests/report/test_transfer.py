@@ -338,3 +338,29 @@ def test_a_transfer_claim_needs_a_size_axis_and_a_tuned_learning_rate():
     claim_checks.check_sweep(record)
   with pytest.raises(ConfigError, match="compare=\\(point, None\\)"):
     _claim("x", ("sp", "mup"), "transfer/shift", "lower")
+
+
+TRANSFER_SWEEP = """
+from tfx_jax.sweep import Claim, Equivalent, Sweep
+def get_sweep(variant="default"):
+  return Sweep(name="exp", config="configs/lm.py:tiny",
+               axes=[{{"model.activation": ["gelu", "swiglu"]}},
+                     {{"model.d_model": [32, 64], "model.num_heads": [2, 4]}}],
+               tune={{"optim.learning_rate": [1e-3, 3e-3, 1e-2]}}, transfer_band={band},
+               claims=[Claim("x", "P", "s", compare=({spec!r}, None), metric="transfer/shift",
+                             expect=Equivalent(0.5))])
+"""
+
+
+@pytest.mark.parametrize("band, spec, code, message", [
+    ("2 ** 0.5", "gelu", 0, ""),
+    ("1.0", "gelu", 2, "transfer_band=1.0: the factor per doubling"),
+    ("2 ** 0.5", "relu", 2, "'relu' names no point"),
+])
+def test_the_band_and_the_claims_are_checked_at_dry_run(tmp_path, capsys, band, spec, code,
+                                                        message):
+  from helpers import sweep_in_process  # pylint: disable=import-outside-toplevel
+  file = tmp_path / "exp.py"
+  file.write_text(TRANSFER_SWEEP.format(band=band, spec=spec))
+  got, _, err = sweep_in_process([file, "--workdir", tmp_path / "runs", "--dry-run"], capsys)
+  assert got == code and message in err, err
