@@ -274,8 +274,7 @@ TRANSFER_CLAIMS = (
 )
 
 
-def test_the_transfer_claims_get_the_expected_labels(planted):
-  record, summaries, _ = planted
+def test_the_transfer_claims_get_the_expected_labels():
   record, summaries = _planted(claims=TRANSFER_CLAIMS)
   claim_checks.check_sweep(record)
   report = _analyze(record, summaries)
@@ -291,7 +290,8 @@ def test_the_transfer_claims_get_the_expected_labels(planted):
   assert "intersection-union over the rates" in wider.design
   assert found["sp_wider_better"].label == "not reproduced"
   assert found["sp_wider_better"].estimate > 0
-  assert found["noisy_rises"].label in ("in direction", "inconclusive")
+  # The noisy variant's shift, +0.02 [-0.58, +0.62]: unresolved, on the claim's side.
+  assert found["noisy_rises"].label == "in direction" and found["noisy_rises"].p > 0.5
 
 
 def test_the_every_rate_test_rests_on_its_weakest_rate(planted):

@@ -137,7 +137,7 @@ def _shift(claim: Claim, report: Report, a: Point, band_: float) -> Test | Untes
   name = t.size_field.split(".")[-1]
   return Test(iv, t.p, eq.p_value, t.seeds,
               f"log2(optimum learning rate) per doubling of {name} over {fitted} sizes, "
-              "quadratic fits of the tuning curves, delta method paired by seed")
+              "quadratic fits of the validation tuning curves, delta method paired by seed")
 
 
 def _rows(point: Point) -> dict[float, Any]:

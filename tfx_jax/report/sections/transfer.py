@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import optimum
 from tfx_jax.report import style
@@ -137,9 +139,10 @@ def shift_line(t: Transfer) -> str:
   if t.low is not None:
     text += (f" [{t.low:+.3f}, {t.high:+.3f}] (the optimum x{2 ** t.shift:.3g} per doubling, "
              f"[{2 ** t.low:.3g}, {2 ** t.high:.3g}])")
-  return (f"Shift of log2(optimum) per doubling of {name}: {text}, {t.seeds} seed"
-          f"{'s' * (t.seeds != 1)}; band +-{t.band:.3g} (x{2 ** t.band:.3g}): **{t.label}** "
-          f"({t.reason}).")
+  fitted = sum(o.learning_rate is not None for o in t.optima)
+  return (f"Shift of log2(optimum) per doubling of {name}: {text}, over {fitted} of "
+          f"{len(t.optima)} sizes, {t.seeds} seed{'s' * (t.seeds != 1)}; band +-{t.band:.3g} "
+          f"(x{2 ** t.band:.3g}): **{t.label}** ({t.reason}).")
 
 
 def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
@@ -203,7 +206,6 @@ def transfer_plot(path, record: SweepRecord, report: Report) -> bool:
       panel.plot(xs, means, marker="o", markersize=3, color=colour, linewidth=1.6,
                  label=f"{name}={fmt_value(o.size)}")
       if o.learning_rate is not None and len(xs) > 1:
-        import numpy as np  # pylint: disable=import-outside-toplevel
         height = float(np.interp(math.log2(o.learning_rate), np.log2(xs), means))
         if o.low is not None:
           panel.plot([o.low, o.high], [height, height], color=colour, linewidth=1.2)
