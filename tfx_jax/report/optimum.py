@@ -27,8 +27,12 @@ interval is u* +- t_{0.975, n-1} se. A bootstrap over seeds was not used:
 with the 2 or 3 tuning seeds of a sweep it has 3 or 10 distinct resamples,
 and its percentile interval is about the range of the per-seed values,
 which covers the optimum far less often than 95% of the time; the t
-quantile with n - 1 degrees of freedom keeps the nominal level (about 95%
-over simulated sweeps: tests/report/test_transfer.py).
+quantile with n - 1 degrees of freedom keeps the nominal level where the
+seeds' noise is small beside the curve's rise over one grid step (0.94-0.95
+over simulated sweeps of 2 to 5 seeds with the noise a fifth of that rise:
+tests/report/test_transfer.py). With noise 0.6 of the rise it covers about
+0.92: the window the noise picks and the vertex's curvature then matter
+beyond the linearisation.
 
 **The shift per doubling** (``fit_shift``): the least-squares slope of
 log2(optimum) against log2(size) over the sizes whose optimum was fitted,
