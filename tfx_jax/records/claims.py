@@ -27,6 +27,17 @@ The metrics a claim may read (``report.claims.read``):
                                with point_b, ln a's against ln b's, Welch)
   sensitivity                  the learning-rate sensitivity (Wortsman et al.;
                                tested only with >= 2 seeds per rate)
+  transfer/shift               a variant's shift of log2(optimum learning rate)
+                               per doubling of size, against 0 (compare=(variant,
+                               None), the variant named as a point is, without
+                               the size axis; ``transfer/shift/num_layers`` where
+                               the sweep has two size axes; the default band the
+                               sweep's ``transfer_band``)
+  every_rate/eval/loss         a's metric against b's at every learning rate both
+                               ran (tuning runs, validation, paired by seed), an
+                               intersection-union test: "lower" holds where a is
+                               lower at each rate (the largest size against the
+                               smallest: wider is better at every rate)
 
 ``regime`` states where the paper's claim holds; a design outside it keeps
 its computed label, marked "outside the paper's regime", and the summary
@@ -50,7 +61,8 @@ Direction = Literal["lower", "higher"]
 DIRECTIONS = ("lower", "higher")
 # The quantities a claim reads beside a split's metrics, by prefix (see the docstring).
 DERIVED_PREFIXES = ("training/", "evaluation/", "layer_profile/")
-SINGLE_POINT_METRICS = ("speedup", "sensitivity", "layer_profile/", "evaluation/")
+SINGLE_POINT_METRICS = ("speedup", "sensitivity", "layer_profile/", "evaluation/",
+                        "transfer/shift")
 
 
 @dataclasses.dataclass(frozen=True)

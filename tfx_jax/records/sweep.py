@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import pathlib
 import shlex
 from typing import Annotated, Any, Literal, Mapping, Sequence
@@ -47,6 +48,9 @@ from tfx_jax.records import serial
 from tfx_jax.records.claims import Claim
 
 FILENAME = "sweep.json"
+# The transfer check's default band: the optimum may move by sqrt(2) per
+# doubling of size either way (0.5 in log2 units) and still count as transferred.
+TRANSFER_BAND = math.sqrt(2)
 
 State = Literal["pending", "running", "finished", "diverged", "failed"]
 # The split a sweep's comparisons read: test where the dataset has one (the
@@ -317,8 +321,10 @@ class ReportOptions:
 @serial.layout(order=("name", "description", "config", "overrides", "seeds", "evaluations",
                       "tune", "select_by", "confirm", "until_resolved", "report_split", "axes",
                       "base_values", "command", "cwd", "created", "slurm_jobs", "runs",
-                      "added", "report_options", "updated", "claims"),
-               omit_default=("claims",))
+                      "added", "report_options", "updated", "claims",
+                      "transfer_band"),
+               omit_default=("claims",
+                             "transfer_band"))
 @dataclasses.dataclass(frozen=True)
 class SweepRecord:
   """The content of sweep.json. Its fields are fixed once built; its lists
@@ -357,6 +363,8 @@ class SweepRecord:
   # The papers' claims the sweep tests (``records.claims``): the report's
   # confirmatory family; none: the report's comparisons are its family.
   claims: tuple[Claim, ...] = ()
+  # The transfer check's band: a factor per doubling of size (``Sweep.transfer_band``).
+  transfer_band: float = TRANSFER_BAND
 
   def __post_init__(self):
     object.__setattr__(self, "tune", tune_grids(self.tune))

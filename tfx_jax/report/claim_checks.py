@@ -1,6 +1,8 @@
 """The checks a sweep's claims pass before anything runs (``--dry-run``
 included): each point named exists, once, and each quantity read is one the
-sweep's runs log (``check_sweep``; a ConfigError, exit 2)."""
+sweep's runs log (``check_sweep``; a ConfigError, exit 2); the transfer
+claims' own (a size axis, a tuned learning rate, the variant) are
+``claims_transfer.check``'s."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Sequence
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.records.claims import Claim
 from tfx_jax.records.sweep import SweepRecord
+from tfx_jax.report import claims_transfer
 from tfx_jax.report.claims import (SPLIT_METRICS, TRAINING_SIGNALS, axis_points, find_point,
                                    length_keys)
 
@@ -41,10 +44,22 @@ def _check_metric(claim: Claim, lengths: Sequence[str], evaluations: Sequence[st
     ok, valid = layer_stats and len(name) >= 3, ["layer_profile/<statistic>/<stack>"]
   else:
     ok = metric == "speedup" or (metric == "sensitivity" and tuned)
-    valid = ["speedup", *(["sensitivity"] if tuned else [])]
+    valid = ["speedup", *(["sensitivity", "transfer/shift", "every_rate/eval/loss"]
+                          if tuned else [])]
   if not ok:
     raise ConfigError(f"{where}: the sweep's runs do not log {metric!r}; it can read "
                       f"{valid or 'no such quantity'}.")
+
+
+def _check_every_rate(claim: Claim, where: str) -> None:
+  """``every_rate/<metric>`` reads a split metric of the tuning runs (ConfigError)."""
+  if not claim.metric.startswith(claims_transfer.EVERY_RATE):
+    return
+  name = claim.metric[len(claims_transfer.EVERY_RATE):].split("/")
+  if len(name) != 2 or name[0] != "eval" or name[1] not in SPLIT_METRICS:
+    valid = [f"{claims_transfer.EVERY_RATE}eval/{m}" for m in SPLIT_METRICS]
+    raise ConfigError(f"{where}: the sweep's runs do not log {claim.metric!r}; it can read "
+                      f"{valid}.")
 
 
 def check_sweep(record: SweepRecord) -> None:
@@ -69,9 +84,15 @@ def check_sweep(record: SweepRecord) -> None:
   tuned = "optim.learning_rate" in record.tune
   for claim in record.claims:
     where = f"claim {claim.id!r}"
+    transfer = claims_transfer.handles(claim.metric)  # transfer/shift, every_rate/<metric>
+    # A shift names a variant: its point over every axis but the size axis.
+    named = axis_points(claims_transfer.check(record, claim, where)) if transfer else values
     for spec in claim.compare:
       if spec is not None:
-        find_point(spec, claim.context, values, where)
+        find_point(spec, claim.context, named, where)
     if claim.requires is not None:
       find_point(claim.requires.point, claim.context, values, f"{where} (requires)")
-    _check_metric(claim, list(dict.fromkeys(lengths)), evaluations, layer_stats, tuned)
+    if transfer:
+      _check_every_rate(claim, where)
+    else:
+      _check_metric(claim, list(dict.fromkeys(lengths)), evaluations, layer_stats, tuned)

@@ -43,7 +43,9 @@ from typing import Any, Literal, Mapping, Sequence
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.records.claims import Claim, Equivalent, Regime, Requires
 from tfx_jax.records.sweep import AxisRecord
+from tfx_jax.report import claims_transfer
 from tfx_jax.report import stats, stats_sequential
+from tfx_jax.report.claim_test import Test, Untested
 from tfx_jax.report.context import DEFAULT_MARGINS
 from tfx_jax.report.points import fmt_value, value_label
 from tfx_jax.report.schema import Point, Report, SeedResult
@@ -165,9 +167,12 @@ def _values(tuned: Mapping[str, Any] | None) -> str:
 
 
 # ------------------------------------------------------------------ values
-def band_of(claim: Claim) -> float:
+def band_of(claim: Claim, report: Report | None = None) -> float:
   """The claim's equivalence band: its own, else 1% for a log ratio, else the
-  metric kind's default margin (0.01 nats of loss, 0.5 BLEU)."""
+  metric kind's default margin (0.01 nats of loss, 0.5 BLEU); a shift of the
+  optimum's, the sweep's transfer band (``claims_transfer.band``)."""
+  if claims_transfer.reads_variant(claim.metric):
+    return claims_transfer.band(claim, report)
   if isinstance(claim.expect, Equivalent):
     return float(claim.expect.band)
   if log_ratio(claim.metric):
@@ -227,22 +232,6 @@ def per_seed(report: Report, point: Point, metric: str) -> dict[int, float]:
 
 
 # ------------------------------------------------------------------- tests
-@dataclasses.dataclass(frozen=True)
-class Test:
-  """A claim's estimate with its raw tests (before the family's Holm)."""
-  interval: stats.Interval
-  p: float | None
-  p_equivalence: float | None
-  seeds: int
-  how: str   # the design, in words
-
-
-@dataclasses.dataclass(frozen=True)
-class Untested:
-  reason: str
-  descriptive: str | None = None
-
-
 def _share(report: Report, n: int) -> float:
   """The alpha share of a look with ``n`` seeds (1: fixed seeds)."""
   if report.sequential is None:
@@ -283,7 +272,9 @@ def _describe(a: Mapping[int, float], b: Mapping[int, float] | None) -> str | No
 
 def test_claim(claim: Claim, report: Report, a: Point, b: Point | None) -> Test | Untested:
   """The claim's estimate and raw tests, or why it has none."""
-  band, metric = band_of(claim), claim.metric
+  band, metric = band_of(claim, report), claim.metric
+  if claims_transfer.handles(metric):
+    return claims_transfer.test(claim, report, a, b, band)
   if metric.startswith("evaluation/"):
     _, how, length = metric.split("/")
     found = next((e for e in report.evaluation_effects
@@ -468,10 +459,15 @@ def evaluate(claims: Sequence[Claim], report: Report,
   prepared = []
   for claim in claims:
     where = f"claim {claim.id!r}"
-    a = report.points[find_point(claim.compare[0], claim.context, values, where)]
-    b = (None if claim.compare[1] is None else
-         report.points[find_point(claim.compare[1], claim.context, values, where)])
-    points = [a] if b is None else [a, b]
+    if claims_transfer.reads_variant(claim.metric):  # a variant: its points at every size
+      found = claims_transfer.records(claim, report, where)
+      t = found[find_point(claim.compare[0], claim.context, [r.variant for r in found], where)]
+      (a, points), b = claims_transfer.variant(t, report), None
+    else:
+      a = report.points[find_point(claim.compare[0], claim.context, values, where)]
+      b = (None if claim.compare[1] is None else
+           report.points[find_point(claim.compare[1], claim.context, values, where)])
+      points = [a] if b is None else [a, b]
     result: Test | Untested
     stale = [p for p in points if is_stale(p)]
     if stale:
@@ -501,7 +497,7 @@ def evaluate(claims: Sequence[Claim], report: Report,
   for (claim, a, b, points, result), p_adj, eq_adj in zip(prepared, adjusted, adjusted_eq):
     common = dict(id=claim.id, source=claim.source, statement=claim.statement,
                   metric=claim.metric, expect=expect_text(claim), point_a=point_label(a),
-                  point_b=None if b is None else point_label(b), band=band_of(claim),
+                  point_b=None if b is None else point_label(b), band=band_of(claim, report),
                   family=family, outside_regime=outside_regime(claim.regime, points, tokens))
     if isinstance(result, Untested) or result.p is None:
       reason = result.reason if isinstance(result, Untested) else "no test (fewer than 2 seeds)"
@@ -514,7 +510,7 @@ def evaluate(claims: Sequence[Claim], report: Report,
       continue
     iv = result.interval
     name, why = label(claim.expect, iv.diff, p_adj is not None and p_adj < alpha,
-                      eq_adj is not None and eq_adj < alpha, band_of(claim))
+                      eq_adj is not None and eq_adj < alpha, band_of(claim, report))
     seeds = "confirmation seeds" if report.verdict_runs == "confirmation" else "seeds"
     design = (f"{result.seeds} {seeds}, {result.how}, {report.report_split} split; Holm over "
               f"the {family} claim{'s' * (family != 1)} of this report")

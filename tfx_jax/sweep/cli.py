@@ -214,6 +214,16 @@ def check_until_resolved(sweep: spec_lib.Sweep, max_seeds: int) -> None:
         "--until-resolved then adds confirmation seeds, up to MAX_SEEDS per point).")
 
 
+def transfer_band(sweep: spec_lib.Sweep) -> float:
+  """The sweep's ``transfer_band``, a factor per doubling of size > 1 (ConfigError)."""
+  band = sweep.transfer_band
+  if isinstance(band, bool) or not isinstance(band, (int, float)) or not band > 1:
+    raise ConfigError(f"transfer_band={band!r}: the factor per doubling of size within which "
+                      "a variant's optimum learning rate counts as transferred, a number > 1 "
+                      "(the default sqrt(2): 1.41x either way).")
+  return float(band)
+
+
 def until_resolved_budget(max_seeds: int, previous: SweepRecord | None) -> int | None:
   """The MAX_SEEDS sweep.json keeps (``SweepRecord.until_resolved``): the first
   ``--until-resolved`` given fixes it, since the report's sequential test
@@ -301,7 +311,8 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
       base_values=base, command=command, cwd=os.getcwd(),
       created=(previous.created if previous and previous.created else sweep_record.now()),
       slurm_jobs=list(previous.slurm_jobs) if previous else [], runs=entries,
-      report_options=report_options, claims=claims_lib.check_all(sweep.claims))
+      report_options=report_options, claims=claims_lib.check_all(sweep.claims),
+      transfer_band=transfer_band(sweep))
   adaptive.restore_added(record, previous)
   # A claim the sweep cannot test: exit 2, nothing written (the report's
   # statistics load only where a sweep declares claims).

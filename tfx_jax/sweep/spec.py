@@ -74,6 +74,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import itertools
+import math
 import pathlib
 import re
 from typing import Any, Mapping, Sequence
@@ -137,6 +138,9 @@ class Sweep:
   # The papers' claims this sweep tests (``Claim``, tfx_jax/records/claims.py):
   # the report labels each by one rule, Holm over all of them.
   claims: Sequence[Claim] = ()
+  # The report's transfer check: a variant's optimum learning rate transfers
+  # where its shift per doubling of size lies within this factor either way.
+  transfer_band: float = math.sqrt(2)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,6 +42,7 @@ from tfx_jax.report.sections import sequential
 from tfx_jax.report.sections import speedup
 from tfx_jax.report.sections import title
 from tfx_jax.report.sections import training_signals
+from tfx_jax.report.sections import transfer
 from tfx_jax.report.sections import tuned
 from tfx_jax.report.sections import tuning_stage
 from tfx_jax.report.sections import verdicts
@@ -54,6 +55,7 @@ SECTIONS = (
     selection,          # the points: chosen values, outcomes, metrics
     tuning_stage,       # a confirmed sweep's tuning stage, for reference
     tuned,              # each tuned value, grid edges, learning-rate sensitivity
+    transfer,           # the optimum learning rate against size, per variant
     training_signals,   # output log Z and attention logits
     comparisons,        # every value against its base, per axis
     sequential,         # the looks of adaptive seeds (report.json's ``sequential``)
