@@ -31,10 +31,12 @@ import math
 import re
 from typing import Any
 
+import flax
+import flax.linen as nn
 import jax
 
 from tfx_jax.core.errors import ConfigError
-from tfx_jax.model import parametrization
+from tfx_jax.model import families, parametrization
 from tfx_jax.run import muon as muon_lib
 
 KINDS = ("hidden", "readout", "router", "embedding", "vector", "fixed")
@@ -130,9 +132,18 @@ def _axes(keys: list[str], shape: tuple[int, ...]) -> tuple[tuple[int, ...], tup
   return (), tuple(range(batch, len(shape)))
 
 
+def param_shapes(model_cfg) -> dict[str, jax.ShapeDtypeStruct]:
+  """{path: shape} of the model's parameters (unboxed), by ``jax.eval_shape``."""
+  model = families.build_model(model_cfg)
+  abstract = jax.eval_shape(
+      lambda rng: model.init({"params": rng}, **families.dummy_inputs(model_cfg)),
+      jax.random.PRNGKey(0))
+  flat = flax.traverse_util.flatten_dict(nn.unbox(abstract["params"]))
+  return {"/".join(k): v for k, v in flat.items()}
+
+
 def classify(model_cfg) -> dict[str, Leaf]:
   """Every parameter's :class:`Leaf` (see the module docstring)."""
-  from tfx_jax.run.footprint import param_shapes
   now, wide = param_shapes(model_cfg), param_shapes(doubled(model_cfg))
   m = parametrization.width_mult(model_cfg)
   out = {}
