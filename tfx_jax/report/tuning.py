@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from tfx_jax.records import transfer as transfer_lib
 from tfx_jax.report import stats
 from tfx_jax.report.points import fmt_value
 from tfx_jax.report.schema import CurvePoint, Point, Sensitivity
@@ -96,7 +97,10 @@ def sensitivity(record: SweepRecord, points: Sequence[Point],
   out = []
   if not record.tune:
     return out
+  plan = transfer_lib.record_sources(record)
   for point in points:
+    if transfer_lib.source_key(plan, point.key) != point.key:
+      continue  # a transferred value: one value run, no curve (its proxy's is)
     l0 = l0s.get(point.key)
     read = sensitivity_labels(point)
     curve, counted = [], {}

@@ -14,7 +14,7 @@ from tfx_jax.report import tuning
 from tfx_jax.report.context import Context
 from tfx_jax.report.points import fmt_value
 from tfx_jax.report.schema import Point, Report
-from tfx_jax.report.sections import choices, selection
+from tfx_jax.report.sections import choices, provenance, selection
 from tfx_jax.report.tables import Lines, fmt, markdown_table, outcome_cells
 
 
@@ -26,10 +26,15 @@ def compute(ctx: Context) -> dict[str, Any]:
 
 
 def tuned_table(record: SweepRecord, report: Report) -> list[list[str]]:
-  """Each point at each tuned value: the selection metric (validation)."""
+  """Each point at each tuned value: the selection metric (validation); on a
+  sweep with ``tune_at``, where each point's value came from (tuned here, or
+  transferred from a proxy size: ``sections.provenance``)."""
   head = [a.label for a in record.axes] + [
       "tuned", f"{report.select_by} (validation)", "learned", "stalled", "diverged",
       "chosen"]
+  sources = {p.key: p.text for p in provenance.provenance(record, report.points)}
+  if sources:
+    head.append("value from")
   rows = [head]
   for point in report.points:
     for row in point.tuned:
@@ -41,7 +46,8 @@ def tuned_table(record: SweepRecord, report: Report) -> list[list[str]]:
               else "-")
       rows.append(list(point.values.values()) + [row.label, mean]
                   + outcome_cells(row.counts)
-                  + [_chosen_mark(point) if row.label == point.chosen_label else ""])
+                  + [_chosen_mark(point) if row.label == point.chosen_label else ""]
+                  + ([sources.get(point.key, "-")] if sources else []))
   return rows
 
 
