@@ -196,6 +196,39 @@ def test_the_transferred_value_reaches_every_other_run_and_the_report_flags_sp(
   assert len(sweep_record.read(sweep_dir).runs) == len(record.runs)
 
 
+def test_a_choice_that_moves_supersedes_the_transferred_runs_and_moves_back(
+    tmp_path, capsys):
+  """The proxy's grid widened to 3e-2, which it chooses: the transferred runs
+  at 1e-2 are kept as ``superseded_transfer`` and the points run at 3e-2;
+  back to the first grid, the runs at 1e-2 are the points' again."""
+  sweep_dir = tmp_path / "runs" / "moving"
+  plant_sweep(sweep_dir)
+  args = [*SWEEP, "--tune-at", "model.d_model=64", "--name", "moving",
+          "--workdir", tmp_path / "runs"]
+  code, out, err = sweep_in_process(args, capsys)
+  assert code == 0, out + err
+  for seed in (0, 1):
+    plant(sweep_dir / name(64, 3e-2, seed), 2.30, 2.30)
+    for d_model in (32, 128):
+      plant(sweep_dir / name(d_model, 3e-2, seed), 2.50, 2.50)
+  widened = [str(a).replace("1e-3,1e-2", "1e-3,1e-2,3e-2") for a in args]
+  code, out, err = sweep_in_process(widened, capsys)
+  assert code == 0, out + err
+  record = sweep_record.read(sweep_dir)
+  stages = {e.name: e.stage for e in record.runs if e.values[0]["model.d_model"] != 64}
+  assert stages == {**{name(d, CHOSEN, s): "superseded_transfer" for d in (32, 128)
+                       for s in (0, 1)},
+                    **{name(d, 3e-2, s): "transfer" for d in (32, 128) for s in (0, 1)}}
+  report = json.loads((sweep_dir / "report.json").read_text())
+  assert {json.dumps(p["value"]) for p in report["provenance"]} == {
+      json.dumps({"optim.learning_rate": 3e-2})}
+  code, out, err = sweep_in_process(args, capsys)
+  assert code == 0, out + err
+  record = sweep_record.read(sweep_dir)
+  assert sorted((e.name, e.stage) for e in record.runs if e.stage != "tune") == sorted(
+      (name(d, CHOSEN, s), "transfer") for d in (32, 128) for s in (0, 1))
+
+
 def test_confirmation_runs_every_point_at_its_value_after_the_transfer_stage(
     tmp_path, capsys):
   sweep_dir = tmp_path / "runs" / "confirmed"

@@ -3,14 +3,16 @@
   SweepRecord   the declaration as run (config, overrides, seeds, axes with
                 their base values, tuned grids (``TunedGrid``: a field's
                 values for every point, or for the points whose axis
-                values match), confirmation seeds, evaluations), the
+                values match), the proxy sizes of ``tune_at``,
+                confirmation seeds, evaluations), the
                 command that reproduces it, the SLURM jobs,
-                the runs added after the declared ones (the confirmation
-                stage, ``--until-resolved``) and the budget of the latter,
+                the runs added after the declared ones (the transfer and
+                confirmation stages, ``--until-resolved``) and the budget of the latter,
                 the report's margins, and its runs
   RunEntry      one run: name, seed, axis values, tuned values, every
                 override it is trained with, its evaluations, its stage (the
-                tuning stage, a confirmation seed, or a superseded one), and
+                tuning stage, a transferred value, a confirmation seed, or a
+                superseded one), and
                 where it stands (state, step, reason, attempts, times)
 
 ``python -m tfx_jax.sweep`` writes it (``write``: atomically, as

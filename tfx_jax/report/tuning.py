@@ -15,7 +15,9 @@ check of a grid reads the point's own (``SweepRecord.point_grid``):
   number reads its learning rates with the other fields at the point's chosen
   values, so a second tuned field's bad values do not count as learning-rate
   sensitivity and points with and without it compare on one footing; a point
-  that does not tune the learning rate reads its whole grid.
+  that does not tune the learning rate reads its whole grid. A point that
+  took a transferred value (``tune_at``) ran one value and has no number;
+  its proxy's is the sensitivity of that choice.
 """
 
 from __future__ import annotations

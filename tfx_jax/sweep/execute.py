@@ -8,11 +8,13 @@ stale confirmation, moved to the point's new choice: ``confirm``). Unfinished
 runs resume from their checkpoints, so the same command is both "run" and
 "resume".
 
-Stages (``confirm``): the local executor runs the tuning stage, writes the
-report (each point's chosen value), adds and runs the confirmation stage,
+Stages (``transfer``, ``confirm``): the local executor runs the tuning
+stage, writes the report (each point's chosen value), adds and runs the
+transfer stage (a sweep with ``tune_at``) and writes the report again, adds
+and runs the confirmation stage,
 writes the report again, then ``--until-resolved``'s rounds. The SLURM
 executor submits, per invocation, what the finished stages allow: the
-tuning stage; once it is done, the confirmation stage; once that is done,
+tuning stage; once it is done, the transfer stage; then the confirmation stage; once that is done,
 one ``--until-resolved`` round.
 """
 
