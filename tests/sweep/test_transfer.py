@@ -10,6 +10,7 @@ real tiny-LM sweep and kills it (``kill -9``) during its transfer stage.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -21,6 +22,7 @@ import time
 
 import pytest
 
+from tfx_jax.core.errors import ConfigError
 from tfx_jax.records import run_spec
 from tfx_jax.records import sweep as sweep_record
 from tfx_jax.report import schema
@@ -97,6 +99,22 @@ def test_tuning_runs_only_at_the_proxy_size():
   assert sweep_record.SweepRecord.from_json(data).tune_at == ()
   untuned, _ = declared()
   assert "tune_at" not in untuned.to_json()
+
+
+def test_a_sweep_declared_in_python_names_its_proxy_size_as_a_value():
+  sweep = spec_lib.Sweep(name="t", config="configs/lm.py:tiny",
+                         axes=[{"model.d_model": [32, 64, 128]}],
+                         tune={"optim.learning_rate": [1e-3, 1e-2]}, seeds=[0],
+                         tune_at={"model.d_model": 64})
+  _, runs = spec_lib.expand(sweep)
+  stages = {(r.values[0]["model.d_model"], r.stage) for r in runs}
+  assert stages == {(32, "transfer"), (64, "tune"), (128, "transfer")}
+  assert len(runs) == 3 * 2  # every point at every value: the transfer stage picks
+  conditional = dataclasses.replace(sweep, tune={"optim.learning_rate": [
+      {"values": [1e-3], "when": {"model.d_model": 64}},
+      {"values": [1e-2], "when": {"model.d_model": 128}}]})
+  with pytest.raises(ConfigError, match="a condition on a field of a tune_at axis"):
+    spec_lib.expand(conditional)
 
 
 @pytest.mark.parametrize("flags, message", [

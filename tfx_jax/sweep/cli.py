@@ -468,7 +468,8 @@ def _sweep(argv: list[str]) -> int:
         print(f"      then: python -m tfx_jax.evaluate {shlex.join(e)}")
     if topology is not None:
       from tfx_jax.scale import sweep_check  # pylint: disable=import-outside-toplevel
-      return sweep_check.check_runs(sweep.config, runs, topology)
+      # The transferred points' runs too: their sizes are other programs.
+      return sweep_check.check_runs(sweep.config, every_run, topology)
     return 0
   if args.status:
     from tfx_jax.report import schema  # pylint: disable=import-outside-toplevel
