@@ -25,14 +25,14 @@ def compute(ctx: Context) -> dict[str, Any]:
       selection.initial_losses(ctx.record, ctx.summaries, ctx.baselines)))}
 
 
-def tuned_table(record: SweepRecord, report: Report) -> list[list[str]]:
-  """Each point at each tuned value: the selection metric (validation); on a
-  sweep with ``tune_at``, where each point's value came from (tuned here, or
-  transferred from a proxy size: ``sections.provenance``)."""
+def tuned_table(record: SweepRecord, report: Report,
+                sources: Mapping[tuple[int, ...], str] | None = None) -> list[list[str]]:
+  """Each point at each tuned value: the selection metric (validation);
+  ``sources`` (a sweep with ``tune_at``): {point key: where its value came
+  from}, "tuned here" or "transferred from d_model=64" (``sections.provenance``)."""
   head = [a.label for a in record.axes] + [
       "tuned", f"{report.select_by} (validation)", "learned", "stalled", "diverged",
       "chosen"]
-  sources = {p.key: p.text for p in provenance.provenance(record, report.points)}
   if sources:
     head.append("value from")
   rows = [head]
@@ -75,7 +75,8 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   record = ctx.record
   if not record.tune:
     return []
-  out = (["## Tuned values", "", markdown_table(tuned_table(record, report)), ""]
+  sources = {p.key: p.text for p in provenance.of_ctx(ctx)}
+  out = (["## Tuned values", "", markdown_table(tuned_table(record, report, sources)), ""]
          + choices.noise_lines(report))
   edges = [(p, field, end) for p in report.points for field, end in p.chosen_at_edge.items()]
   if edges:
