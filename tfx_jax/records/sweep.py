@@ -3,14 +3,16 @@
   SweepRecord   the declaration as run (config, overrides, seeds, axes with
                 their base values, tuned grids (``TunedGrid``: a field's
                 values for every point, or for the points whose axis
-                values match), confirmation seeds, evaluations), the
+                values match), the proxy sizes of ``tune_at``,
+                confirmation seeds, evaluations), the
                 command that reproduces it, the SLURM jobs,
-                the runs added after the declared ones (the confirmation
-                stage, ``--until-resolved``) and the budget of the latter,
+                the runs added after the declared ones (the transfer and
+                confirmation stages, ``--until-resolved``) and the budget of the latter,
                 the report's margins, and its runs
   RunEntry      one run: name, seed, axis values, tuned values, every
                 override it is trained with, its evaluations, its stage (the
-                tuning stage, a confirmation seed, or a superseded one), and
+                tuning stage, a transferred value, a confirmation seed, or a
+                superseded one), and
                 where it stands (state, step, reason, attempts, times)
 
 ``python -m tfx_jax.sweep`` writes it (``write``: atomically, as
@@ -63,7 +65,16 @@ Split = Literal["test", "validation"]
 # verdicts read. ``superseded``: confirmation runs at a value the point no
 # longer chooses (its grid widened, tuning runs added since): kept on disk and
 # in this record, never run again, read by no verdict (``sweep.confirm``).
-Stage = Literal["tune", "confirm", "superseded"]
+# ``transfer``: a point of a sweep with ``tune_at`` that is not a proxy size,
+# at the value its proxy's tuning stage chose, on the declared seeds
+# (``sweep.transfer``); ``superseded_transfer``: such runs at a value the
+# proxy no longer chooses (kept, never run again, read by no verdict).
+Stage = Literal["tune", "confirm", "superseded", "transfer", "superseded_transfer"]
+# The stages whose runs are kept but never run again nor read by a verdict.
+SUPERSEDED: tuple[Stage, ...] = ("superseded", "superseded_transfer")
+# The stages whose runs are a point's runs at its tuned values on the declared
+# seeds: every value at a tuning point, the transferred value elsewhere.
+DECLARED: tuple[Stage, ...] = ("tune", "transfer")
 
 
 def now() -> str:
@@ -187,6 +198,37 @@ def tune_json(tune: Tune) -> dict[str, Any]:
 Tune = Annotated[dict[str, tuple[TunedGrid, ...]], serial.Form(tune_json, tune_grids)]
 
 
+def tune_at_json(tune_at: Sequence[tuple[str, Sequence[Any]]]) -> dict[str, list[Any]]:
+  """``SweepRecord.tune_at`` as sweep.json writes it: {field: [values]}."""
+  return {field: list(values) for field, values in tune_at}
+
+
+def tune_at_pairs(data: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+  """sweep.json's (or a declaration's) {field: value or [values]} as
+  ``SweepRecord.tune_at`` (ConfigError where malformed)."""
+  if isinstance(data, (list, tuple)) and all(
+      isinstance(p, (list, tuple)) and len(p) == 2 for p in data):
+    data = dict(data)
+  if not isinstance(data, Mapping):
+    raise ConfigError(f"tune_at is {{SIZE_FIELD: value or [values]}}, such as "
+                      f"{{'model.d_model': 64}}; got {data!r}.")
+  out = []
+  for field, values in data.items():
+    values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
+    if not values:
+      raise ConfigError(f"tune_at {field}: no value; name the proxy size(s), such as "
+                        f"{{'{field}': 64}}.")
+    if len(set(map(repr, values))) != len(values):
+      raise ConfigError(f"tune_at {field}: {list(values)} repeats a value.")
+    out.append((str(field), values))
+  return tuple(out)
+
+
+# ((size field, (values, ...)), ...); in sweep.json as {field: [values]}.
+TuneAt = Annotated[tuple[tuple[str, tuple[Any, ...]], ...],
+                   serial.Form(tune_at_json, tune_at_pairs)]
+
+
 def grid_at(tune: Tune, overrides: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
   """{field: values} of the grids that apply to a point whose runs have
   ``overrides`` (a field no grid applies to is not tuned there); a
@@ -300,7 +342,9 @@ class AddedRun:
   """A run added after the declared ones: run ``like`` (declared, or added
   before it) at another seed, in ``stage``: a confirmation seed, or a seed
   ``--until-resolved`` added. Its tuned values are ``like``'s, fixed when it
-  was added: a later analysis never moves a run already added."""
+  was added: a later analysis never moves a run already added. A
+  transferred point's own runs (stage ``transfer``) copy no run: ``like`` is
+  their own name, the sweep's declaration of the point at the value."""
   name: str
   seed: int
   like: str
@@ -319,12 +363,11 @@ class ReportOptions:
 
 
 @serial.layout(order=("name", "description", "config", "overrides", "seeds", "evaluations",
-                      "tune", "select_by", "confirm", "until_resolved", "report_split", "axes",
+                      "tune", "tune_at", "select_by", "confirm", "until_resolved", "report_split", "axes",
                       "base_values", "command", "cwd", "created", "slurm_jobs", "runs",
                       "added", "report_options", "updated", "claims",
                       "transfer_band"),
-               omit_default=("claims",
-                             "transfer_band"))
+               omit_default=("claims", "tune_at", "transfer_band"))
 @dataclasses.dataclass(frozen=True)
 class SweepRecord:
   """The content of sweep.json. Its fields are fixed once built; its lists
@@ -342,6 +385,11 @@ class SweepRecord:
   # Each tuned field's grids (``TunedGrid``; a plain list given is read as one
   # grid for every point): ``grid`` says which apply at a run's point.
   tune: Tune = dataclasses.field(default_factory=dict)
+  # The proxy sizes (``Sweep.tune_at``): ((size field, (values, ...)), ...);
+  # tuning runs only at the points of those sizes, every other point at the
+  # value chosen at the nearest one below (``records.transfer``). In the file
+  # as {field: [values]}; absent: every point tunes.
+  tune_at: TuneAt = ()
   select_by: str = "eval/loss"
   # Confirmation seeds per point (0: none): fresh seeds at each point's chosen
   # tuned value, once the tuning stage has finished (``confirmation_seeds``).
@@ -352,7 +400,10 @@ class SweepRecord:
   # never added, and the report keeps the fixed-seed analysis.
   until_resolved: int | None = None
   report_split: Split = "validation"
-  base_values: dict[str, Any] = dataclasses.field(default_factory=dict)  # of the axes' fields
+  # The base config's value (with the sweep's overrides) of the axes' fields,
+  # and on a sweep with ``tune_at`` of ``model.parametrization`` (the rule by
+  # which a transferred point's value carries over: ``records.transfer``).
+  base_values: dict[str, Any] = dataclasses.field(default_factory=dict)
   command: str = ""  # the command that reproduces the sweep
   cwd: str = ""
   created: str = ""
@@ -368,6 +419,7 @@ class SweepRecord:
 
   def __post_init__(self):
     object.__setattr__(self, "tune", tune_grids(self.tune))
+    object.__setattr__(self, "tune_at", tune_at_pairs(self.tune_at))
 
   def grid(self, entry: RunEntry) -> dict[str, tuple[Any, ...]]:
     """{field: values} tuned at ``entry``'s point: its own grid, which every
@@ -388,7 +440,7 @@ class SweepRecord:
     --confirm 3``: 1, 2, 3): the same for every point, so comparisons stay
     paired, and none of them a seed of the tuning stage (a sweep started
     before stages existed may have seeds added above the declared ones)."""
-    top = max([*self.seeds, *(e.seed for e in self.runs if e.stage == "tune")])
+    top = max([*self.seeds, *(e.seed for e in self.runs if e.stage in DECLARED)])
     return tuple(range(top + 1, top + 1 + self.confirm))
 
   def to_json(self) -> dict[str, Any]:

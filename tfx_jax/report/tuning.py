@@ -15,13 +15,16 @@ check of a grid reads the point's own (``SweepRecord.point_grid``):
   number reads its learning rates with the other fields at the point's chosen
   values, so a second tuned field's bad values do not count as learning-rate
   sensitivity and points with and without it compare on one footing; a point
-  that does not tune the learning rate reads its whole grid.
+  that does not tune the learning rate reads its whole grid. A point that
+  took a transferred value (``tune_at``) ran one value and has no number;
+  its proxy's is the sensitivity of that choice.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from tfx_jax.records import transfer as transfer_lib
 from tfx_jax.report import stats
 from tfx_jax.report.points import fmt_value
 from tfx_jax.report.schema import CurvePoint, Point, Sensitivity
@@ -96,7 +99,10 @@ def sensitivity(record: SweepRecord, points: Sequence[Point],
   out = []
   if not record.tune:
     return out
+  plan = transfer_lib.record_sources(record)
   for point in points:
+    if transfer_lib.source_key(plan, point.key) != point.key:
+      continue  # a transferred value: one value run, no curve (its proxy's is)
     l0 = l0s.get(point.key)
     read = sensitivity_labels(point)
     curve, counted = [], {}

@@ -10,6 +10,7 @@ line), run on this machine or a SLURM cluster, resume, report.
   slurm.py     SLURM job array executor, squeue status
   execute.py   what is left to run, summary, report
   confirm.py   the confirmation stage: fresh seeds at each point's chosen value
+  transfer.py  the transfer stage (tune_at): the other sizes at their proxy's value
   adaptive.py  --until-resolved: more seeds where a comparison is unresolved
   core/flags.py       ``python -m tfx_jax.sweep``
 """

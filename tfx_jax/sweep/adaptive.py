@@ -28,8 +28,9 @@ confirmation stage (``confirm``) adds its runs the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from tfx_jax.records.sweep import AddedRun, RunEntry, Stage, SweepRecord
 
@@ -48,17 +49,30 @@ def seeded_entry(template: RunEntry, seed: int, stage: Stage | None = None) -> R
                   notes=template.notes, stage=stage or template.stage)
 
 
-def restore_added(record: SweepRecord, previous: SweepRecord | None) -> None:
-  """Re-adds the runs an earlier invocation added (their bookkeeping kept)."""
+def restore_added(record: SweepRecord, previous: SweepRecord | None,
+                  candidates: Mapping[str, RunEntry] | None = None) -> None:
+  """Re-adds the runs an earlier invocation added (their bookkeeping kept), in
+  the order they were added. A transferred point's own runs (``like`` their
+  own name) are rebuilt from ``candidates`` ({name: the sweep's declaration
+  of a transferred point at one value and seed}, ``cli.candidate_entries``)."""
   by_name = {e.name: e for e in record.runs}
   old = {e.name: e for e in previous.runs} if previous else {}
   record.added.clear()
   for added in previous.added if previous else []:
-    template = by_name.get(added.like)
-    if (template is None or added.name in by_name
-        or (added.stage != "tune" and not record.confirm)):
-      continue  # the declaration changed: the added run no longer belongs to it
-    entry = seeded_entry(template, added.seed, added.stage)
+    if added.name in by_name:
+      continue
+    if added.like == added.name:  # a transfer stage's run: its declaration
+      found = (candidates or {}).get(added.name) if record.tune_at else None
+      if found is None:
+        continue  # the declaration changed: the point no longer takes this value
+      entry = dataclasses.replace(found, overrides=dict(found.overrides),
+                                  tuned=dict(found.tuned), stage=added.stage)
+    else:
+      template = by_name.get(added.like)
+      if template is None or (added.stage in ("confirm", "superseded")
+                              and not record.confirm):
+        continue  # the declaration changed: the added run no longer belongs to it
+      entry = seeded_entry(template, added.seed, added.stage)
     entry.inherit(old.get(entry.name))
     record.runs.append(entry)
     record.added.append(added)

@@ -10,7 +10,7 @@ compile each distinct program for that machine and check that it fits),
 ``--parallel N``,
 ``--executor local|slurm`` (``--slurm-args "..."``), ``--workdir`` (default
 ``runs/``), ``--retry-failed``, ``--separate-evaluations``, ``--status``,
-``--tune``, ``--confirm``, ``--until-resolved``, ``--relabel REPORT_DIR`` (label the
+``--tune``, ``--tune-at``, ``--confirm``, ``--until-resolved``, ``--relabel REPORT_DIR`` (label the
 sweep's claims on a committed report, from its report.json). Every run is validated before anything runs (exit 2,
 nothing written). Exit code 1 if a run failed.
 """
@@ -30,6 +30,7 @@ from tfx_jax.records import sweep as sweep_record
 from tfx_jax.core.flags import exit_code
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.records import claims as claims_lib
+from tfx_jax.records import transfer as transfer_lib
 from tfx_jax.run.config_base import load_config_file
 from tfx_jax.sweep import adaptive
 from tfx_jax.sweep import spec as spec_lib
@@ -53,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
                  "'@AXIS_FIELD=VALUE' (repeatable: all must hold) tunes it only at the "
                  "points with that axis value, a flag per grid, e.g. "
                  "optim.learning_rate=1e-4,3e-4@optim.optimizer=lion"),
+  p.add_argument("--tune-at", action="append", default=[], metavar="AXIS_FIELD=V1[,V2]",
+                 help="tune only at these proxy sizes (values of an axis field, e.g. "
+                 "model.d_model=64 or model.d_model=32,64; a flag per field): every "
+                 "other point runs at the value chosen at the nearest proxy size below "
+                 "it, after the tuning stage (needs --tune)")
   p.add_argument("--select-by", help="metric that picks each point's tuned values on "
                  "the validation split (default: the sweep's, or eval/loss)")
   p.add_argument("--confirm", type=int, default=None, metavar="N",
@@ -130,6 +136,8 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
     changes["name"] = args.name
   if args.tune:
     changes["tune"] = spec_lib.parse_tune_flags(args.tune)
+  if args.tune_at:
+    changes["tune_at"] = spec_lib.parse_tune_at_flags(args.tune_at)
   if args.select_by:
     changes["select_by"] = args.select_by
   if args.confirm is not None:
@@ -161,6 +169,16 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
           {k: validate.coerce(base, k, v) for k, v in g.when.items()}) for g in grids)
     except ConfigError as e:
       raise ConfigError(f"tune {field}: {e}") from None
+  # The proxy sizes as the axis values are (typed); a field no axis sets is
+  # left for ``expand`` to name with the axes' fields.
+  axis_fields = {k for a in axes for v in a for k in v}
+  tune_at = {}
+  for field, values in sweep_record.tune_at_pairs(sweep.tune_at or {}):
+    try:
+      tune_at[field] = [validate.coerce(base, field, v) if field in axis_fields else v
+                        for v in values]
+    except ConfigError as e:
+      raise ConfigError(f"tune_at {field}: {e}") from None
   # A pair's values as the axes' are (typed), so that each side matches its axis value.
   comparisons = []
   for pair in sweep.comparisons:
@@ -185,7 +203,8 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
   if tune and report_split(base, overrides) == "test" and test not in evaluations:
     evaluations.append(test)
   return dataclasses.replace(sweep, overrides=overrides, axes=axes, tune=tune,
-                             evaluations=evaluations, comparisons=comparisons)
+                             evaluations=evaluations, comparisons=comparisons,
+                             tune_at=tune_at)
 
 
 def check_confirm(sweep: spec_lib.Sweep) -> None:
@@ -283,18 +302,20 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
                  until_resolved: int | None = None) -> SweepRecord:
   """sweep.json's record; attempts, times, SLURM jobs and added seeds carried
   over from ``previous``. ``notes``: {run name: what validation noted};
-  ``until_resolved``: the MAX_SEEDS kept (``until_resolved_budget``)."""
+  ``until_resolved``: the MAX_SEEDS kept (``until_resolved_budget``).
+  ``runs`` of stage ``transfer`` (a sweep with ``tune_at``) are not the
+  record's runs: the transfer stage adds the ones it runs
+  (``candidate_entries``, ``sweep.transfer``)."""
   fields = [f for a in axes for f in a.fields]
   base = validate.base_values(sweep.config, sweep.overrides, fields)
+  if sweep.tune_at:  # the rule a transferred value carries over by
+    base.update(validate.base_values(sweep.config, sweep.overrides,
+                                     [transfer_lib.PARAMETRIZATION]))
   old = {e.name: e for e in previous.runs} if previous else {}
   evaluations = tuple(spec_lib.normalize_evaluation(e) for e in sweep.evaluations)
   entries = []
-  for run in runs:
-    entry = RunEntry(name=run.name, seed=run.seed, values=tuple(dict(v) for v in run.values),
-                     overrides=dict(run.overrides), tuned=dict(run.tuned),
-                     evaluations=sweep_record.evaluations_for(evaluations, run.overrides),
-                     notes=tuple((notes or {}).get(run.name, ())))
-    entry.inherit(old.get(run.name))
+  for entry in candidate_entries(sweep, [r for r in runs if r.stage == "tune"], notes):
+    entry.inherit(old.get(entry.name))
     entries.append(entry)
   references = [spec_lib.reference_index(a, base) for a in axes]
   pairs = spec_lib.comparison_pairs(sweep.comparisons, axes, references)
@@ -303,6 +324,7 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
       name=sweep.name, description=sweep.description, config=sweep.config,
       overrides=dict(sweep.overrides), seeds=tuple(sweep.seeds), evaluations=evaluations,
       tune=sweep_record.tune_grids(sweep.tune), select_by=sweep.select_by,
+      tune_at=sweep_record.tune_at_pairs(sweep.tune_at or {}),
       confirm=sweep.confirm, until_resolved=until_resolved,
       report_split="test" if test in evaluations else "validation",
       axes=tuple(AxisRecord(a.label, tuple(a.fields), tuple(dict(v) for v in a.values),
@@ -313,13 +335,29 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
       slurm_jobs=list(previous.slurm_jobs) if previous else [], runs=entries,
       report_options=report_options, claims=claims_lib.check_all(sweep.claims),
       transfer_band=transfer_band(sweep))
-  adaptive.restore_added(record, previous)
+  adaptive.restore_added(record, previous, {
+      e.name: e for e in candidate_entries(sweep, [r for r in runs if r.stage == "transfer"],
+                                           notes)})
   # A claim the sweep cannot test: exit 2, nothing written (the report's
   # statistics load only where a sweep declares claims).
   if record.claims:
     from tfx_jax.report import claim_checks  # pylint: disable=import-outside-toplevel
     claim_checks.check_sweep(record)
   return record
+
+
+def candidate_entries(sweep: spec_lib.Sweep, runs: Sequence[spec_lib.Run],
+                      notes: Mapping[str, Sequence[str]] | None = None) -> list[RunEntry]:
+  """The record's entries of ``runs`` (pending): the declared runs, or a
+  transferred point's runs at every value of its grid, of which the transfer
+  stage adds those at its proxy's choice (stage ``transfer``)."""
+  evaluations = tuple(spec_lib.normalize_evaluation(e) for e in sweep.evaluations)
+  return [RunEntry(name=run.name, seed=run.seed, values=tuple(dict(v) for v in run.values),
+                   overrides=dict(run.overrides), tuned=dict(run.tuned),
+                   evaluations=sweep_record.evaluations_for(evaluations, run.overrides),
+                   notes=tuple((notes or {}).get(run.name, ())),
+                   stage="transfer" if run.stage == "transfer" else "tune")
+          for run in runs]
 
 
 def relabel(record: SweepRecord, report_dir: pathlib.Path) -> int:
@@ -345,7 +383,7 @@ def print_runs(record: SweepRecord, sweep_dir: pathlib.Path, queued=None) -> Non
                     for value in [*r.values, r.tuned] for k, v in value.items())
     slurm = f"  slurm {queued[r.name]}" if queued and r.name in queued else ""
     reason = f"  ({r.reason})" if r.reason else ""
-    stage = f"{r.stage:<10} " if record.confirm else ""
+    stage = f"{r.stage:<10} " if record.confirm or record.tune_at else ""
     print(f"  {r.name:<{width}}  {stage}{r.state:<8} step {r.step:<6} "
           f"{axis} seed={r.seed}{slurm}{reason}")
 
@@ -379,8 +417,11 @@ def _sweep(argv: list[str]) -> int:
     topology_lib.prepare_host(topology)
   sweep = declared_sweep(args, cli_overrides)
   check_until_resolved(sweep, args.until_resolved)
-  axes, runs = spec_lib.expand(sweep)
-  notes = validate.check_runs(sweep.config, axes, runs)
+  axes, every_run = spec_lib.expand(sweep)
+  notes = validate.check_runs(sweep.config, axes, every_run)
+  # A sweep with tune_at: the declared runs are the tuning points'; the
+  # others' runs at every value are the transfer stage's candidates.
+  runs = [r for r in every_run if r.stage == "tune"]
   sweep_dir = pathlib.Path(args.workdir) / sweep.name
   previous = sweep_record.read(sweep_dir)
   # Margins not given keep the ones an earlier invocation was given.
@@ -390,14 +431,17 @@ def _sweep(argv: list[str]) -> int:
                     else kept.stall_margin),
       equivalence_margin=(args.equivalence_margin if args.equivalence_margin is not None
                           else kept.equivalence_margin))
-  record = build_record(sweep, axes, runs, reproduce_command(argv), previous, options,
+  record = build_record(sweep, axes, every_run, reproduce_command(argv), previous, options,
                         notes, until_resolved_budget(args.until_resolved, previous))
+  candidates = candidate_entries(sweep, [r for r in every_run if r.stage == "transfer"], notes)
   if args.relabel:
     return relabel(record, pathlib.Path(args.relabel))
   if record.until_resolved and not (previous and previous.until_resolved):
     warn_if_already_tested(sweep_dir)
   state_lib.refresh(sweep_dir, record)
   n_axes = " x ".join(str(len(a.values)) for a in axes) or "1"
+  if record.tune_at:  # only the proxy sizes' points run the tuning stage
+    n_axes = f"{len({tuple(map(repr, r.values)) for r in runs})} tuning"
   # Each point's own grid: "6 tuned values" where every point has that many,
   # else the points' tuned values in all (per-point grids).
   per_point = {}
@@ -410,10 +454,13 @@ def _sweep(argv: list[str]) -> int:
   first = (f"sweep {sweep.name}: {len(runs)} runs ({n_axes} {tuned}"
            f"{len(sweep.seeds)} seeds) in {sweep_dir}")
   stages = ""
+  if record.tune_at:
+    from tfx_jax.sweep import transfer  # pylint: disable=import-outside-toplevel
+    stages += "\n" + transfer.plan_text(record, candidates)
   if record.confirm:
     from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
     n_points = math.prod(len(a.values) for a in axes)
-    stages = (f"\n  then the confirmation stage: {n_points} points x {record.confirm} "
+    stages += (f"\n  then the confirmation stage: {n_points} points x {record.confirm} "
               f"seeds ({confirm.seeds_text(record.confirmation_seeds())}), each point at "
               "the tuned values its tuning stage chose; the verdicts read these runs only")
   header = first + stages
@@ -432,7 +479,8 @@ def _sweep(argv: list[str]) -> int:
         print(f"      then: python -m tfx_jax.evaluate {shlex.join(e)}")
     if topology is not None:
       from tfx_jax.scale import sweep_check  # pylint: disable=import-outside-toplevel
-      return sweep_check.check_runs(sweep.config, runs, topology)
+      # The transferred points' runs too: their sizes are other programs.
+      return sweep_check.check_runs(sweep.config, every_run, topology)
     return 0
   if args.status:
     from tfx_jax.report import schema  # pylint: disable=import-outside-toplevel
@@ -441,6 +489,9 @@ def _sweep(argv: list[str]) -> int:
     print_runs(record, sweep_dir, slurm.queued_runs(record))
     print("  " + ", ".join(f"{n} {s}" for s, n in state_lib.counts(record).items() if n))
     report = schema.read(sweep_dir)
+    if record.tune_at:
+      from tfx_jax.sweep import transfer  # pylint: disable=import-outside-toplevel
+      print("\n".join(transfer.status_lines(record, report)))
     if record.confirm:
       from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
       print("\n".join(confirm.status_lines(record, report)))
@@ -449,4 +500,4 @@ def _sweep(argv: list[str]) -> int:
       print("\n".join(adaptive.unresolved_lines(record, report)))
     return 0
   from tfx_jax.sweep import execute  # pylint: disable=import-outside-toplevel
-  return execute.execute(args, sweep_dir, record, header, dict(os.environ))
+  return execute.execute(args, sweep_dir, record, header, dict(os.environ), candidates)

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from tfx_jax.sweep import adaptive
 from tfx_jax.sweep import state as state_lib
-from tfx_jax.records.sweep import AddedRun, RunEntry, Stage, SweepRecord
+from tfx_jax.records.sweep import DECLARED, AddedRun, RunEntry, Stage, SweepRecord
 
 if TYPE_CHECKING:
   from tfx_jax.report.schema import Point, Report
@@ -65,8 +65,10 @@ def seeds_text(seeds) -> str:
 
 
 def tuning_left(record: SweepRecord) -> list[RunEntry]:
-  """The tuning runs not yet finished or diverged: the stage waits for them."""
-  return [e for e in record.runs if e.stage == "tune" and e.state not in state_lib.DONE]
+  """The tuning runs (and a transferred point's runs at its transferred
+  value, ``sweep.transfer``) not yet finished or diverged: the stage waits
+  for them."""
+  return [e for e in record.runs if e.stage in DECLARED and e.state not in state_lib.DONE]
 
 
 def waiting(record: SweepRecord) -> str | None:
@@ -131,7 +133,7 @@ def add_confirmation(record: SweepRecord, report: Report) -> list[RunEntry]:
       continue  # no tuning run learned: nothing to confirm (a failed verdict)
     runs = [e for e in record.runs if record.point_key(e) == point.key]
     have |= {(point.key, e.seed) for e in runs if e.stage == "confirm"}
-    template = min((e for e in runs if e.stage == "tune" and e.tuned == value),
+    template = min((e for e in runs if e.stage in DECLARED and e.tuned == value),
                    key=lambda e: e.seed, default=None)
     if template is not None:  # None: a value no longer in the declared grid
       templates[point.key] = template
@@ -163,7 +165,7 @@ def status_lines(record: SweepRecord, report: Report | None) -> list[str]:
   confirmation (what it ran at, what is chosen now, when it is re-confirmed)
   and the superseded confirmation runs a point keeps."""
   from tfx_jax.report import context  # pylint: disable=import-outside-toplevel
-  tuning = sorted({e.seed for e in record.runs if e.stage == "tune"})
+  tuning = sorted({e.seed for e in record.runs if e.stage in DECLARED})
   lines = [f"tuning stage (seeds {seeds_text(tuning)}): {stage_counts(record, 'tune')}"]
   head = (f"confirmation stage (seeds {seeds_text(record.confirmation_seeds())}, "
           "each point at its chosen value): ")

@@ -8,11 +8,13 @@ stale confirmation, moved to the point's new choice: ``confirm``). Unfinished
 runs resume from their checkpoints, so the same command is both "run" and
 "resume".
 
-Stages (``confirm``): the local executor runs the tuning stage, writes the
-report (each point's chosen value), adds and runs the confirmation stage,
+Stages (``transfer``, ``confirm``): the local executor runs the tuning
+stage, writes the report (each point's chosen value), adds and runs the
+transfer stage (a sweep with ``tune_at``) and writes the report again, adds
+and runs the confirmation stage,
 writes the report again, then ``--until-resolved``'s rounds. The SLURM
 executor submits, per invocation, what the finished stages allow: the
-tuning stage; once it is done, the confirmation stage; once that is done,
+tuning stage; once it is done, the transfer stage; then the confirmation stage; once that is done,
 one ``--until-resolved`` round.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import pathlib
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as sweep_record
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 def runs_to_do(record: SweepRecord, retry_failed: bool) -> list[RunEntry]:
   todo = []
   for entry in record.runs:
-    if entry.state in state_lib.DONE or entry.stage == "superseded":
+    if entry.state in state_lib.DONE or entry.stage in sweep_record.SUPERSEDED:
       continue
     if entry.state == "failed" and not retry_failed:
       continue
@@ -86,8 +88,11 @@ def summary(record: SweepRecord, elapsed: float, sweep_dir: pathlib.Path | None 
 
 
 def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
-            user_env: dict[str, str]) -> int:
-  """Runs what is left of the sweep; returns the process exit code."""
+            user_env: dict[str, str], candidates: Sequence[RunEntry] = ()) -> int:
+  """Runs what is left of the sweep; returns the process exit code.
+  ``candidates``: a sweep with ``tune_at``'s transferred points at every
+  value of their grids (``cli.candidate_entries``), of which the transfer
+  stage runs those at the values their proxies chose."""
   def save():
     sweep_record.write(sweep_dir, record)
 
@@ -99,13 +104,18 @@ def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
     print(f"  leaving {len(skipped_failed)} failed run(s) alone (--retry-failed reruns "
           f"them): {', '.join(skipped_failed)}")
   if args.executor == "slurm":
-    return _submit(args, sweep_dir, record, todo, save, user_env)
+    return _submit(args, sweep_dir, record, todo, save, user_env, candidates)
   start = time.time()
   code = _run_local(args, sweep_dir, record, todo, save, user_env)
   if code:
     return code
   print(summary(record, time.time() - start, sweep_dir), flush=True)
   report = _write_report(sweep_dir)
+  if record.tune_at and report is not None:
+    code, report = _transfer_stage(args, sweep_dir, record, report, save, user_env,
+                                   candidates)
+    if code:
+      return code
   if record.confirm and report is not None:
     code, report = _confirmation_stage(args, sweep_dir, record, report, save, user_env)
     if code:
@@ -131,7 +141,8 @@ def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
 
 def _failed(record: SweepRecord) -> list[RunEntry]:
   """The failed runs that still count: not superseded confirmation runs."""
-  return [e for e in record.runs if e.state == "failed" and e.stage != "superseded"]
+  return [e for e in record.runs if e.state == "failed"
+          and e.stage not in sweep_record.SUPERSEDED]
 
 
 def _confirmation_stage(args, sweep_dir, record, report, save, user_env
@@ -155,6 +166,33 @@ def _confirmation_stage(args, sweep_dir, record, report, save, user_env
   print(f"  confirmation stage: {len(added)} run(s), seeds "
         f"{confirm.seeds_text(record.confirmation_seeds())} at each point's chosen value: "
         + ", ".join(e.name for e in added), flush=True)
+  start = time.time()
+  code = _run_local(args, sweep_dir, record, added, save, user_env)
+  if code:
+    return code, report
+  print(summary(record, time.time() - start, sweep_dir), flush=True)
+  return 0, _write_report(sweep_dir)
+
+
+def _transfer_stage(args, sweep_dir, record, report, save, user_env, candidates
+                    ) -> tuple[int, Report | None]:
+  """Adds the transferred points' runs the finished tuning stage allows and
+  runs them (``sweep.transfer``); (exit code, the report written after them)."""
+  from tfx_jax.sweep import transfer  # pylint: disable=import-outside-toplevel
+  before = _stages(record)
+  added = transfer.add_transfer(record, report, candidates)
+  moved = _stages(record) != before
+  if not added:
+    reason = transfer.waiting(record)
+    if reason:
+      print(f"  transfer stage: {reason}", flush=True)
+    if moved:
+      save()
+      return 0, _write_report(sweep_dir)
+    return 0, report
+  save()
+  print(f"  transfer stage: {len(added)} run(s) at the values chosen at the proxy "
+        "sizes: " + ", ".join(e.name for e in added), flush=True)
   start = time.time()
   code = _run_local(args, sweep_dir, record, added, save, user_env)
   if code:
@@ -220,13 +258,26 @@ def _write_report(sweep_dir: pathlib.Path) -> Report | None:
     return None
 
 
-def _submit(args, sweep_dir, record, todo, save, env) -> int:
+def _submit(args, sweep_dir, record, todo, save, env, candidates=()) -> int:
   from tfx_jax.core.errors import ConfigError  # pylint: disable=import-outside-toplevel
   from tfx_jax.sweep import slurm  # pylint: disable=import-outside-toplevel
   queued = slurm.queued_runs(record)
   todo = [e for e in todo if e.name not in queued]
   if queued:
     print(f"  {len(queued)} run(s) already queued or running in SLURM: not resubmitted")
+  if not todo and not queued and record.tune_at:
+    # The tuning stage is done: its report chooses the values to transfer.
+    from tfx_jax.sweep import transfer  # pylint: disable=import-outside-toplevel
+    report = _write_report(sweep_dir)
+    before = _stages(record)
+    todo = transfer.add_transfer(record, report, candidates) if report else []
+    if todo or _stages(record) != before:
+      save()
+    if todo:
+      print(f"  transfer stage: {len(todo)} run(s) at the values chosen at the proxy "
+            "sizes; run the same command again once they are done")
+    elif transfer.waiting(record):
+      print(f"  transfer stage: {transfer.waiting(record)}")
   if not todo and not queued and record.confirm:
     # The tuning stage is done: its report chooses the values to confirm.
     from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel

@@ -80,6 +80,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from tfx_jax.core.errors import ConfigError
+from tfx_jax.records import transfer as transfer_lib
 from tfx_jax.records.claims import Claim
 from tfx_jax.records.sweep import (Evaluation, Tune, TunedGrid, grid_at, parse_evaluation,
                                    tune_grids)
@@ -141,6 +142,10 @@ class Sweep:
   # The report's transfer check: a variant's optimum learning rate transfers
   # where its shift per doubling of size lies within this factor either way.
   transfer_band: float = math.sqrt(2)
+  # The proxy sizes at which the tuning runs run: {axis field: value or
+  # [values]}; every other point takes the value chosen at the nearest proxy
+  # size below it (``records.transfer``). Empty: every point tunes.
+  tune_at: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +156,10 @@ class Run:
   values: tuple[dict[str, Any], ...]  # the value of each axis, in axis order
   overrides: dict[str, Any]  # base overrides + axis values + tuned values + seed
   tuned: dict[str, Any] = dataclasses.field(default_factory=dict)  # {path: value}
+  # "tune": a declared run; "transfer": a run of a point that takes a
+  # transferred value (``tune_at``), at one value of its grid: the transfer
+  # stage runs the ones at the value its proxy chose (``sweep.transfer``).
+  stage: str = "tune"
 
 
 def normalize_axis(axis: Any) -> Axis:
@@ -285,24 +294,40 @@ def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list
       raise ConfigError("seeds are not tuned; declare them with seeds=[...].")
   check_conditions(tune, axes)
   comparison_pairs(sweep.comparisons, axes)
+  tune_at = transfer_lib.tune_at_pairs(sweep.tune_at) if sweep.tune_at else ()
+  if tune_at and not tune:
+    raise ConfigError(f"tune_at {transfer_lib.tune_at_text(tune_at)} (--tune-at): the "
+                      "sweep tunes no field, so there is no value to transfer; declare "
+                      "tuned fields (--tune PATH=V1,V2) or leave --tune-at out.")
+  sources = transfer_lib.plan(axes, tune_at)
+  sized = {f for ai in sources for f in axes[ai].fields}
+  for field, grids in tune.items():
+    for grid in grids:
+      if set(grid.when) & sized:
+        raise ConfigError(f"tune {field} when {dict(grid.when)}: a condition on a field of "
+                          "a tune_at axis gives its sizes different grids, so a proxy's "
+                          "value may not be one of a larger size's; condition on other "
+                          "axes.")
   # Each point's own grid: the grids whose conditions its axis values match.
   combos = []
   for combo in itertools.product(*(a.values for a in axes)):
     point = dict(base)
     for value in combo:
       point.update(value)
-    combos.append((combo, point, tune_grid(grid_at(tune, point))))
+    key = tuple(a.values.index(v) for a, v in zip(axes, combo))
+    stage = "tune" if transfer_lib.source_key(sources, key) == key else "transfer"
+    combos.append((combo, point, tune_grid(grid_at(tune, point)), stage))
   for field, grids in tune.items():
     for grid in grids:
-      if not any(grid.applies(point) for _, point, _ in combos):
+      if not any(grid.applies(point) for _, point, _, stage in combos if stage == "tune"):
         raise ConfigError(f"tune {field} {list(grid.values)} when {dict(grid.when)}: no "
-                          "point of the sweep has these values together.")
+                          "point of the sweep that tunes has these values together.")
   names = short_names(fields + list(tune))
   runs, seen = [], {}
   # Seeds outermost: runs execute in this order, so a sweep stopped half-way
   # has every point with its first seeds rather than some points with all.
   for seed in seeds:
-    for combo, point, point_grid in combos:
+    for combo, point, point_grid, stage in combos:
       for tuned in point_grid:
         overrides = dict(point)
         overrides.update(tuned)
@@ -313,7 +338,7 @@ def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list
                             f"{seen[name]} and {combo}; make the axis values distinct.")
         seen[name] = combo
         runs.append(Run(name, seed, tuple(dict(v) for v in combo), overrides,
-                        dict(tuned)))
+                        dict(tuned), stage))
   return axes, runs
 
 
@@ -479,6 +504,27 @@ def parse_tune_flags(texts: Sequence[str]) -> dict[str, list[Any]]:
   return {path: (list(g[0].values) if len(g) == 1 and not g[0].when
                  else [{"values": list(e.values), "when": dict(e.when)} for e in g])
           for path, g in grids.items()}
+
+
+TUNE_AT_FORM = "AXIS_FIELD=V1[,V2...], such as model.d_model=64 or model.d_model=32,64"
+
+
+def parse_tune_at_flags(texts: Sequence[str]) -> dict[str, list[str]]:
+  """``--tune-at`` flags -> ``Sweep.tune_at``: ``model.d_model=64`` (one
+  proxy size) or ``model.d_model=32,64`` (several); a flag per field.
+  Values are strings here; the sweep coerces them to the field's type."""
+  out: dict[str, list[str]] = {}
+  for text in texts:
+    path, eq, values = text.partition("=")
+    path = path.strip().removeprefix("config.")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not eq or not path or not items:
+      raise ConfigError(f"--tune-at {text!r}: expected {TUNE_AT_FORM}.")
+    if path in out:
+      raise ConfigError(f"--tune-at {path} is given twice; give its sizes in one flag "
+                        f"({path}={','.join(out[path] + items)}).")
+    out[path] = items
+  return out
 
 
 def parse_seeds(text: str) -> list[int]:

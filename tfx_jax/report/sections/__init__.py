@@ -35,6 +35,7 @@ from tfx_jax.report.sections import evaluation_effects
 from tfx_jax.report.sections import layer_profiles
 from tfx_jax.report.sections import lengths
 from tfx_jax.report.sections import noise
+from tfx_jax.report.sections import provenance
 from tfx_jax.report.sections import reproduce
 from tfx_jax.report.sections import scale
 from tfx_jax.report.sections import selection
@@ -56,6 +57,7 @@ SECTIONS = (
     tuning_stage,       # a confirmed sweep's tuning stage, for reference
     tuned,              # each tuned value, grid edges, learning-rate sensitivity
     transfer,           # the optimum learning rate against size, per variant
+    provenance,         # tune_at: tuned here or transferred, per point and comparison
     training_signals,   # output log Z and attention logits
     comparisons,        # every value against its base, per axis
     sequential,         # the looks of adaptive seeds (report.json's ``sequential``)

@@ -28,7 +28,7 @@ from tfx_jax.report.context import (Context, adjust, compared_at, compared_by, e
 from tfx_jax.report.points import context_label, contexts, value_label
 from tfx_jax.report.schema import (Comparison, Counts, FailedComparison, Look, Options, Point,
                                    Report, StaleComparison)
-from tfx_jax.report.sections import choices, selection, sequential
+from tfx_jax.report.sections import choices, provenance, selection, sequential
 from tfx_jax.report.sections.selection import compared_metrics
 from tfx_jax.report.tables import Lines, markdown_table, outcome_cells
 from tfx_jax.report.tuning import grid_text
@@ -248,6 +248,8 @@ def design_line(record: SweepRecord, row: Comparison) -> str:
       set(row.seeds) | set(row.base_seeds))
   parts.append(f"{'confirmed' if record.confirm else 'compared'} on {_seeds_text(seeds)} "
                f"({'paired' if paired else 'Welch, unpaired'}, {row.split} split)")
+  if record.tune_at:  # where each side's value came from: tuned, or transferred
+    parts.append(provenance.comparison_text(record, row))
   if record.tune and not record.confirm and reserved is None:
     parts.append("selection-biased: the seeds that chose the values are compared")
   if row.look is not None:

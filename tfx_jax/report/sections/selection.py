@@ -19,7 +19,8 @@ import math
 from typing import Any, Mapping, Sequence
 
 from tfx_jax.records.summary import RunSummaries, RunSummary
-from tfx_jax.records.sweep import RunEntry, Split, SweepRecord
+from tfx_jax.records import transfer as transfer_lib
+from tfx_jax.records.sweep import DECLARED, RunEntry, Split, SweepRecord
 from tfx_jax.report import stats
 from tfx_jax.report.context import (BITS_PER_BYTE, Context, compared_at, compared_by,
                                     lower_is_better, per_token, reserved_seed, tokenizer_axes,
@@ -64,10 +65,12 @@ def outcome(summary: RunSummary, baseline: Baseline, stall_margin: float
 def _point_runs(record: SweepRecord, summaries: RunSummaries
                 ) -> dict[tuple[int, ...], dict[str, tuple[dict, list]]]:
   """{point key: {tuned label: (tuned dict, [(entry, summary)])}} in declaration
-  order: the tuning stage's runs (the confirmation runs are the point's own)."""
+  order: the tuning stage's runs (the confirmation runs are the point's own),
+  and a transferred point's runs at its transferred value (``tune_at``: its
+  one tuned value, so its choice)."""
   out: dict[tuple[int, ...], dict[str, tuple[dict, list]]] = {}
   for entry in record.runs:
-    if entry.stage != "tune":
+    if entry.stage not in DECLARED:
       continue
     out.setdefault(record.point_key(entry), {}).setdefault(
         tuned_key(entry.tuned), (entry.tuned, []))[1].append((entry, summaries[entry.name]))
@@ -172,6 +175,9 @@ def analyze_points(record: SweepRecord, summaries: RunSummaries,
     if entry.stage == "confirm":
       confirmation_runs.setdefault(record.point_key(entry), []).append(entry)
   l0s = initial_losses(record, summaries, baselines)
+  plan = transfer_lib.record_sources(record)
+  transferred = {k for k in {record.point_key(e) for e in record.runs}
+                 if transfer_lib.source_key(plan, k) != k}
   points = []
   for key, by_tuned in _point_runs(record, summaries).items():
     l0 = None if l0s[key] is None else l0s[key].value
@@ -216,7 +222,9 @@ def analyze_points(record: SweepRecord, summaries: RunSummaries,
         values={a.label: value_label(a.values[i], a) for a, i in zip(record.axes, key)},
         chosen=None if chosen is None else chosen.tuned,
         chosen_label=None if chosen is None else chosen.label,
-        chosen_at_edge=({} if chosen is None
+        # A transferred point's value is its proxy's choice, whose grid edge
+        # the proxy reports.
+        chosen_at_edge=({} if chosen is None or key in transferred
                         else grid_edges(record.point_grid(key), chosen.tuned)),
         tuned=tuple(tuned_rows),
         counts=sum((r.counts for r in tuned_rows), Counts()),

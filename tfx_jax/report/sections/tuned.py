@@ -14,7 +14,7 @@ from tfx_jax.report import tuning
 from tfx_jax.report.context import Context
 from tfx_jax.report.points import fmt_value
 from tfx_jax.report.schema import Point, Report
-from tfx_jax.report.sections import choices, selection
+from tfx_jax.report.sections import choices, provenance, selection
 from tfx_jax.report.tables import Lines, fmt, markdown_table, outcome_cells
 
 
@@ -25,11 +25,16 @@ def compute(ctx: Context) -> dict[str, Any]:
       selection.initial_losses(ctx.record, ctx.summaries, ctx.baselines)))}
 
 
-def tuned_table(record: SweepRecord, report: Report) -> list[list[str]]:
-  """Each point at each tuned value: the selection metric (validation)."""
+def tuned_table(record: SweepRecord, report: Report,
+                sources: Mapping[tuple[int, ...], str] | None = None) -> list[list[str]]:
+  """Each point at each tuned value: the selection metric (validation);
+  ``sources`` (a sweep with ``tune_at``): {point key: where its value came
+  from}, "tuned here" or "transferred from d_model=64" (``sections.provenance``)."""
   head = [a.label for a in record.axes] + [
       "tuned", f"{report.select_by} (validation)", "learned", "stalled", "diverged",
       "chosen"]
+  if sources:
+    head.append("value from")
   rows = [head]
   for point in report.points:
     for row in point.tuned:
@@ -41,7 +46,8 @@ def tuned_table(record: SweepRecord, report: Report) -> list[list[str]]:
               else "-")
       rows.append(list(point.values.values()) + [row.label, mean]
                   + outcome_cells(row.counts)
-                  + [_chosen_mark(point) if row.label == point.chosen_label else ""])
+                  + [_chosen_mark(point) if row.label == point.chosen_label else ""]
+                  + ([sources.get(point.key, "-")] if sources else []))
   return rows
 
 
@@ -69,7 +75,8 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   record = ctx.record
   if not record.tune:
     return []
-  out = (["## Tuned values", "", markdown_table(tuned_table(record, report)), ""]
+  sources = {p.key: p.text for p in provenance.of_ctx(ctx)}
+  out = (["## Tuned values", "", markdown_table(tuned_table(record, report, sources)), ""]
          + choices.noise_lines(report))
   edges = [(p, field, end) for p in report.points for field, end in p.chosen_at_edge.items()]
   if edges:
