@@ -249,6 +249,8 @@ class Stack(nn.Module):
   def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD=None, cross_mask=None,
                cache_index=None, window_mask=None, segment_ids_BL=None):
     """``segment_ids_BL``: the ids ``mask`` was built from (see Attention)."""
+    # The coordinate check's input layer: the embeddings as the stack reads them.
+    probes.sow_rms(self, "embedding", x_BLD)
     layer_cls = TransformerLayer
     if self.remat != "none":
       layer_cls = nn.remat(layer_cls, policy=_REMAT_POLICIES[self.remat],

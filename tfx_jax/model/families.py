@@ -33,7 +33,6 @@ from tfx_jax.model.layers.norms import JointHeads, norm_factory
 from tfx_jax.model.layers.positions import (LearnedPositions, RotarySpec, T5RelativeBias,
                                       alibi_bias, rotary_spec, sinusoidal)
 from tfx_jax.model import parametrization
-from tfx_jax.model.layers import probes
 from tfx_jax.model.config import ModelConfig, deepnorm_constants
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -296,13 +295,10 @@ class _Family(nn.Module):
     ``scale_embeddings``. The same for every position scheme."""
     return self.embedding(ids_BL) * self.cfg.embed_scale
 
-  def _embed(self, ids_BL, positions_BL, learned, norm=None, token_types=None, *,
-             stack: str):
+  def _embed(self, ids_BL, positions_BL, learned, norm=None, token_types=None):
     """Stack input: token embeddings + absolute positions (+ token types), then
     the embedding norm (if any), then dropout, in BERT's order (LayerNorm, then
-    dropout). ``token_types`` [B, L] defaults to type 0 (BERT's single segment).
-    The coordinate check's probe (``probes``) reads its RMS as
-    ``<stack>_embedding``, the input layer's output."""
+    dropout). ``token_types`` [B, L] defaults to type 0 (BERT's single segment)."""
     cfg = self.cfg
     x = self.embed_tokens(ids_BL)
     kind = position_scheme(cfg).absolute
@@ -317,7 +313,6 @@ class _Family(nn.Module):
     x = x.astype(_DTYPES[cfg.dtype])
     if norm is not None:
       x = norm(x)
-    probes.sow_rms(self, f"{stack}_embedding", x)
     return self.embed_dropout(x, deterministic=self.deterministic)
 
   def _bias(self, t5, q_pos_BL, k_pos_BS):
@@ -430,8 +425,7 @@ class DecoderOnly(_Family):
     cfg = self.cfg
     mask, windowed, bias, positions, index = self._causal_inputs(
         inputs, segment_ids, positions, self.t5)
-    x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types,
-                    stack="decoder")
+    x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types)
     x, router = self.decoder(x, mask, bias, positions, cache_index=index,
                              window_mask=windowed,
                              segment_ids_BL=_segments(inputs, segment_ids, index))
@@ -473,8 +467,7 @@ class EncoderOnly(_Family):
     mask = attention_mask(segment_ids, segment_ids, causal=False)
     windowed = window_mask(mask, positions, positions, cfg.attention_window, causal=False)
     bias = self._bias(self.t5, positions, positions)
-    x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types,
-                    stack="encoder")
+    x = self._embed(inputs, positions, self.learned, self.embed_norm, token_types)
     x, router = self.encoder(x, mask, bias, positions, window_mask=windowed,
                              segment_ids_BL=segment_ids)
     h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(x), approximate=False))
@@ -521,8 +514,7 @@ class EncoderDecoder(_Family):
     mask = attention_mask(seg, seg, causal=False)
     windowed = window_mask(mask, pos, pos, self.cfg.attention_window, causal=False)
     bias = self._bias(self.encoder_t5, pos, pos)
-    x = self._embed(inputs, pos, self.encoder_learned, self.encoder_embed_norm,
-                    stack="encoder")
+    x = self._embed(inputs, pos, self.encoder_learned, self.encoder_embed_norm)
     return self.encoder(x, mask, bias, pos, window_mask=windowed, segment_ids_BL=seg)
 
   def decode(self, decoder_inputs, encoded, inputs_segment_ids,
@@ -538,8 +530,7 @@ class EncoderDecoder(_Family):
     # only (packed pairs stay apart). Unpacked targets are segment 1, as are
     # unpacked sources (inputs > 0).
     cross_mask = attention_mask(q_seg, inputs_segment_ids, causal=False)
-    x = self._embed(decoder_inputs, pos, self.decoder_learned, self.decoder_embed_norm,
-                    stack="decoder")
+    x = self._embed(decoder_inputs, pos, self.decoder_learned, self.decoder_embed_norm)
     x, router = self.decoder(x, mask, bias, pos, encoded, cross_mask, index, windowed,
                              _segments(decoder_inputs, decoder_segment_ids, index))
     return _with_router_stats({"logits": self._logits(x)}, encoder=encoder_router or {},

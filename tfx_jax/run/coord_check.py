@@ -25,7 +25,8 @@ dropout on the batch of update t + 1 (the one the step would train on next)
 records, through the model's probes (``model/layers/probes.py``, a collection
 no training step collects):
 
-- ``<stack>/embedding``: the input layer's output (tokens, positions, norm);
+- ``<stack>/embedding``: the input layer's output (tokens, positions, norm),
+  as the stack reads it;
 - ``<stack>_<NN>/<sublayer>``: every residual branch (self-attention,
   cross-attention, FFN or mixture) as it joins the stream;
 - ``<stack>_<NN>/<sublayer>_logits``: the attention logits q.k (scaled as
@@ -170,8 +171,8 @@ def _flatten_probes(sown) -> dict[str, np.ndarray]:
         out[f"{where[0]}_{i:02d}/{name}"] = float(v)
     elif len(where) >= 2 and where[1].startswith("layer_"):
       out[f"{where[0]}_{int(where[1].split('_')[1]):02d}/{name}"] = float(value)
-    else:  # <stack>_embedding, sown by the model itself
-      out["/".join([*where, *name.rsplit("_", 1)])] = float(value)
+    else:  # <stack>/embedding, the stack's input
+      out["/".join([*where, name])] = float(value)
   return out
 
 
