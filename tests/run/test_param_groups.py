@@ -99,8 +99,8 @@ def test_adam_multipliers_per_kind_follow_the_table_at_two_widths(family):
 def test_completep_multipliers_in_the_blocks():
   """Dey et al. 2025: hidden rate eta m^-1 m_L^(alpha-1), epsilon eps m^-1 m_L^-alpha,
   the blocks' vectors eta m_L^(alpha-1); outside the blocks muP's."""
-  cfg = _model("decoder_only", 2 * BASE, parametrization="completep", num_layers=4,
-               mup_base_layers=1, depth_alpha=0.5, ffn_type="dense")
+  cfg = _model("encoder_decoder", 2 * BASE, parametrization="completep", num_layers=4,
+               mup_base_layers=1, depth_alpha=0.5)
   groups = param_groups.for_run(cfg, _optim())
   m, m_l, alpha = 2, 4, 0.5
   q = groups.adam["decoder/layer_0/self_attention/query/kernel"]
