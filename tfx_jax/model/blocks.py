@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from tfx_jax.model.layers.attention import Attention, AttentionSpec
+from tfx_jax.model.layers import probes
 from tfx_jax.model.layers.ffn import FeedForward
 from tfx_jax.model.layers.moe import MixtureOfExperts, MoeSpec
 from tfx_jax.model.config import is_moe_layer, is_windowed
@@ -185,6 +186,11 @@ class TransformerLayer(nn.Module):
     if s.branch_multiplier != 1.0:
       scaled = lambda f: lambda y: f(y) * jnp.asarray(s.branch_multiplier, s.dtype)
       sublayers = [(name, scaled(f)) for name, f in sublayers]
+    if probes.collecting(self):
+      # The coordinate check: each branch's RMS as it joins the residual stream
+      # (its multiplier applied, before dropout).
+      probed = lambda name, f: lambda y: probes.sow_rms(self, f"{name}_output", f(y))
+      sublayers = [(name, probed(name, f)) for name, f in sublayers]
     if s.parallel_branch is None:
       for name, f in sublayers:
         x_BLD = s.residual(x_BLD, f, s.norm, drop, s.alpha, name)
@@ -243,6 +249,8 @@ class Stack(nn.Module):
   def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD=None, cross_mask=None,
                cache_index=None, window_mask=None, segment_ids_BL=None):
     """``segment_ids_BL``: the ids ``mask`` was built from (see Attention)."""
+    # The coordinate check's input layer: the embeddings as the stack reads them.
+    probes.sow_rms(self, "embedding", x_BLD)
     layer_cls = TransformerLayer
     if self.remat != "none":
       layer_cls = nn.remat(layer_cls, policy=_REMAT_POLICIES[self.remat],
@@ -256,7 +264,8 @@ class Stack(nn.Module):
     if self.scan_layers:
       same = len(set(windowed)) == 1
       scanned = nn.scan(
-          layer_cls, variable_axes={"params": 0, "cache": 0, "intermediates": 0},
+          layer_cls, variable_axes={"params": 0, "cache": 0, "intermediates": 0,
+                                     probes.COLLECTION: 0},
           split_rngs={"params": True, "dropout": True},
           in_axes=(nn.broadcast,) * (len(args) + same) + ((0,) if not same else ()),
           length=self.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})

@@ -25,6 +25,7 @@ from absl import logging
 import flax
 
 from tfx_jax.run import optim
+from tfx_jax.run import param_groups
 from tfx_jax.run import sharding
 from tfx_jax import tasks
 from tfx_jax.core import typed_config
@@ -319,6 +320,8 @@ def resolve(config) -> RunConfig:
   train, data = sections["train"], sections["data"]
   sections["optim"], notes = optim.resolve(sections["optim"],
                                            num_train_steps=train.num_steps)
+  # An optimizer with no rule under model.parametrization, before any compile.
+  param_groups.check_optimizer(model, sections["optim"])
   rows = tasks.get(config.task).rows
   if rows.check_data is not None:
     rows.check_data(data)

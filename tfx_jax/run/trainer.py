@@ -34,6 +34,7 @@ from tfx_jax.core import atomic as files
 from tfx_jax.run import layer_stats
 from tfx_jax.run import metrics as metrics_lib
 from tfx_jax.run import muon
+from tfx_jax.run import param_groups
 from tfx_jax.run import config as run_config
 from tfx_jax.run import setup as run_setup
 from tfx_jax.run import sharding as sharding_lib
@@ -236,6 +237,8 @@ class _TrainingLoop:
     """Where the optimizer has several update rules (muon), which parameters
     each gets: printed, and written to ``optimizer_groups.json`` beside the
     config."""
+    if self.sharded.groups is not None and self.is_chief:  # model.parametrization
+      _console(param_groups.format_groups(self.sharded.groups))
     groups = self.config.optim.parameter_groups(self.sharded.abstract_state.params)
     if groups is None or not self.is_chief:
       return

@@ -14,6 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from tfx_jax.model.layers import probes
 from tfx_jax.model.layers import products
 from tfx_jax.model.layers import tpu_attention
 from tfx_jax.model.layers.positions import RotarySpec, rope
@@ -276,6 +277,24 @@ def max_attention_logit(q_BLHK, k_BSNK, mask_BhLS=None, *, scale_logits: bool = 
   return jax.lax.stop_gradient(jnp.max(logits_BNGLS))
 
 
+def attention_logit_rms(q_BLHK, k_BSNK, mask_BhLS=None, *, scale_logits: bool = True):
+  """The RMS of the content logits q.k (/ sqrt(d_k)) over every batch row,
+  head, query and unmasked key: the coordinate check's attention logits (Yang
+  et al. 2022, Figure 5), before any soft-cap and position bias, as
+  :func:`max_attention_logit` takes them."""
+  B, L, H, K = q_BLHK.shape
+  N = k_BSNK.shape[2]
+  logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLHK.reshape(B, L, N, H // N, K),
+                            k_BSNK, preferred_element_type=jnp.float32)
+  if scale_logits:
+    logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
+  if mask_BhLS is None:
+    return probes.rms(logits_BNGLS)
+  seen = jnp.broadcast_to(_grouped(mask_BhLS, N, H // N), logits_BNGLS.shape)
+  total = jnp.sum(jnp.where(seen, jnp.square(logits_BNGLS), 0.0))
+  return jax.lax.stop_gradient(jnp.sqrt(total / jnp.maximum(jnp.sum(seen), 1)))
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionSpec:
   """The attention of one stack, resolved from ``model.*`` (``families.layer_spec``):
@@ -332,7 +351,9 @@ class Attention(nn.Module):
 
   Self-attention sows its largest logit (``max_attention_logit``) into the
   ``intermediates`` collection; it is computed only where that collection is
-  mutable (``train.log_layer_stats``).
+  mutable (``train.log_layer_stats``). Every attention sows the RMS of its
+  logits (``logit_rms``) into the coordinate check's collection
+  (``probes.COLLECTION``), only where that one is mutable.
   """
   spec: AttentionSpec
   use_cache: bool = False
@@ -391,6 +412,9 @@ class Attention(nn.Module):
     if is_self and self.is_mutable_collection("intermediates"):
       self.sow("intermediates", "max_attention_logit",
                max_attention_logit(q, k, mask, scale_logits=s.scale_logits))
+    if probes.collecting(self):
+      self.sow(probes.COLLECTION, "logit_rms",
+               attention_logit_rms(q, k, mask, scale_logits=s.scale_logits))
 
     if not self.deterministic and s.dropout > 0.0:
       out_BLHK = dot_product_attention(
