@@ -97,8 +97,9 @@ def test_adam_multipliers_per_kind_follow_the_table_at_two_widths(family):
 
 
 def test_completep_multipliers_in_the_blocks():
-  """Dey et al. 2025: hidden rate eta m^-1 m_L^(alpha-1), epsilon eps m^-1 m_L^-alpha,
-  the blocks' vectors eta m_L^(alpha-1); outside the blocks muP's."""
+  """Dey et al. 2025: hidden rate eta m^-1 m_L^(alpha-1), epsilon eps m^-1 m_L^-alpha
+  for every array in the blocks, the blocks' vectors eta m_L^(alpha-1); outside the
+  blocks muP's."""
   cfg = _model("encoder_decoder", 2 * BASE, parametrization="completep", num_layers=4,
                mup_base_layers=1, depth_alpha=0.5)
   groups = param_groups.for_run(cfg, _optim())
@@ -107,7 +108,7 @@ def test_completep_multipliers_in_the_blocks():
   assert (q.lr, q.weight_decay, q.eps) == pytest.approx(
       (m_l ** (alpha - 1) / m, m, m_l ** -alpha / m))
   gain = groups.adam["decoder/layer_0/ffn_norm/scale"]
-  assert (gain.lr, gain.eps) == pytest.approx((m_l ** (alpha - 1), m_l ** -alpha))
+  assert (gain.lr, gain.eps) == pytest.approx((m_l ** (alpha - 1), m_l ** -alpha / m))
   assert groups.adam["decoder/final_norm/scale"] == param_groups.Multipliers()
   assert groups.adam["embedding/embedding"] == param_groups.Multipliers()
 
