@@ -27,6 +27,14 @@ the optimum per doubling of the size: a parametrization *transfers* where
 that shift is within a factor sqrt(2) per doubling, *drifts* where its
 interval excludes no shift.
 
+Measured on a 2-core Intel Xeon (Sapphire Rapids class): ``default`` 120
+runs, 118 core-minutes summed over the runs (about 60 minutes of
+``--parallel 2``; the machine was shared with other work for most of it, so
+alone it is less), a d_model 256 run 1.5-2 core-minutes, a d_model 32 run
+about 20 core-seconds, evaluations (the whole validation and test splits)
+38% of the time; ``depth`` 60 runs, 33 core-minutes (17 minutes). Each fits
+one session of ``--parallel 2``.
+
 Published direction (TP5 Figure 1; Dey et al. Figure 1): under SP the optimal
 Adam rate of a Transformer falls as d_model grows, under muP it stays; under
 muP wider is better at every rate; under CompleteP the optimum stays as depth
