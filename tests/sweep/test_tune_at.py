@@ -343,3 +343,39 @@ def test_a_tiny_lm_sweep_transfers_and_resumes_after_kill_9(tmp_path):
   assert "received SIGTERM" in text
   (prov,) = [p for p in report["provenance"] if p["source"] == "transferred"]
   assert prov["source_size"] == "d_model=32" and prov["value"] == chosen
+
+
+def test_the_report_says_whether_a_transferred_value_held_at_a_larger_tuned_size():
+  """With proxies at d_model 32 and 256, the rate chosen at 32 read against 256's
+  fitted optimum interval: inside, the transfer held; outside, it did not; no
+  interval, said so."""
+  from types import SimpleNamespace
+
+  from tfx_jax.report.sections import provenance
+  from tfx_jax.report.transfer_schema import Optimum, Transfer
+
+  def optimum(key, size, low, high, reason=""):
+    return Optimum(point={"size": str(size)}, key=key, size=size, best=0.01,
+                   learning_rate=None if low is None else (low * high) ** 0.5, low=low,
+                   high=high, se_log2=0.1, seeds=2, window=(), reason=reason)
+
+  def tuned(key, rate):
+    return provenance.Provenance(point={"size": str(key)}, key=key, source="tuned",
+                                 value={"optim.learning_rate": rate}, parametrization="mup")
+
+  def lines(low, high, reason=""):
+    check = Transfer(size_axis="size", size_field="model.d_model", variant={"p": "mup"},
+                     optima=(optimum((0,), 32, 0.005, 0.02), optimum((1,), 256, low, high,
+                                                                     reason)),
+                     shift=0.0, low=-0.1, high=0.1, se=0.05, df=1.0, p=1.0, seeds=2,
+                     band=0.5, label="transfers")
+    found = [tuned((0,), 0.01), tuned((1,), 0.003)]
+    return provenance.held_lines(found, SimpleNamespace(transfer=(check,)))
+
+  assert lines(0.004, 0.03) == [
+      "- mup, d_model 256: the rate chosen at 32, 0.01, lies inside its optimum's "
+      "interval [0.004, 0.03]: the transfer held."]
+  assert "lies outside its optimum's interval [0.001, 0.005]: the transfer did not hold" in (
+      lines(0.001, 0.005)[0])
+  assert "has no interval to be read against (the best rate is at the grid's edge)" in (
+      lines(None, None, "the best rate is at the grid's edge")[0])

@@ -159,4 +159,39 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
         ", ".join(p.point.values()) or "base" for p in flagged) + ".", ""]
   out += ["Each comparison's design line (Comparisons) says where both of its sides "
           "took their values.", ""]
+  held = held_lines(found, report)
+  if held:
+    out += ["Where a larger size was tuned too, whether the value chosen at the tuned size "
+            "below it (the value a transfer would have carried) lies inside that size's "
+            "fitted optimum interval (Learning-rate transfer):", "", *held, ""]
   return out
+
+
+LEARNING_RATE = "optim.learning_rate"
+
+
+def held_lines(found: Sequence[Provenance], report: Report) -> list[str]:
+  """One line per tuned size above another tuned size of the same variant:
+  the lower one's chosen rate against the higher one's optimum interval
+  (``report.transfer``)."""
+  by_key = {tuple(p.key): p for p in found}
+  lines = []
+  for check in report.transfer:
+    tuned = [o for o in check.optima
+             if (p := by_key.get(tuple(o.key))) and p.source == "tuned" and p.value
+             and LEARNING_RATE in p.value]
+    for lower, higher in zip(tuned, tuned[1:]):
+      value = by_key[tuple(lower.key)].value[LEARNING_RATE]
+      where = (f"- {check.variant_label}, {check.size_field.split('.')[-1]} "
+               f"{fmt_value(higher.size)}: the rate chosen at {fmt_value(lower.size)}, "
+               f"{fmt_value(value)}, ")
+      if higher.low is None or higher.high is None:
+        lines.append(where + "has no interval to be read against "
+                     f"({higher.reason or 'fewer than 2 seeds'}).")
+      elif higher.low <= value <= higher.high:
+        lines.append(where + f"lies inside its optimum's interval [{higher.low:.3g}, "
+                     f"{higher.high:.3g}]: the transfer held.")
+      else:
+        lines.append(where + f"lies outside its optimum's interval [{higher.low:.3g}, "
+                     f"{higher.high:.3g}]: the transfer did not hold.")
+  return lines
