@@ -512,7 +512,9 @@ def evaluate(claims: Sequence[Claim], report: Report,
     name, why = label(claim.expect, iv.diff, p_adj is not None and p_adj < alpha,
                       eq_adj is not None and eq_adj < alpha, band_of(claim, report))
     seeds = "confirmation seeds" if report.verdict_runs == "confirmation" else "seeds"
-    design = (f"{result.seeds} {seeds}, {result.how}, {report.report_split} split; Holm over "
+    # The transfer metrics read the validation tuning curves, as their ``how`` says.
+    split = "" if claims_transfer.handles(claim.metric) else f", {report.report_split} split"
+    design = (f"{result.seeds} {seeds}, {result.how}{split}; Holm over "
               f"the {family} claim{'s' * (family != 1)} of this report")
     if report.sequential is not None:
       design += f"; seeds added sequentially, alpha spent over {report.sequential.design.looks} looks"
