@@ -22,6 +22,7 @@ import io
 import os
 import pathlib
 import socket
+import subprocess
 import sys
 import time
 
@@ -227,3 +228,16 @@ def wait_until(predicate, timeout: float, what: str, logs=None) -> None:
     detail = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
                        for p in sorted(logs.glob("*.log")) + sorted(logs.glob("*.out")))
   raise AssertionError(f"{what} within {timeout:.0f}s\n{detail}")
+
+
+def start_until(command, env, marker: str):
+  """Starts the sweep ``command`` and reads its output up to the line holding
+  ``marker``: (the process, the lines read)."""
+  proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  seen = []
+  for line in proc.stdout:
+    seen.append(line)
+    if marker in line:
+      break
+  return proc, seen

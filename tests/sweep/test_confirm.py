@@ -40,7 +40,7 @@ from tfx_jax.sweep import state as state_lib
 from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 import fakes
-from helpers import ROOT, TINY, subprocess_env, sweep_in_process
+from helpers import ROOT, TINY, start_until, subprocess_env, sweep_in_process
 
 # ml_collections loads config files with the deprecated importlib load_module().
 # The last test starts two busy runs at once: the "processes" group (conftest.py).
@@ -65,17 +65,6 @@ CHOSEN = {"post": 1e-3, "pre": 1e-2}
 
 
 
-def start_until(command, env, marker: str):
-  """Starts the sweep ``command`` and reads its output up to the line holding
-  ``marker``: (the process, the lines read)."""
-  proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-  seen = []
-  for line in proc.stdout:
-    seen.append(line)
-    if marker in line:
-      break
-  return proc, seen
 
 
 def kill_in_training_and_rerun(proc, logs, steps: int, command, env):

@@ -30,7 +30,7 @@ from tfx_jax.sweep import cli
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
 import fakes
-from helpers import ROOT, TINY, subprocess_env, sweep_in_process
+from helpers import ROOT, TINY, start_until, subprocess_env, sweep_in_process
 
 pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning"),
               pytest.mark.xdist_group("processes")]
@@ -283,16 +283,6 @@ def test_two_proxy_sizes_each_point_from_the_nearest_below(tmp_path, capsys):
 
 
 # ---------------------------------------------------------- kill -9, resume
-def start_until(command, env, marker: str):
-  """Starts ``command``; reads its output up to the line holding ``marker``."""
-  proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-  seen = []
-  for line in proc.stdout:
-    seen.append(line)
-    if marker in line:
-      break
-  return proc, seen
 
 
 def test_a_tiny_lm_sweep_transfers_and_resumes_after_kill_9(tmp_path):

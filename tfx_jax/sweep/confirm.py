@@ -106,10 +106,17 @@ def move_confirmation(record: SweepRecord, key: tuple[int, ...], value: dict | N
   """Makes the point's runs at ``value`` its confirmation runs and its other
   confirmation runs ``superseded``, in ``record.runs`` and ``record.added``
   (``value`` None: nothing is chosen, so every one is superseded)."""
+  move_stage(record, key, value, MOVABLE, "confirm", "superseded")
+
+
+def move_stage(record: SweepRecord, key: tuple[int, ...], value: dict | None,
+               movable, kept: Stage, superseded: Stage) -> None:
+  """The point's runs in a ``movable`` stage: those at ``value`` become
+  ``kept``, the others ``superseded``, in ``record.runs`` and ``record.added``."""
   stages: dict[str, Stage] = {}
   for i, entry in enumerate(record.runs):
-    if record.point_key(entry) == tuple(key) and entry.stage in MOVABLE:
-      stage = "confirm" if entry.tuned == value else "superseded"
+    if record.point_key(entry) == tuple(key) and entry.stage in movable:
+      stage = kept if entry.tuned == value else superseded
       record.runs[i] = dataclasses.replace(entry, stage=stage)
       stages[entry.name] = stage
   record.added[:] = [dataclasses.replace(a, stage=stages[a.name]) if a.name in stages else a

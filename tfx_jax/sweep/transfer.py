@@ -70,14 +70,7 @@ def waiting(record: SweepRecord) -> str | None:
 def move(record: SweepRecord, key: tuple[int, ...], value: dict | None) -> None:
   """Makes the point's runs at ``value`` its transfer runs and its others
   ``superseded_transfer``, in ``record.runs`` and ``record.added``."""
-  stages: dict[str, Stage] = {}
-  for i, entry in enumerate(record.runs):
-    if record.point_key(entry) == tuple(key) and entry.stage in MOVABLE:
-      stage = "transfer" if entry.tuned == value else "superseded_transfer"
-      record.runs[i] = dataclasses.replace(entry, stage=stage)
-      stages[entry.name] = stage
-  record.added[:] = [dataclasses.replace(a, stage=stages[a.name]) if a.name in stages else a
-                     for a in record.added]
+  confirm.move_stage(record, key, value, MOVABLE, "transfer", "superseded_transfer")
 
 
 def add_transfer(record: SweepRecord, report: Report, candidates: Sequence[RunEntry]

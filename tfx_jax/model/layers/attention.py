@@ -258,6 +258,19 @@ def attention_block(length: int, platform: str) -> int:
   return max(64, -(-length // 8))
 
 
+def content_logits(q_BLHK, k_BSNK, *, scale_logits: bool = True):
+  """q.k (/ sqrt(d_k)) in float32, grouped [B, N, G, L, S]: the logits the
+  diagnostics read, before any soft-cap and position bias (a product of its
+  own, so that no attention path changes)."""
+  B, L, H, K = q_BLHK.shape
+  N = k_BSNK.shape[2]
+  logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLHK.reshape(B, L, N, H // N, K),
+                            k_BSNK, preferred_element_type=jnp.float32)
+  if scale_logits:
+    logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
+  return logits_BNGLS
+
+
 def max_attention_logit(q_BLHK, k_BSNK, mask_BhLS=None, *, scale_logits: bool = True):
   """The largest content logit q.k (/ sqrt(d_k)) that a query is allowed to see.
 
@@ -268,10 +281,7 @@ def max_attention_logit(q_BLHK, k_BSNK, mask_BhLS=None, *, scale_logits: bool = 
   """
   B, L, H, K = q_BLHK.shape
   N = k_BSNK.shape[2]
-  logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLHK.reshape(B, L, N, H // N, K),
-                            k_BSNK, preferred_element_type=jnp.float32)
-  if scale_logits:
-    logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
+  logits_BNGLS = content_logits(q_BLHK, k_BSNK, scale_logits=scale_logits)
   if mask_BhLS is not None:
     logits_BNGLS = jnp.where(_grouped(mask_BhLS, N, H // N), logits_BNGLS, -jnp.inf)
   return jax.lax.stop_gradient(jnp.max(logits_BNGLS))
@@ -284,10 +294,7 @@ def attention_logit_rms(q_BLHK, k_BSNK, mask_BhLS=None, *, scale_logits: bool = 
   :func:`max_attention_logit` takes them."""
   B, L, H, K = q_BLHK.shape
   N = k_BSNK.shape[2]
-  logits_BNGLS = jnp.einsum("blngk,bsnk->bngls", q_BLHK.reshape(B, L, N, H // N, K),
-                            k_BSNK, preferred_element_type=jnp.float32)
-  if scale_logits:
-    logits_BNGLS = logits_BNGLS / jnp.sqrt(jnp.float32(K))
+  logits_BNGLS = content_logits(q_BLHK, k_BSNK, scale_logits=scale_logits)
   if mask_BhLS is None:
     return probes.rms(logits_BNGLS)
   seen = jnp.broadcast_to(_grouped(mask_BhLS, N, H // N), logits_BNGLS.shape)
