@@ -73,7 +73,11 @@ def tuning_left(record: SweepRecord) -> list[RunEntry]:
 
 def waiting(record: SweepRecord) -> str | None:
   """Why the confirmation stage cannot be added yet (None: it can)."""
-  left = tuning_left(record)
+  return waiting_for(tuning_left(record))
+
+
+def waiting_for(left) -> str | None:
+  """Why a stage after tuning waits on the tuning runs ``left`` (None: none left)."""
   if not left:
     return None
   failed = [e for e in left if e.state == "failed"]

@@ -56,15 +56,8 @@ def sources(record: SweepRecord, keys) -> dict[tuple[int, ...], tuple[int, ...]]
 
 def waiting(record: SweepRecord) -> str | None:
   """Why the transfer stage cannot be added yet (None: it can)."""
-  left = [e for e in record.runs if e.stage == "tune" and e.state not in ("finished",
-                                                                          "diverged")]
-  if not left:
-    return None
-  failed = [e for e in left if e.state == "failed"]
-  if failed and len(failed) == len(left):
-    return (f"waits for {len(failed)} failed tuning run(s) (--retry-failed runs them "
-            f"again): {', '.join(e.name for e in failed)}")
-  return f"starts when the tuning stage is done ({len(left)} tuning run(s) left)"
+  return confirm.waiting_for([e for e in record.runs if e.stage == "tune"
+                             and e.state not in ("finished", "diverged")])
 
 
 def move(record: SweepRecord, key: tuple[int, ...], value: dict | None) -> None:
