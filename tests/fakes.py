@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -138,6 +139,18 @@ def write_evaluation(workdir: pathlib.Path, split: str, step: int,
   atomic.write_json(path, {**scores, "num_examples": num_examples, "step": step,
                            "split": split, "task": task})
   return path
+
+
+def write_tuned_run(workdir: pathlib.Path, validation: float, test: float,
+                    step: int = 30) -> None:
+  """A run as a tuned sweep leaves it once finished: its validation curve, its
+  test evaluation (``eval/test-<step>.json``) and that evaluation's marker."""
+  write_run(workdir, [(10, {"train/loss": 3.0, "train/tokens_per_sec": 100.0}),
+                      (step, {"eval/loss": validation,
+                              "eval/perplexity": math.exp(validation)})],
+            step=step, evaluated={0: ["--split", "test"]}, num_params=1000)
+  write_evaluation(workdir, "test", step,
+                   {"eval/loss": test, "eval/perplexity": math.exp(test)})
 
 
 def write_lengths(workdir: pathlib.Path, step: int, perplexities: Mapping[int, float],

@@ -86,15 +86,7 @@ def name(norm: str, lr: float, seed: int) -> str:
   return f"norm_position-{norm}_learning_rate-{lr!r}_s{seed}"
 
 
-def plant(workdir, validation: float, test: float, step: int = 30) -> None:
-  """A run as the sweep leaves it once finished: its validation curve, its
-  test evaluation (``eval/test-<step>.json``) and that evaluation's marker."""
-  fakes.write_run(workdir, [(10, {"train/loss": 3.0, "train/tokens_per_sec": 100.0}),
-                            (step, {"eval/loss": validation,
-                                    "eval/perplexity": math.exp(validation)})],
-                  step=step, evaluated={0: ["--split", "test"]}, num_params=1000)
-  fakes.write_evaluation(workdir, "test", step,
-                         {"eval/loss": test, "eval/perplexity": math.exp(test)})
+plant = fakes.write_tuned_run
 
 
 def plant_tuning(sweep_dir, seeds=(0, 1, 2), skip=()) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import re
 import signal
@@ -48,14 +47,7 @@ def name(d_model: int, lr: float, seed: int) -> str:
   return f"d_model-{d_model}_num_heads-{HEADS[d_model]}_learning_rate-{lr!r}_s{seed}"
 
 
-def plant(workdir, validation: float, test: float, step: int = 30) -> None:
-  """A run as the sweep leaves it once finished (its test evaluation too)."""
-  fakes.write_run(workdir, [(10, {"train/loss": 3.0, "train/tokens_per_sec": 100.0}),
-                            (step, {"eval/loss": validation,
-                                    "eval/perplexity": math.exp(validation)})],
-                  step=step, evaluated={0: ["--split", "test"]}, num_params=1000)
-  fakes.write_evaluation(workdir, "test", step,
-                         {"eval/loss": test, "eval/perplexity": math.exp(test)})
+plant = fakes.write_tuned_run
 
 
 def plant_sweep(sweep_dir, confirm_seeds=()) -> None:
