@@ -119,10 +119,12 @@ def layout(order: Sequence[str] = (), keys: Mapping[str, str] | None = None,
                | set(shape.written)) - set(names)
     if unknown:
       raise TypeError(f"{cls.__name__}: layout names {sorted(unknown)}, not fields.")
-    defaults = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    defaults = {f.name for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING
+                or f.default_factory is not dataclasses.MISSING}
     if shape.omit_default - defaults:
       raise TypeError(f"{cls.__name__}: layout omits {sorted(shape.omit_default - defaults)} "
-                      "at their defaults, which they do not have (a plain default is needed).")
+                      "at their defaults, which they do not have (a default or a default factory is needed).")
     _LAYOUTS[cls] = shape
     return cls
   return register
@@ -171,7 +173,7 @@ def _record_json(record: Any) -> dict[str, Any]:
     value = getattr(record, name)
     if name in shape.omit_none and value is None:
       continue
-    if name in shape.omit_default and value == _field(cls, name).default:
+    if name in shape.omit_default and value == _default(_field(cls, name)):
       continue
     if name in shape.written:
       encoded = shape.written[name](value)
@@ -297,6 +299,13 @@ def _read_record(cls: type, data: Any, where: str, path: str) -> Any:
 # ------------------------------------------------------------------ helpers
 def _field(cls: type, name: str) -> dataclasses.Field:
   return next(f for f in dataclasses.fields(cls) if f.name == name)
+
+
+def _default(field: dataclasses.Field) -> Any:
+  """A field's default value (a fresh one where it has a default factory)."""
+  if field.default_factory is not dataclasses.MISSING:
+    return field.default_factory()
+  return field.default
 
 
 @functools.cache

@@ -47,6 +47,7 @@ from typing import Annotated, Any, Literal, Mapping, Sequence
 from tfx_jax.core import atomic as files
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.records import serial
+from tfx_jax.records.ladder import LadderPlan
 from tfx_jax.records.claims import Claim
 
 FILENAME = "sweep.json"
@@ -287,8 +288,9 @@ class RunProgress:
 
 
 @serial.layout(order=("name", "seed", "values", "tuned", "overrides", "evaluations", "notes",
-                      "stage", "state", "step", "reason", "attempts", "wall_seconds",
-                      "compile_seconds"))
+                      "stage", "trunk", "state", "step", "reason", "attempts",
+                      "wall_seconds", "compile_seconds"),
+               omit_default=("trunk",))
 @dataclasses.dataclass
 class RunEntry:
   """One run of the sweep.
@@ -308,6 +310,10 @@ class RunEntry:
   # shares that has no effect at this point, left at its default here.
   notes: tuple[str, ...] = ()
   stage: Stage = "tune"
+  # A budget of a ladder that branches (``sweep.branching``): the name of the
+  # trunk run (in ``SweepRecord.trunks``) whose checkpoint at its
+  # ``train.branch_step`` it starts from; "": the run starts from scratch.
+  trunk: str = ""
   state: State = "pending"
   step: int = 0
   reason: str = ""
@@ -366,8 +372,9 @@ class ReportOptions:
                       "tune", "tune_at", "select_by", "confirm", "until_resolved", "report_split", "axes",
                       "base_values", "command", "cwd", "created", "slurm_jobs", "runs",
                       "added", "report_options", "updated", "claims",
-                      "transfer_band"),
-               omit_default=("claims", "tune_at", "transfer_band"))
+                      "transfer_band", "ladder", "trunks"),
+               omit_default=("claims", "tune_at", "transfer_band", "trunks"),
+               omit_none=("ladder",))
 @dataclasses.dataclass(frozen=True)
 class SweepRecord:
   """The content of sweep.json. Its fields are fixed once built; its lists
@@ -416,6 +423,14 @@ class SweepRecord:
   claims: tuple[Claim, ...] = ()
   # The transfer check's band: a factor per doubling of size (``Sweep.transfer_band``).
   transfer_band: float = TRANSFER_BAND
+  # The ladder (``Sweep.ladder``) as resolved: its rungs, budgets and each
+  # point's counts (``records.ladder``); None: the sweep has none. Its two
+  # axes are the first of ``axes``.
+  ladder: LadderPlan | None = None
+  # The trunk runs of a branched ladder: each trains the shared stable phase
+  # of its budgets (the runs whose ``trunk`` names it) and is no point of the
+  # report; its cost is the ladder's (``sweep.branching``).
+  trunks: list[RunEntry] = dataclasses.field(default_factory=list)
 
   def __post_init__(self):
     object.__setattr__(self, "tune", tune_grids(self.tune))
