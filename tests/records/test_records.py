@@ -186,8 +186,16 @@ REPORTS = sorted(glob.glob(str(ROOT / "docs" / "results" / "*" / "report.json"))
 # wrote, as the hand-written reader and writer did: per seed its ``training``
 # signals, per comparison its ``base_index``, the report's evaluation effects
 # and layer profiles, and a point's ``stale`` flag where its confirmation ran
-# at another value than it chose (written only where true).
-ADDED = ("training", "base_index", "evaluation_effects", "layer_profiles", "stale")
+# at another value than it chose (written only where true), and each compute
+# row's evaluations' time over its train steps' (derived from its phases).
+ADDED = ("training", "base_index", "evaluation_effects", "layer_profiles", "stale",
+         "eval_per_train_step")
+
+
+def _eval_ratio(row: dict) -> float | None:
+  """A compute row's ``eval_per_train_step`` as its phases give it."""
+  train = row["phases"].get("train_steps", 0.0)
+  return round(row["phases"].get("evaluations", 0.0) / train, 4) if train > 0 else None
 
 
 def _without_added(written: Any, original: Any) -> Any:
@@ -202,10 +210,14 @@ def _without_added(written: Any, original: Any) -> Any:
 
 def _added(written: Any, original: Any, found: set) -> set:
   """``found`` with (key, its value as JSON) of each key ``written`` has and
-  ``original`` lacks; a base index's value as "index" (it is the data's)."""
+  ``original`` lacks; a base index's value as "index" (it is the data's), a
+  compute row's evaluations' ratio as "phases' ratio" where its phases give it."""
   if isinstance(written, dict) and isinstance(original, dict):
     for k, v in written.items():
       if k not in original:
+        if k == "eval_per_train_step" and v == _eval_ratio(written):
+          found.add((k, "phases' ratio"))
+          continue
         found.add((k, "index" if k == "base_index" else json.dumps(v)))
       else:
         _added(v, original[k], found)
@@ -232,7 +244,7 @@ def test_every_committed_report_reads_and_writes_back_as_it_was(path):
   written = report.to_json()
   assert _added(written, original, set()) <= {
       ("training", "{}"), ("base_index", "index"), ("evaluation_effects", "[]"),
-      ("layer_profiles", "[]"), ("stale", "true")}
+      ("layer_profiles", "[]"), ("stale", "true"), ("eval_per_train_step", "phases' ratio")}
   expected = {**_without_added(written, original),
               **({} if claims is None else {"claims": claims})}
   assert dumped(expected) == text

@@ -458,17 +458,21 @@ def test_l0_is_the_step_0_evaluation_else_the_uniform_loss(tmp_path):
 
 
 # ------------------------------------------------------------- still improving?
-def _curves_report(curves):
-  """A planted untuned sweep: {norm_position: [each seed's eval/loss curve]}."""
+def _curves_report(curves, subset=None):
+  """A planted untuned sweep: {norm_position: [each seed's eval/loss curve]};
+  ``subset``: {norm_position: [each seed's eval_subset/loss at its last step]}."""
   runs, summaries = [], {}
   for norm, per_seed in curves.items():
     for seed, curve in enumerate(per_seed):
       name = f"{norm}_s{seed}"
       runs.append(fakes.entry(name, seed, [{"model.norm_position": norm}]))
+      logged = {"eval/loss": curve}
+      if subset and norm in subset:
+        logged["eval_subset/loss"] = [(curve[-1][0], subset[norm][seed])]
       summaries[name] = fakes.summary(
           {"eval/loss": curve[-1][1]}, step=300,
           initial={"eval/loss": curve[0][1]} if curve[0][0] == 0 else {},
-          curves={"eval/loss": curve}, num_params=1000)
+          curves=logged, num_params=1000)
   record = fakes.record("curves", [fakes.axis("model.norm_position", list(curves))], runs,
                         [0, 1, 2], select_by="eval/loss", report_split="validation", tune={})
   baselines = {name: schema.Baseline(None, None) for name in summaries}
@@ -515,3 +519,20 @@ def test_a_curve_still_falling_by_more_than_the_seed_noise_is_flagged():
   # The base point flat too: no verdict carries the note.
   record, summaries, report = _curves_report({"post": flat, "pre": flat})
   assert "still improving: a longer run" not in assemble.render(record, summaries, report, {})
+
+
+def test_a_last_evaluation_of_the_whole_split_is_compared_on_the_subset():
+  """eval.final_batches: the last evaluation read the whole split (eval/loss
+  3.0, the run's final value), the ones before a subset whose loss is 0.19
+  higher; its eval_subset/loss (3.19 + d) is what the drop and the seed
+  noise read: the curve is flat (0.01 against 0.05), not a 0.2 drop."""
+  flat = [[(0, 6.9), (100, 3.4), (200, 3.2 + d), (300, 3.0 + d)] for d in (0, .05, -.05)]
+  _, _, report = _curves_report({"post": flat},
+                                subset={"post": [3.19 + d for d in (0, .05, -.05)]})
+  (point,) = report.points
+  assert point.trend.still_improving is False
+  assert (point.trend.drop, point.trend.seed_noise) == pytest.approx((0.01, 0.05))
+  assert point.trend.steps == (200, 300)
+  # Without it, the two samples' difference reads as a drop.
+  _, _, report = _curves_report({"post": flat})
+  assert report.points[0].trend.drop == pytest.approx(0.2)

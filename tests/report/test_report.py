@@ -1007,6 +1007,47 @@ def test_compute_table_sums_core_time_and_the_train_steps_share(tmp_path):
   assert "| **total** | 4 | 5.17 core-min | 48% |" in text
 
 
+def test_compute_table_gives_the_evaluations_time_over_the_train_steps(tmp_path):
+  """"eval / train steps": each point's and the total's evaluation core-seconds
+  over their train-step core-seconds (issue 53's at most 15% for a shipped
+  ladder), in report.json (``eval_per_train_step``) and report.md; "-" where no
+  train-step time was recorded."""
+  root = tmp_path / "evalshare"
+  runs = []
+  # (activation, seed, cores, train steps, evaluations)
+  for act, seed, cores, train_s, eval_s in (("relu", 0, 1, 60.0, 6.0),
+                                            ("relu", 1, 2, 30.0, 9.0),
+                                            ("gelu", 0, 1, 0.0, 5.0),
+                                            ("gelu", 1, 1, 0.0, 5.0)):
+    name = f"activation-{act}_s{seed}"
+    write_run(root, name, seed, 3.0 + seed / 10, cores=cores, seconds={
+        "startup": 10.0, "compile": 5.0, "train_steps": train_s, "evaluations": eval_s,
+        "checkpointing": 1.0})
+    runs.append(fakes.entry(name, seed, [{"model.activation": act}], state="finished"))
+  record = sweep_record("evalshare", [fakes.axis("model.activation", ["relu", "gelu"])], runs,
+                        seeds=[0, 1])
+  fakes.write_sweep(root, record)
+  assemble.write_report(root)
+  data = json.loads((root / "report.json").read_text())
+  relu, gelu = data["compute"]["points"]
+  # relu: (6 x 1 + 9 x 2) / (60 x 1 + 30 x 2) = 24 / 120.
+  assert relu["eval_per_train_step"] == 0.2 and gelu["eval_per_train_step"] is None
+  total = data["compute"]["total"]
+  assert total["eval_per_train_step"] == round(34.0 / 120.0, 4)
+  assert list(total) == ["key", "runs", "core_seconds", "train_fraction",
+                         "eval_per_train_step", "phases"]
+  report = schema.Report.from_json(data)
+  assert report.compute.total.eval_per_train_step == pytest.approx(34.0 / 120.0)
+  assert report.to_json()["compute"] == data["compute"]
+  text = (root / "report.md").read_text()
+  assert "| checkpointing | eval / train steps |" in text
+  assert "; evaluations took 28% of the train steps' time." in text
+  section = text.split("## Compute")[1].splitlines()
+  rows = {line.split(" | ")[0]: line for line in section if line.startswith("| ")}
+  assert rows["| relu"].endswith("| 20% |") and rows["| gelu"].endswith("| - |")
+  assert rows["| **total**"].endswith("| 28% |")
+
+
 def _vocabulary_sweep(label: str, values):
   """(record, report) of two values of ``label``, three seeds, in memory:
   the second value worse in nats per token and better in bits per byte, as

@@ -227,6 +227,92 @@ def test_eval_num_batches_0_evaluates_the_whole_split(tmp_path):
     assert_as_logged(result[tag], scalars, f"eval/{tag}", 10)
 
 
+def _weighted_rows(config, tokenizer, split: str) -> tuple[int, int]:
+  """(batches, rows with a weighted target) of the whole of ``split`` as
+  evaluations read it (the fixed evaluation shuffle)."""
+  batches = list(run_setup.make_data(config, tokenizer, split, train=False))
+  return len(batches), sum(int(np.any(row > 0)) for b in batches for row in b["weights"])
+
+
+def test_eval_final_batches_0_reads_the_whole_split_at_the_last_evaluation(
+    tmp_path, monkeypatch):
+  """eval.num_batches=1, eval.final_batches=0: the evaluations during training
+  (steps 0 and 10) read the first batch of the fixed evaluation shuffle, the
+  last one (step 20, whose eval/* are the run's final values) the whole split,
+  with its standard error, as evaluate reads it by default; eval_subset/* at
+  step 20 is its first batch's, as evaluate --max_batches 1 gives it. The
+  evaluations after training read the whole split too (--split validation live,
+  --split test from the checkpoint of the finished run), and the evaluation
+  step is compiled once for all of them."""
+  calls, made, read = [0], [], []
+  jitted = run_setup.ShardedRun.eval_step
+
+  def counted_eval_step(self):
+    step = jitted(self)
+    made.append(step)
+
+    def run(*args):
+      calls[0] += 1
+      return step(*args)
+    return run
+
+  in_training = trainer._TrainingLoop._eval_and_report  # pylint: disable=protected-access
+
+  def recorded(loop, step, **kwargs):
+    before = calls[0]
+    in_training(loop, step, **kwargs)
+    read.append((step, calls[0] - before))
+
+  monkeypatch.setattr(run_setup.ShardedRun, "eval_step", counted_eval_step)
+  monkeypatch.setattr(trainer._TrainingLoop, "_eval_and_report", recorded)  # pylint: disable=protected-access
+  workdir = tmp_path / "run"
+  config = tiny_config("lm.py:tiny", {"eval.num_batches": 1, "eval.final_batches": 0})
+  result = trainer.train_and_evaluate(config, str(workdir),
+                                      evaluations=[["--split", "validation"]])
+  assert result.status == "finished"
+  run = trained_run.load_run(workdir)
+  whole, rows = _weighted_rows(run.config, run.tokenizer, "validation")
+  assert whole > 1
+  assert read == [(0, 1), (10, 1), (20, whole)]
+  assert {s._cache_size() for s in made} == {1}  # pylint: disable=protected-access
+  scalars = metrics.read_scalars(workdir / "tensorboard")
+  assert [s for s, _ in scalars["eval_subset/loss"]] == [20]
+  assert logged(scalars, "eval/loss", 20) != logged(scalars, "eval_subset/loss", 20)
+  # The report's final values are the whole split's; its still-improving check
+  # also reads the subset's loss at the last step.
+  from tfx_jax.report import collect  # pylint: disable=import-outside-toplevel
+  summary = collect.read_run(workdir, collect.RunEntry(name="run", seed=0, values=(),
+                                                       overrides={}))
+  assert summary.final["eval/loss"] == logged(scalars, "eval/loss", 20)
+  assert not any(tag.startswith("eval_subset/") for tag in summary.final)
+  assert summary.curves["eval_subset/loss"] == scalars["eval_subset/loss"]
+  # The evaluation after training, on the live parameters with the same
+  # compiled step and the same batches in the same order: bitwise.
+  after = json.loads((workdir / "eval" / "validation-20.json").read_text())
+  assert after["num_examples"] == rows
+  for tag in ("loss", "loss_se", "bpb", "bpb_se"):
+    assert np.float32(after[tag]) == logged(scalars, f"eval/{tag}", 20), tag
+  # The evaluate command, from the checkpoints: the whole split by default,
+  # the first batch with --max_batches 1.
+  ok(evaluate, "--workdir", workdir)
+  whole_split = json.loads((workdir / "eval" / "validation-20.json").read_text())
+  for tag in ("loss", "loss_se"):
+    assert_as_logged(whole_split[tag], scalars, f"eval/{tag}", 20)
+  for step, tag in ((10, "eval/loss"), (20, "eval_subset/loss"), (20, "eval_subset/loss_se")):
+    ok(evaluate, "--workdir", workdir, "--step", step, "--max_batches", 1)
+    first = json.loads((workdir / "eval" / f"validation-{step}.json").read_text())
+    assert_as_logged(first[tag.split("/")[1]], scalars, tag, step)
+  # The finished run started again runs its missing evaluation from its
+  # checkpoint: the test pass, the whole split.
+  made.clear()
+  trainer.train_and_evaluate(config, str(workdir), evaluations=[
+      ["--split", "validation"], ["--split", "test"]])
+  test = json.loads((workdir / "eval" / "test-20.json").read_text())
+  test_batches, test_rows = _weighted_rows(run.config, run.tokenizer, "test")
+  assert test_batches > 1 and test["num_examples"] == test_rows
+  assert {s._cache_size() for s in made} == {1}  # pylint: disable=protected-access
+
+
 def test_evaluate_bad_step_or_workdir_exits_2(lm_run, tmp_path):
   workdir, _ = lm_run
   err = fails(evaluate, "--workdir", workdir, "--step", 15)

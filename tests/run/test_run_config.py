@@ -134,3 +134,32 @@ def test_a_resume_compares_the_dataset_version_apart_from_the_name():
             "compute_dtype": "float32"}
   ckpt_lib.check_compatible(run_config.resume_view(saved), run_config.resume_view(pinned),
                             run_config.RESUME_FIELDS)
+
+
+@pytest.mark.parametrize("num_batches, final_batches, message", [
+    (4, -2, "eval.final_batches=-2 is not valid: must be -1 (as eval.num_batches), 0 (the "
+     "whole split) or a number of batches > 0."),
+    (4, 3, "eval.final_batches=3 is not valid: reads at least the batches of the other "
+     "evaluations (eval.num_batches=4; 0: the whole split): -1 (as eval.num_batches), 0 "
+     "(the whole split) or a number >= eval.num_batches."),
+    (0, 8, "eval.final_batches=8 is not valid: reads at least the batches of the other "
+     "evaluations (eval.num_batches=0;"),
+])
+def test_eval_final_batches_names_its_choices(no_devices, num_batches, final_batches,
+                                              message):
+  config = _lm_tiny()
+  config.eval.num_batches, config.eval.final_batches = num_batches, final_batches
+  with pytest.raises(ConfigError) as e:
+    run_config.resolve(config)
+  assert message in str(e.value)
+
+
+def test_the_last_evaluation_reads_eval_final_batches(no_devices):
+  """eval.final_batches at train.num_steps only; -1: every evaluation as
+  eval.num_batches (the default, today's behaviour)."""
+  config = _lm_tiny()
+  config.train.num_steps, config.eval.num_batches = 100, 2
+  for final, last in ((-1, 2), (0, 0), (2, 2), (5, 5)):
+    config.eval.final_batches = final
+    ev = run_config.resolve(config).eval
+    assert [ev.batches_at(s, 100) for s in (0, 50, 99, 100)] == [2, 2, 2, last]

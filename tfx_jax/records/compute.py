@@ -9,13 +9,19 @@ import dataclasses
 from tfx_jax.records import serial
 
 
+def _rounded(value: float | None) -> float | None:
+  return None if value is None else round(value, 4)
+
+
 # report.json rounds the seconds to the millisecond and writes the train
-# steps' share (to 4 places) beside them; the share is not read back.
-@serial.layout(order=("key", "runs", "core_seconds", "train_fraction", "phases"),
+# steps' share and the evaluations' time per train-step second (to 4 places)
+# beside them; those are not read back.
+@serial.layout(order=("key", "runs", "core_seconds", "train_fraction", "eval_per_train_step",
+                      "phases"),
                written={"core_seconds": lambda v: round(v, 3),
                         "phases": lambda phases: {p: round(v, 3) for p, v in phases.items()}},
-               derived={"train_fraction": lambda row: (None if row.train_fraction is None
-                                                       else round(row.train_fraction, 4))})
+               derived={"train_fraction": lambda row: _rounded(row.train_fraction),
+                        "eval_per_train_step": lambda row: _rounded(row.eval_per_train_step)})
 @dataclasses.dataclass(frozen=True)
 class ComputeRow:
   """The runs of one point (``key``; None: the whole sweep) and their cost."""
@@ -30,6 +36,15 @@ class ComputeRow:
     if self.core_seconds <= 0:
       return None
     return self.phases.get("train_steps", 0.0) / self.core_seconds
+
+  @property
+  def eval_per_train_step(self) -> float | None:
+    """The evaluations' core-seconds over the train steps' (issue 53 holds a
+    shipped ladder to at most 0.15); None: no train-step time recorded."""
+    train = self.phases.get("train_steps", 0.0)
+    if train <= 0:
+      return None
+    return self.phases.get("evaluations", 0.0) / train
 
 
 @dataclasses.dataclass(frozen=True)

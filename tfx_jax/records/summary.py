@@ -31,7 +31,9 @@ class RunSummary:
   # Every eval/* tag at step 0, the evaluation before the first update
   # (``eval.at_start``); {} for a run that did not evaluate at step 0.
   initial: dict[str, float] = _empty()
-  # {tag: [(step, value)]} for train/loss, train/nll and eval/loss.
+  # {tag: [(step, value)]} for train/loss, train/nll, eval/loss and, where the
+  # last evaluation read more than the others (eval.final_batches),
+  # eval_subset/loss: its loss over the others' subset.
   curves: dict[str, list[tuple[int, float]]] = _empty()
   # The median of train/tokens_per_sec, its first interval (which includes
   # compilation) left out; None: not logged.

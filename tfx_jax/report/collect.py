@@ -150,7 +150,8 @@ def read_run(workdir: pathlib.Path, entry: RunEntry) -> RunSummary:
       initial={tag: points[0][1] for tag, points in scalars.items()
                if tag.startswith("eval/") and points and points[0][0] == 0},
       curves={t: [(s, v) for s, v, _ in scalars[t]]
-              for t in ("train/loss", "train/nll", "eval/loss") if t in scalars},
+              for t in ("train/loss", "train/nll", "eval/loss", metrics.SUBSET_LOSS)
+              if t in scalars},
       tokens_per_sec=statistics.median(tps) if tps else None,
       wall_seconds=wall,
       compile_seconds=(entry.compile_seconds if status is None

@@ -127,6 +127,14 @@ class EvalConfig:
   # noise to every run's loss (eval/loss_se), larger than a quarter of the
   # seed-to-seed spread for the tiny LM at 4 batches (docs/fair-comparisons.md).
   num_batches: int = 8
+  # Batches the last evaluation of training (at train.num_steps, whose eval/*
+  # values are the run's final ones, which the sweep report's tuning selects
+  # on) reads; -1: as eval.num_batches; 0: the whole split. With
+  # eval.num_batches > 0 the evaluations before it read a fixed subset (the
+  # first batches of the fixed shuffle) and the final one the whole split:
+  # in a tuned sweep of the tiny LM reading the whole split at every
+  # evaluation took 184 s of the runs' 496 s against 255 s of train steps.
+  final_batches: int = -1
   batch_size: int = 32
   num_bleu_examples: int = 64  # translation: BLEU on a fixed validation subset
   num_samples: int = 3  # decoded samples written to TensorBoard text
@@ -143,9 +151,28 @@ class EvalConfig:
       need(getattr(self, name) > 0, f"eval.{name}", getattr(self, name), "must be > 0")
     need(self.num_batches >= 0, "eval.num_batches", self.num_batches,
          "must be >= 0 (0: the whole split)")
+    need(self.final_batches >= -1, "eval.final_batches", self.final_batches,
+         "must be -1 (as eval.num_batches), 0 (the whole split) or a number of "
+         "batches > 0")
+    # The final pass gives the intermediate subset's loss too (its first
+    # batches), which the still-improving check compares with the evaluation
+    # before it: it reads at least that subset.
+    need(self.final_batches in (-1, 0) or 0 < self.num_batches <= self.final_batches,
+         "eval.final_batches", self.final_batches,
+         f"reads at least the batches of the other evaluations (eval.num_batches="
+         f"{self.num_batches}; 0: the whole split): -1 (as eval.num_batches), 0 (the "
+         f"whole split) or a number >= eval.num_batches")
     for name in ("num_bleu_examples", "num_samples"):
       need(getattr(self, name) >= 0, f"eval.{name}", getattr(self, name), "must be >= 0")
     return self
+
+  def batches_at(self, step: int, num_steps: int) -> int:
+    """The batches the evaluation at ``step`` of a run of ``num_steps`` reads
+    (0: the whole split): eval.final_batches at the last step, where it is
+    set, else eval.num_batches."""
+    if step == num_steps and self.final_batches != -1:
+      return self.final_batches
+    return self.num_batches
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,18 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+# The last evaluation of training, where it reads more than the others
+# (eval.final_batches), logs beside its eval/* tags the same metrics over the
+# subset the others read (its first batches): eval_subset/loss, ...
+SUBSET_PREFIX = "eval_subset/"
+SUBSET_LOSS = SUBSET_PREFIX + "loss"
+
+
+def subset_tags(metrics: Mapping[str, float]) -> dict[str, float]:
+  """eval/* metrics of the evaluations' subset under ``SUBSET_PREFIX``."""
+  return {SUBSET_PREFIX + tag.removeprefix("eval/"): value for tag, value in metrics.items()}
+
+
 # Number of records of each kind loaded by the readers; 0 means all (the
 # event accumulator's default keeps a random sample of 10,000 scalars).
 _LOAD_EVERYTHING = {"scalars": 0, "tensors": 0}

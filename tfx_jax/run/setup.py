@@ -17,6 +17,7 @@ split.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 from typing import Any, Callable, Iterable
@@ -311,16 +312,18 @@ def make_eval_step(model_cfg: ModelConfig, config, platform: str | None = None,
 
 def evaluate_batches(eval_step, params, batches: Iterable[dict], mesh, *,
                      max_batches: int = 0,
-                     on_batch: Callable[[dict, Any], None] | None = None) -> dict:
-  """Sums of ``eval_step`` over ``batches`` (at most ``max_batches``; 0: all).
+                     on_batch: Callable[[dict, Any], None] | None = None,
+                     total: dict | None = None) -> dict | None:
+  """Sums of ``eval_step`` over ``batches`` (at most ``max_batches``; 0: all),
+  added to ``total`` (the sums of the batches before them, in the order one
+  pass adds them) where given.
 
   ``on_batch(batch, predictions)`` sees every global batch with its
   predictions (the evaluation command writes hypotheses from them; with
   several processes, each process's rows are gathered first). Every process
   must see as many batches (``make_data`` guarantees it), or the collectives
-  of the step wait forever. Returns None when no batch came.
+  of the step wait forever. Returns None when no batch came (and no ``total``).
   """
-  total = None
   for i, batch in enumerate(batches):
     if max_batches and i >= max_batches:
       break
@@ -332,6 +335,21 @@ def evaluate_batches(eval_step, params, batches: Iterable[dict], mesh, *,
                              multihost_utils.process_allgather(batch, tiled=True))
       on_batch(batch, jax.device_get(pred))
   return total
+
+
+def evaluate_subset_and_pass(eval_step, params, batches: Iterable[dict], mesh, *,
+                             subset: int, max_batches: int = 0
+                             ) -> tuple[dict | None, dict | None]:
+  """(sums over the first ``subset`` batches, sums over at most ``max_batches``;
+  0: all) of ``batches``, from one pass (``max_batches`` 0 or > ``subset``):
+  the fixed evaluation shuffle's subset is the first batches of every longer
+  pass, so the longer pass gives the subset's sums too, at no extra step."""
+  batches = iter(batches)
+  first = evaluate_batches(eval_step, params, itertools.islice(batches, subset), mesh)
+  # Added on in order: the pass's sums are bitwise those of one call.
+  return first, first if first is None else evaluate_batches(
+      eval_step, params, batches, mesh, total=first,
+      max_batches=max_batches - subset if max_batches else 0)
 
 
 # ---------------------------------------------------------- state and mesh

@@ -421,18 +421,30 @@ class _TrainingLoop:
              f"of {t.layer_stats_init_batches} batches) logged at step 0.")
 
   def _eval_and_report(self, step, samples: bool = True) -> None:
-    """eval/* on a fixed validation sample, plus the task's generated samples
+    """eval/* on a fixed validation sample (eval.num_batches; the last one of
+    training: eval.final_batches), plus the task's generated samples
     (``samples``: off at step 0, where an untrained model's text says nothing)."""
     start = time.time()
     config = self.config
     data = run_setup.make_data(config, self.tokenizer, "validation", train=False,
                                num_shards=self.num_shards)
-    sums = run_setup.evaluate_batches(self.eval_step, self.state.params, data,
-                                      self.sharded.mesh,
-                                      max_batches=config.eval.num_batches)
+    batches = config.eval.batches_at(step, config.train.num_steps)
+    subset = None
+    if batches == config.eval.num_batches:
+      sums = run_setup.evaluate_batches(self.eval_step, self.state.params, data,
+                                        self.sharded.mesh, max_batches=batches)
+    else:  # the final pass: more than the subset, whose sums it gives too
+      subset, sums = run_setup.evaluate_subset_and_pass(
+          self.eval_step, self.state.params, data, self.sharded.mesh,
+          subset=config.eval.num_batches, max_batches=batches)
     if sums is None:
       raise ConfigError(f"the validation split of {config.data.name} is empty.")
     self.last_eval = tasks.metrics_from_sums(self.task, sums)
+    if subset is not None:
+      # The subset's loss at the last step beside the whole pass's: the
+      # evaluations before it read the subset (the still-improving check).
+      self.writer.write_scalars(step, metrics_lib.subset_tags(
+          tasks.metrics_from_sums(self.task, subset)))
     if self.sample_inputs and samples:
       run = TrainedRun(self.workdir, config, self.model_cfg, self.tokenizer,
                      self.state.params, step, self.sharded)

@@ -10,7 +10,12 @@ seed and confirmation seed) and in total:
   sum of the phases its status.json records;
 - the fraction of them spent in train steps (status.json's ``seconds``:
   ``train_steps``), the rest being startup, compilation, evaluations and
-  checkpointing, also given each in core-seconds.
+  checkpointing, also given each in core-seconds;
+- the evaluations' time over the train steps' ("eval / train steps",
+  ``eval_per_train_step``): what evaluating costs for each second of training
+  (a ladder worth shipping keeps it at most 15%: ``eval.num_batches`` reads a
+  fixed subset at the evaluations during training, ``eval.final_batches`` the
+  whole split at the last).
 
 ``costs`` builds it (report.json's ``compute``, ``tfx_jax.records.compute``)
 from the record's runs and their summaries' ``seconds`` and ``cores``
@@ -66,20 +71,25 @@ def fmt_core_time(core_seconds: float) -> str:
   return f"{core_seconds / 60:.{1 if core_seconds >= 600 else 2}f} core-min"
 
 
+def _percent(fraction: float | None) -> str:
+  return "-" if fraction is None else f"{100 * fraction:.0f}%"
+
+
 def compute_table(record: SweepRecord, compute_: Compute) -> list[list[str]]:
-  """One row per point and the total: runs, core time, train steps' share and
-  each phase's core time."""
+  """One row per point and the total: runs, core time, train steps' share,
+  each phase's core time and the evaluations' time over the train steps'."""
   # Each axis by its fields' last parts: an axis over several fields names them
   # all ("num_layers+num_steps"), not its last field alone.
   names = ["+".join(f.split(".")[-1] for f in a.label.split("+")) for a in record.axes]
   head = [*names, "runs", "core time", "train steps",
-          *(p.replace("_", " ") for p in status_lib.PHASES if p != "train_steps")]
+          *(p.replace("_", " ") for p in status_lib.PHASES if p != "train_steps"),
+          "eval / train steps"]
   rows = [head]
 
   def cells(row: ComputeRow) -> list[str]:
-    share = "-" if row.train_fraction is None else f"{100 * row.train_fraction:.0f}%"
-    return [str(row.runs), fmt_core_time(row.core_seconds), share,
-            *(fmt_core_time(row.phases[p]) for p in status_lib.PHASES if p != "train_steps")]
+    return [str(row.runs), fmt_core_time(row.core_seconds), _percent(row.train_fraction),
+            *(fmt_core_time(row.phases[p]) for p in status_lib.PHASES if p != "train_steps"),
+            _percent(row.eval_per_train_step)]
 
   for row in compute_.points:
     rows.append([value_label(a.values[i], a) for a, i in zip(record.axes, row.key)]
@@ -96,12 +106,16 @@ def compute(ctx: Context) -> dict[str, Any]:
 
 def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> list[str]:
   """What the runs cost: core time per point and in total, the share of it
-  in train steps (nothing where no run recorded its time)."""
+  in train steps, the evaluations' time over theirs (nothing where no run
+  recorded its time)."""
   if report.compute is None:
     return []
   total = report.compute.total
   share = ("" if total.train_fraction is None
            else f", {100 * total.train_fraction:.0f}% of it in train steps")
+  if total.eval_per_train_step is not None:
+    share += (f"; evaluations took {100 * total.eval_per_train_step:.0f}% of the train "
+              "steps' time")
   return ["## Compute", "",
           f"{total.runs} runs took {fmt_core_time(total.core_seconds)}{share}. "
           "Core time is each run's wall time (from its process's start, every attempt) "

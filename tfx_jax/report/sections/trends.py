@@ -14,6 +14,7 @@ from typing import Sequence
 from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import stats
+from tfx_jax.run.metrics import SUBSET_LOSS
 from tfx_jax.report.schema import Comparison, Point, Report, Trend
 
 
@@ -32,7 +33,12 @@ def _chosen_curves(point: Point, summaries: RunSummaries) -> list[list[tuple[int
   out = []
   for _, s in sorted(results.items()):
     if s.outcome == "learned":
-      curve = summaries[s.run].curves.get(TREND_METRIC, [])
+      curves = summaries[s.run].curves
+      subset = dict(curves.get(SUBSET_LOSS, []))
+      # A last evaluation that read more than the subset the others read
+      # (eval.final_batches) is compared on that subset, which it logged too:
+      # else the drop would hold the two samples' difference.
+      curve = [(step, subset.get(step, v)) for step, v in curves.get(TREND_METRIC, [])]
       out.append([(step, v) for step, v in curve if step > 0 and math.isfinite(v)])
   return [c for c in out if c]
 
@@ -46,9 +52,10 @@ def trends(record: SweepRecord, points: Sequence[Point], summaries: RunSummaries
   value, seeds added by ``--until-resolved`` too), each with at least two
   evaluations after step 0.
   A run's drop is its validation loss at its second-to-last evaluation minus
-  that at its last; the point's drop is the mean over its runs. The seed
-  noise is the seed-to-seed standard deviation (n - 1) of the final
-  validation loss of those runs; where the point has a single run, that of
+  that at its last, both on the evaluations' subset (the last evaluation's
+  eval_subset/loss where it read more, ``eval.final_batches``); the point's drop is the mean over its runs. The seed
+  noise is the seed-to-seed standard deviation (n - 1) of the last of those
+  losses of those runs; where the point has a single run, that of
   the base point (every axis at its base value); not known where that has a
   single run too. The point is still improving where drop > seed noise: the
   last interval of training alone moved its loss by more than a change of
