@@ -217,11 +217,18 @@ def unigram_entropy(data_cfg: Any, tokenizer, targets: Targets, *,
     source: example dicts to count instead of the dataset (in memory, tests);
       nothing is cached then.
   """
-  keys = sources.resolve_keys(data_cfg)
   if source is not None:
+    keys = sources.resolve_keys(data_cfg)
     used = sources.leading_examples(len(source), data_cfg, split)
     counts, _ = target_counts(_Leading(source, used), tokenizer, targets, keys)
     return entropy_nats(counts)
+  return float(_split_counts(data_cfg, tokenizer, targets, split)["entropy_nats"])
+
+
+def _split_counts(data_cfg: Any, tokenizer, targets: Targets, split: str) -> dict[str, Any]:
+  """The cache entry of ``split``'s targets (entropy, examples, targets, ...),
+  computed by streaming the split once where the cache has none."""
+  keys = sources.resolve_keys(data_cfg)
   features = [getattr(keys, field) for field in targets.keys]
   data_dir = getattr(data_cfg, "data_dir", None) or None
   name = sources.canonical_name(sources.dataset_name(data_cfg))
@@ -235,7 +242,7 @@ def unigram_entropy(data_cfg: Any, tokenizer, targets: Targets, *,
   path = cache_path(data_cfg, tokenizer)
   cached = _read_cache(path)
   if key in cached:
-    return float(cached[key]["entropy_nats"])
+    return cached[key]
   root = sources.resolve_data_dir(data_dir)
   with sources.build_lock(data_dir, os.path.relpath(path, root)):
     cached = _read_cache(path)  # Another process may have computed it.
@@ -254,4 +261,12 @@ def unigram_entropy(data_cfg: Any, tokenizer, targets: Targets, *,
       logging.info("Unigram entropy of %s: %s", key, cached[key])
       os.makedirs(os.path.dirname(path), exist_ok=True)
       files.write_json(path, cached)
-  return float(cached[key]["entropy_nats"])
+  return cached[key]
+
+
+def target_tokens(data_cfg: Any, tokenizer, targets: Targets, *,
+                  split: str = "train") -> int:
+  """The targets a pass over ``split`` predicts: the corpus a ladder's budgets
+  are counted against (its epochs). Counted once with the unigram entropy, and
+  cached with it."""
+  return int(_split_counts(data_cfg, tokenizer, targets, split)["targets"])

@@ -12,10 +12,13 @@ line), run on this machine or a SLURM cluster, resume, report.
   confirm.py   the confirmation stage: fresh seeds at each point's chosen value
   transfer.py  the transfer stage (tune_at): the other sizes at their proxy's value
   adaptive.py  --until-resolved: more seeds where a comparison is unresolved
+  ladder.py    a ladder resolved: counts, steps, epochs, branch points; the dry run's table
+  branching.py a branched ladder's trunk runs (several wsd budgets from one run)
   core/flags.py       ``python -m tfx_jax.sweep``
 """
 
 from tfx_jax.records.claims import Claim, Equivalent, Regime, Requires
+from tfx_jax.records.ladder import Ladder
 from tfx_jax.sweep.spec import Evaluation, Sweep
 
-__all__ = ["Claim", "Equivalent", "Evaluation", "Regime", "Requires", "Sweep"]
+__all__ = ["Claim", "Equivalent", "Evaluation", "Ladder", "Regime", "Requires", "Sweep"]

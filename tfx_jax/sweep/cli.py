@@ -30,6 +30,8 @@ from tfx_jax.records import sweep as sweep_record
 from tfx_jax.core.flags import exit_code
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.records import claims as claims_lib
+from tfx_jax.records import ladder as ladder_record
+from tfx_jax.records.ladder import LadderPlan
 from tfx_jax.records import transfer as transfer_lib
 from tfx_jax.run.config_base import load_config_file
 from tfx_jax.sweep import adaptive
@@ -59,6 +61,14 @@ def _parser() -> argparse.ArgumentParser:
                  "model.d_model=64 or model.d_model=32,64; a flag per field): every "
                  "other point runs at the value chosen at the nearest proxy size below "
                  "it, after the tuning stage (needs --tune)")
+  p.add_argument("--ladder", metavar="PATH=V1,V2[;PATH=V1,V2]",
+                 help="a ladder of model sizes, zipped fields as --axis zips them, e.g. "
+                 "'model.d_model=64,128,256;model.num_heads=2,4,8': every variant, tuned "
+                 "value and seed runs at every rung and at every --tokens-per-param "
+                 "budget (docs/scaling.md)")
+  p.add_argument("--tokens-per-param", metavar="T1,T2",
+                 help="with --ladder: the budgets, in training tokens per non-embedding "
+                 "parameter of each rung, e.g. 10,20")
   p.add_argument("--select-by", help="metric that picks each point's tuned values on "
                  "the validation split (default: the sweep's, or eval/loss)")
   p.add_argument("--confirm", type=int, default=None, metavar="N",
@@ -138,6 +148,8 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
     changes["tune"] = spec_lib.parse_tune_flags(args.tune)
   if args.tune_at:
     changes["tune_at"] = spec_lib.parse_tune_at_flags(args.tune_at)
+  if args.ladder or args.tokens_per_param:
+    changes["ladder"] = parse_ladder_flags(args.ladder, args.tokens_per_param)
   if args.select_by:
     changes["select_by"] = args.select_by
   if args.confirm is not None:
@@ -169,9 +181,19 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
           {k: validate.coerce(base, k, v) for k, v in g.when.items()}) for g in grids)
     except ConfigError as e:
       raise ConfigError(f"tune {field}: {e}") from None
+  ladder = sweep.ladder
+  if ladder is not None:
+    ladder = ladder_record.check_declaration(ladder)
+    try:
+      ladder = dataclasses.replace(ladder, rungs=tuple(
+          {k: validate.coerce(base, k, v) for k, v in rung.items()} for rung in ladder.rungs))
+    except ConfigError as e:
+      raise ConfigError(f"ladder: {e}") from None
   # The proxy sizes as the axis values are (typed); a field no axis sets is
   # left for ``expand`` to name with the axes' fields.
   axis_fields = {k for a in axes for v in a for k in v}
+  if ladder is not None:
+    axis_fields |= set(ladder.rungs[0])
   tune_at = {}
   for field, values in sweep_record.tune_at_pairs(sweep.tune_at or {}):
     try:
@@ -204,7 +226,37 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
     evaluations.append(test)
   return dataclasses.replace(sweep, overrides=overrides, axes=axes, tune=tune,
                              evaluations=evaluations, comparisons=comparisons,
-                             tune_at=tune_at)
+                             tune_at=tune_at, ladder=ladder)
+
+
+LADDER_FORM = ("--ladder 'model.d_model=64,128,256;model.num_heads=2,4,8' "
+               "--tokens-per-param 10,20")
+
+
+def parse_ladder_flags(ladder: str | None, tokens_per_param: str | None
+                       ) -> ladder_record.Ladder:
+  """``--ladder`` and ``--tokens-per-param`` -> ``Sweep.ladder`` (values are
+  strings here; the sweep coerces them to the fields' types)."""
+  if not ladder or not tokens_per_param:
+    given, missing = (("--ladder", "--tokens-per-param") if ladder
+                      else ("--tokens-per-param", "--ladder"))
+    raise ConfigError(f"{given} needs {missing}: a ladder is its rungs and its budgets, "
+                      f"e.g. {LADDER_FORM}.")
+  try:
+    fields = spec_lib.parse_axis_flag(ladder)
+  except ConfigError as e:
+    raise ConfigError(f"--ladder: {e} Expected {LADDER_FORM}.") from None
+  lengths = {len(v) for v in fields.values()}
+  if len(lengths) > 1:
+    raise ConfigError(f"--ladder {ladder!r}: zipped fields need one number of values, got "
+                      + ", ".join(f"{k}: {len(v)}" for k, v in fields.items()) + ".")
+  try:
+    budgets = [float(t) for t in tokens_per_param.split(",") if t.strip()]
+  except ValueError:
+    raise ConfigError(f"--tokens-per-param={tokens_per_param!r}: expected numbers such as "
+                      "10,20.") from None
+  rungs = [dict(zip(fields, values)) for values in zip(*fields.values())]
+  return ladder_record.Ladder(rungs=rungs, tokens_per_param=budgets)
 
 
 def check_confirm(sweep: spec_lib.Sweep) -> None:
@@ -299,14 +351,15 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
                  runs: Sequence[spec_lib.Run], command: str, previous: SweepRecord | None,
                  report_options: ReportOptions = ReportOptions(),
                  notes: Mapping[str, Sequence[str]] | None = None,
-                 until_resolved: int | None = None) -> SweepRecord:
+                 until_resolved: int | None = None,
+                 ladder: LadderPlan | None = None) -> SweepRecord:
   """sweep.json's record; attempts, times, SLURM jobs and added seeds carried
   over from ``previous``. ``notes``: {run name: what validation noted};
   ``until_resolved``: the MAX_SEEDS kept (``until_resolved_budget``).
   ``runs`` of stage ``transfer`` (a sweep with ``tune_at``) are not the
   record's runs: the transfer stage adds the ones it runs
   (``candidate_entries``, ``sweep.transfer``)."""
-  fields = [f for a in axes for f in a.fields]
+  fields = [f for a in axes for f in a.fields if f != ladder_record.BUDGET_FIELD]
   base = validate.base_values(sweep.config, sweep.overrides, fields)
   if sweep.tune_at:  # the rule a transferred value carries over by
     base.update(validate.base_values(sweep.config, sweep.overrides,
@@ -334,10 +387,14 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
       created=(previous.created if previous and previous.created else sweep_record.now()),
       slurm_jobs=list(previous.slurm_jobs) if previous else [], runs=entries,
       report_options=report_options, claims=claims_lib.check_all(sweep.claims),
-      transfer_band=transfer_band(sweep))
+      transfer_band=transfer_band(sweep), ladder=ladder,
+      trunks=list(previous.trunks) if previous else [])
   adaptive.restore_added(record, previous, {
       e.name: e for e in candidate_entries(sweep, [r for r in runs if r.stage == "transfer"],
                                            notes)})
+  if ladder is not None:  # the budgets' trunks, as an earlier invocation made them
+    from tfx_jax.sweep import branching  # pylint: disable=import-outside-toplevel
+    branching.attach(record)
   # A claim the sweep cannot test: exit 2, nothing written (the report's
   # statistics load only where a sweep declares claims).
   if record.claims:
@@ -417,7 +474,12 @@ def _sweep(argv: list[str]) -> int:
     topology_lib.prepare_host(topology)
   sweep = declared_sweep(args, cli_overrides)
   check_until_resolved(sweep, args.until_resolved)
-  axes, every_run = spec_lib.expand(sweep)
+  plan = None
+  if sweep.ladder is not None:
+    from tfx_jax.sweep import ladder as ladder_plan  # pylint: disable=import-outside-toplevel
+    plan = ladder_plan.plan(sweep.config, sweep.overrides, sweep.ladder,
+                            spec_lib.declared_axes(sweep))
+  axes, every_run = spec_lib.expand(sweep, plan=plan)
   notes = validate.check_runs(sweep.config, axes, every_run)
   # A sweep with tune_at: the declared runs are the tuning points'; the
   # others' runs at every value are the transfer stage's candidates.
@@ -432,7 +494,7 @@ def _sweep(argv: list[str]) -> int:
       equivalence_margin=(args.equivalence_margin if args.equivalence_margin is not None
                           else kept.equivalence_margin))
   record = build_record(sweep, axes, every_run, reproduce_command(argv), previous, options,
-                        notes, until_resolved_budget(args.until_resolved, previous))
+                        notes, until_resolved_budget(args.until_resolved, previous), plan)
   candidates = candidate_entries(sweep, [r for r in every_run if r.stage == "transfer"], notes)
   if args.relabel:
     return relabel(record, pathlib.Path(args.relabel))
@@ -463,20 +525,35 @@ def _sweep(argv: list[str]) -> int:
     stages += (f"\n  then the confirmation stage: {n_points} points x {record.confirm} "
               f"seeds ({confirm.seeds_text(record.confirmation_seeds())}), each point at "
               "the tuned values its tuning stage chose; the verdicts read these runs only")
+  if record.ladder is not None:
+    from tfx_jax.sweep import branching  # pylint: disable=import-outside-toplevel
+    from tfx_jax.sweep import ladder as ladder_plan  # pylint: disable=import-outside-toplevel
+    stages += "\n" + "\n".join(ladder_plan.table(record.ladder))
+    saved = branching.steps_text(record)
+    if saved:
+      stages += "\n" + saved
   header = first + stages
   if args.dry_run:
     print(first + "  [dry run: nothing written]" + stages)
     print(f"  base: {sweep.config} " + " ".join(
         f"--config.{k}={spec_lib.format_value(v)}" for k, v in sweep.overrides.items()))
     for r in record.runs:
-      axis = " ".join(f"--config.{k}={spec_lib.format_value(v)}"
-                      for value in [*r.values, r.tuned] for k, v in value.items())
+      axis = " ".join(
+          f"--config.{k}={spec_lib.format_value(v)}" if k != ladder_record.BUDGET_FIELD
+          else f"--config.train.num_steps={r.overrides['train.num_steps']}"
+          for value in [*r.values, r.tuned] for k, v in value.items())
       print(f"  {r.name}  {r.state}  {sweep_dir / r.name}  {axis} "
             f"--config.seed={r.seed}")
       for note in r.notes:
         print(f"      note: {note}")
+      if r.trunk:
+        print(f"      branches from {r.trunk} at step {r.overrides['train.branch_step']}")
       for e in r.evaluations:
         print(f"      then: python -m tfx_jax.evaluate {shlex.join(e)}")
+    for t in record.trunks:
+      print(f"  {t.name}  {t.state}  {sweep_dir / t.name}  trunk: trains to step "
+            f"{t.overrides['train.stop_step']} of {t.overrides['train.num_steps']}, keeps "
+            f"steps {', '.join(map(str, t.overrides['checkpoint.keep_steps']))}")
     if topology is not None:
       from tfx_jax.scale import sweep_check  # pylint: disable=import-outside-toplevel
       # The transferred points' runs too: their sizes are other programs.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as sweep_record
+from tfx_jax.sweep import branching
 from tfx_jax.sweep import state as state_lib
 from tfx_jax.records.sweep import RunEntry, SweepRecord
 
@@ -42,7 +43,15 @@ def runs_to_do(record: SweepRecord, retry_failed: bool) -> list[RunEntry]:
     if entry.state == "failed" and not retry_failed:
       continue
     todo.append(entry)
-  return todo
+  return with_trunks(record, todo, retry_failed)
+
+
+def with_trunks(record: SweepRecord, entries: Sequence[RunEntry],
+                retry_failed: bool = False) -> list[RunEntry]:
+  """``entries`` with the trunks their branched budgets need first: those of
+  a ladder's new budgets added (``branching.attach``), and any not done."""
+  branching.attach(record, entries)
+  return [*branching.trunks_to_do(record, entries, state_lib.DONE, retry_failed), *entries]
 
 
 # status.json's phases (``status.PHASES``) as the summary names them.
@@ -122,7 +131,7 @@ def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
       return code
   while args.until_resolved and report is not None:
     from tfx_jax.sweep import adaptive  # pylint: disable=import-outside-toplevel
-    added = adaptive.add_seeds(record, report, args.until_resolved)
+    added = with_trunks(record, adaptive.add_seeds(record, report, args.until_resolved))
     if not added:
       unresolved = [r for r in report.comparisons if r.verdict == "unresolved"]
       print(f"  --until-resolved: {len(unresolved)} comparison(s) unresolved"
@@ -152,7 +161,7 @@ def _confirmation_stage(args, sweep_dir, record, report, save, user_env
   from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
   _print_stale(record, report)
   before = _stages(record)
-  added = confirm.add_confirmation(record, report)
+  added = with_trunks(record, confirm.add_confirmation(record, report))
   moved = _stages(record) != before
   if not added:
     reason = confirm.waiting(record)
@@ -180,7 +189,7 @@ def _transfer_stage(args, sweep_dir, record, report, save, user_env, candidates
   runs them (``sweep.transfer``); (exit code, the report written after them)."""
   from tfx_jax.sweep import transfer  # pylint: disable=import-outside-toplevel
   before = _stages(record)
-  added = transfer.add_transfer(record, report, candidates)
+  added = with_trunks(record, transfer.add_transfer(record, report, candidates))
   moved = _stages(record) != before
   if not added:
     reason = transfer.waiting(record)
@@ -270,7 +279,8 @@ def _submit(args, sweep_dir, record, todo, save, env, candidates=()) -> int:
     from tfx_jax.sweep import transfer  # pylint: disable=import-outside-toplevel
     report = _write_report(sweep_dir)
     before = _stages(record)
-    todo = transfer.add_transfer(record, report, candidates) if report else []
+    todo = with_trunks(record, transfer.add_transfer(record, report, candidates)
+                       if report else [])
     if todo or _stages(record) != before:
       save()
     if todo:
@@ -285,7 +295,7 @@ def _submit(args, sweep_dir, record, todo, save, env, candidates=()) -> int:
     if report:
       _print_stale(record, report)
     before = _stages(record)
-    todo = confirm.add_confirmation(record, report) if report else []
+    todo = with_trunks(record, confirm.add_confirmation(record, report) if report else [])
     if todo or _stages(record) != before:
       save()
     if todo:
@@ -298,7 +308,8 @@ def _submit(args, sweep_dir, record, todo, save, env, candidates=()) -> int:
     # One round per invocation: the runs so far are done; add the next seeds.
     from tfx_jax.sweep import adaptive  # pylint: disable=import-outside-toplevel
     report = _write_report(sweep_dir)
-    todo = adaptive.add_seeds(record, report, args.until_resolved) if report else []
+    todo = with_trunks(record, adaptive.add_seeds(record, report, args.until_resolved)
+                       if report else [])
     if todo:
       save()
       print(f"  --until-resolved: one more seed for {len(todo)} point(s); run the same "
@@ -306,6 +317,14 @@ def _submit(args, sweep_dir, record, todo, save, env, candidates=()) -> int:
   if not todo:
     print("  nothing to submit.")
     return 0
+  # A branched budget waits for its trunk's checkpoints: trunks first, their
+  # budgets on the next invocation (as the stages do).
+  waiting = [e for e in todo if e.trunk and (e.trunk in queued
+                                            or any(t.name == e.trunk for t in todo))]
+  if waiting:
+    todo = [e for e in todo if e not in waiting]
+    print(f"  {len(waiting)} branched budget(s) wait for their trunks: run the same command "
+          "again once the trunks are done")
   try:
     job_id, script = slurm.submit_sweep(sweep_dir, record, todo, sys.executable,
                                         args.slurm_args, pathlib.Path.cwd(), env,

@@ -248,6 +248,15 @@ class LocalExecutor:
     self.out(f"  {entry.state:<8} {entry.name}  step {entry.step}  "
              f"{time.time() - job.started:.1f}s{extra}{reason}")
 
+  def _trunk_pending(self, entry: RunEntry, queue: list[RunEntry]) -> bool:
+    """Whether ``entry`` is a branched budget whose trunk is still to run or
+    running here (a trunk not run by this invocation is left to the branch,
+    which fails naming the trunk's missing checkpoint)."""
+    if not entry.trunk:
+      return False
+    return any(e.name == entry.trunk for e in queue) or any(
+        job.entry.name == entry.trunk for job in self.jobs)
+
   # --------------------------------------------------------------------- loop
   def run(self, entries: list[RunEntry], save: Callable[[], None]) -> None:
     """Executes ``entries`` (runs of the record), saving the record on changes."""
@@ -258,6 +267,8 @@ class LocalExecutor:
         for entry in list(queue):
           if not self.free:
             break
+          if self._trunk_pending(entry, queue):
+            continue  # a branched budget starts from its trunk's checkpoint
           outcome = self._start(entry)
           if outcome == "busy":
             if entry.name not in self.waiting_noted:

@@ -81,7 +81,9 @@ from typing import Any, Mapping, Sequence
 
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.records import transfer as transfer_lib
+from tfx_jax.records import ladder as ladder_lib
 from tfx_jax.records.claims import Claim
+from tfx_jax.records.ladder import BUDGET_FIELD, Ladder, LadderPlan
 from tfx_jax.records.sweep import (Evaluation, Tune, TunedGrid, grid_at, parse_evaluation,
                                    tune_grids)
 
@@ -146,6 +148,11 @@ class Sweep:
   # [values]}; every other point takes the value chosen at the nearest proxy
   # size below it (``records.transfer``). Empty: every point tunes.
   tune_at: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  # Model sizes crossed with training lengths (``records.ladder``): two axes
+  # ahead of the declared ones, each budget's steps from its rung's
+  # non-embedding parameters, the budgets branched from a shared wsd stable
+  # phase (``sweep.branching``).
+  ladder: Ladder | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,13 +278,40 @@ def check_conditions(tune: Tune, axes: Sequence[Axis]) -> None:
                             f"axis; choose from {[format_value(c) for c in choices[k]]}.")
 
 
-def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list[Axis], list[Run]]:
+def ladder_axes(ladder: Ladder) -> list[Axis]:
+  """The two axes a ladder puts ahead of the declared ones: the rungs and the budgets."""
+  ladder = ladder_lib.check_declaration(ladder)
+  fields = list(ladder.rungs[0])
+  return [Axis("+".join(fields), tuple(dict(r) for r in ladder.rungs)),
+          Axis(BUDGET_FIELD, tuple({BUDGET_FIELD: b} for b in ladder.tokens_per_param))]
+
+
+def declared_axes(sweep: Sweep) -> list[Axis]:
+  """The sweep's own axes (a ladder's two apart), checked; a declared axis that
+  sets a rung's field, or the budget field, is a ConfigError."""
+  axes = [normalize_axis(a) for a in sweep.axes]
+  if sweep.ladder is not None:
+    rung_fields = set(ladder_axes(sweep.ladder)[0].fields) | {BUDGET_FIELD}
+    for axis in axes:
+      clash = sorted(rung_fields & set(axis.fields))
+      if clash:
+        raise ConfigError(f"axis {axis.label} sets {clash}, which the ladder's rungs or "
+                          "budgets set; a variant axis sets other fields.")
+  return axes
+
+
+def expand(sweep: Sweep, extra_overrides: Overrides | None = None,
+           plan: LadderPlan | None = None) -> tuple[list[Axis], list[Run]]:
   """Every run of ``sweep``: the product of its axes times its seeds, seed-major.
 
   ``extra_overrides`` (command-line ``--config.a.b=v``) apply to every run
-  after the sweep's own. Duplicate run names are a ConfigError.
+  after the sweep's own. Duplicate run names are a ConfigError. A sweep with
+  a ladder has its two axes first; ``plan`` (``sweep.ladder.plan``) gives
+  each budget's ``train.num_steps`` (without it, the runs keep the base's).
   """
-  axes = [normalize_axis(a) for a in sweep.axes]
+  axes = declared_axes(sweep)
+  if sweep.ladder is not None:
+    axes = ladder_axes(sweep.ladder) + axes
   seeds = [int(s) for s in sweep.seeds]
   if not seeds:
     raise ConfigError("the sweep has no seeds.")
@@ -315,6 +349,10 @@ def expand(sweep: Sweep, extra_overrides: Overrides | None = None) -> tuple[list
     for value in combo:
       point.update(value)
     key = tuple(a.values.index(v) for a, v in zip(axes, combo))
+    if BUDGET_FIELD in point:  # a ladder's budget: its steps, not a config field
+      del point[BUDGET_FIELD]
+      if plan is not None:
+        point["train.num_steps"] = plan.point(key).steps
     stage = "tune" if transfer_lib.source_key(sources, key) == key else "transfer"
     combos.append((combo, point, tune_grid(grid_at(tune, point)), stage))
   for field, grids in tune.items():

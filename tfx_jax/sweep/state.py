@@ -23,6 +23,7 @@ anything else resumes from its checkpoints.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import pathlib
@@ -55,6 +56,10 @@ def write_spec(sweep_dir: pathlib.Path, record: SweepRecord, entry: RunEntry,
   last step (or, on a finished run, from its checkpoint); otherwise the
   executor runs them as commands of their own (``eval_commands``)."""
   spec = run_spec.of_entry(record, entry, in_process)
+  if entry.trunk:  # a branched budget: where its trunk's checkpoints are
+    from tfx_jax.sweep import branching  # pylint: disable=import-outside-toplevel
+    spec = dataclasses.replace(spec, overrides={
+        **spec.overrides, **branching.spec_overrides(sweep_dir, entry)})
   run_spec.write(run_dir(sweep_dir, entry.name), spec)
   return spec
 
@@ -152,7 +157,7 @@ def log_tail(workdir: pathlib.Path, lines: int = 3) -> str:
 # ------------------------------------------------------------------- record
 def refresh(sweep_dir: pathlib.Path, record: SweepRecord) -> SweepRecord:
   """Updates every run's state in ``record`` from its workdir; returns ``record``."""
-  for entry in record.runs:
+  for entry in [*record.runs, *record.trunks]:
     entry.observe(run_state(run_dir(sweep_dir, entry.name), len(entry.evaluations)))
   return record
 
