@@ -1,0 +1,173 @@
+"""A ladder in a sweep (``Sweep(ladder=Ladder(...))``, ``--ladder``): rungs x
+budgets ahead of the declared axes, each budget's steps from its rung's
+non-embedding count, the dry run's table, and the trunk runs of branched wsd
+budgets (``sweep.branching``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.records import ladder as ladder_lib
+from tfx_jax.records import sweep as sweep_record
+from tfx_jax.run import config as run_config
+from tfx_jax.run import footprint
+from tfx_jax.run.config_base import apply_overrides, load_config_file
+from tfx_jax.sweep import Ladder, Sweep
+from tfx_jax.sweep import branching
+from tfx_jax.sweep import ladder as ladder_plan
+from tfx_jax.sweep import spec as spec_lib
+from helpers import sweep_in_process
+
+pytestmark = [pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")]
+
+RUNGS = "model.d_model=32,64;model.num_heads=2,2"
+WSD = ["--config.optim.schedule=wsd", "--config.optim.warmup_steps=5"]
+LADDER = ["--config", "configs/lm.py:tiny", "--ladder", RUNGS, "--tokens-per-param", "2,4",
+          "--axis", "model.activation=gelu,swiglu", *WSD]
+
+
+def _sweep(**changes) -> Sweep:
+  base = dict(name="lad", config="configs/lm.py:tiny",
+              overrides={"optim.schedule": "wsd", "optim.warmup_steps": 5},
+              axes=[{"model.activation": ["gelu", "swiglu"]}],
+              ladder=Ladder(rungs=[{"model.d_model": 32, "model.num_heads": 2},
+                                   {"model.d_model": 64, "model.num_heads": 2}],
+                            tokens_per_param=[2, 4]))
+  base.update(changes)
+  return Sweep(**base)
+
+
+def _plan(sweep: Sweep) -> ladder_lib.LadderPlan:
+  return ladder_plan.plan(sweep.config, sweep.overrides, sweep.ladder,
+                          spec_lib.declared_axes(sweep), count_corpus=False)
+
+
+def test_each_budget_trains_tokens_per_param_times_the_rungs_non_embedding_count():
+  sweep = _sweep()
+  plan = _plan(sweep)
+  axes, runs = spec_lib.expand(sweep, plan=plan)
+  assert [a.label for a in axes] == ["model.d_model+model.num_heads",
+                                     ladder_lib.BUDGET_FIELD, "model.activation"]
+  assert len(runs) == 2 * 2 * 2
+  for ri, d_model in enumerate((32, 64)):
+    config = load_config_file("configs/lm.py:tiny")
+    apply_overrides(config, {"model.d_model": d_model, "model.num_heads": 2,
+                             "optim.schedule": "wsd", "optim.warmup_steps": 5})
+    run = run_config.resolve(config)
+    shapes = footprint.param_shapes(run.model)
+    total = sum(math.prod(v.shape) for v in shapes.values())
+    tables = math.prod(shapes["embedding/embedding"].shape)  # tied; RoPE: no position table
+    assert plan.rung_params[ri] == total - tables
+    for bi, tpp in enumerate((2, 4)):
+      point = plan.point((ri, bi, 0))
+      assert point.steps == round(tpp * plan.rung_params[ri] / (16 * 64))
+      assert point.tokens == point.steps * 16 * 64
+      assert point.flops_per_token == footprint.flops_per_token(run.model, 64)["train"]
+      assert point.branch_step == int(point.steps * (1 - run.optim.decay_fraction))
+  for run in runs:
+    key = (run.values[0]["model.d_model"] == 64, [2.0, 4.0].index(
+        run.values[1][ladder_lib.BUDGET_FIELD]))
+    assert run.overrides["train.num_steps"] == plan.point((*key, 0)).steps
+    assert ladder_lib.BUDGET_FIELD not in run.overrides
+  # The swiglu variant has its own FLOPs per token, the same tokens.
+  gelu, swiglu = plan.point((1, 1, 0)), plan.point((1, 1, 1))
+  assert gelu.tokens == swiglu.tokens and gelu.flops_per_token != swiglu.flops_per_token
+
+
+def test_branched_budgets_share_one_trunk_per_rung_variant_and_seed():
+  sweep = _sweep(seeds=[0, 1])
+  plan = _plan(sweep)
+  axes, runs = spec_lib.expand(sweep, plan=plan)
+  record = sweep_record.SweepRecord(
+      name="lad", config=sweep.config, seeds=(0, 1),
+      axes=tuple(sweep_record.AxisRecord(a.label, tuple(a.fields), a.values) for a in axes),
+      runs=[sweep_record.RunEntry(r.name, r.seed, r.values, dict(r.overrides)) for r in runs],
+      ladder=plan)
+  added = branching.attach(record)
+  assert len(added) == 2 * 2 * 2  # rungs x variants x seeds
+  for trunk in record.trunks:
+    budgets = [e for e in record.runs if e.trunk == trunk.name]
+    assert len(budgets) == 2
+    steps = sorted(e.overrides["train.branch_step"] for e in budgets)
+    assert list(trunk.overrides["checkpoint.keep_steps"]) == steps
+    assert trunk.overrides["train.stop_step"] == steps[-1]
+    assert trunk.overrides["train.num_steps"] == max(e.overrides["train.num_steps"]
+                                                     for e in budgets)
+    assert "_trunk_" in trunk.name and "tokens_per_param" not in trunk.name
+    for e in budgets:
+      assert {k: v for k, v in e.overrides.items()
+              if k not in ("train.num_steps", "train.branch_step")} == {
+                  k: v for k, v in trunk.overrides.items()
+                  if k not in ("train.num_steps", "train.stop_step", "checkpoint.keep_steps")}
+  # Attaching again (the next invocation) adds nothing; a fresh record with
+  # the trunks kept links its budgets to them.
+  assert branching.attach(record) == []
+  fresh = sweep_record.SweepRecord.from_json(record.to_json())
+  for e in fresh.runs:
+    e.trunk = ""
+    e.overrides.pop("train.branch_step")
+  assert branching.attach(fresh) == []
+  assert all(e.trunk for e in fresh.runs)
+  text = branching.steps_text(record)
+  assert "8 trunk run(s) for 16 branched budget(s)" in text
+
+
+def test_the_dry_run_lists_rungs_budgets_branch_points_flops_and_the_saved_steps(
+    tmp_path, capsys):
+  code, out, err = sweep_in_process([*LADDER, "--workdir", tmp_path, "--dry-run"], capsys)
+  assert code == 0, out + err
+  assert "ladder: 2 rungs x 2 budgets (tokens per non-embedding parameter: 2.0, 4.0)" in out
+  for head in ("non-emb params", "FLOPs/token", "tokens/param", "epochs", "FLOPs",
+               "branch at"):
+    assert head in out
+  assert "branched budgets: per (variant, tuned value, seed)" in out and "saved" in out
+  assert "trunk: trains to step" in out and "branches from" in out
+  assert "--config.train.num_steps=" in out
+  assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--ladder", "model.d_model=32,32;model.num_heads=2,4", "--tokens-per-param", "2"],
+     "a rung must change the model's size"),
+    (["--ladder", RUNGS, "--tokens-per-param", "0,2"], "each must be a number > 0"),
+    (["--ladder", RUNGS, "--tokens-per-param", "-1"], "each must be a number > 0"),
+    (["--ladder", "train.batch_size=8,16", "--tokens-per-param", "2"],
+     "train.batch_size is not a model field"),
+    (["--ladder", "model.width=32,64", "--tokens-per-param", "2"], "model.width"),
+    (["--ladder", RUNGS], "--ladder needs --tokens-per-param"),
+])
+def test_a_bad_ladder_exits_2_at_dry_run_and_writes_nothing(tmp_path, capsys, flags,
+                                                            message):
+  code, out, err = sweep_in_process(["--config", "configs/lm.py:tiny", *flags, *WSD,
+                                     "--workdir", tmp_path, "--dry-run"], capsys)
+  assert code == 2 and message in err, out + err
+  assert not list(tmp_path.iterdir())
+
+
+def test_declaration_errors_name_the_problem():
+  with pytest.raises(ConfigError, match="a ladder needs >= 2 sizes"):
+    ladder_lib.check_declaration(Ladder(rungs=[{"model.d_model": 32}], tokens_per_param=[2]))
+  with pytest.raises(ConfigError, match="every rung sets the same fields"):
+    ladder_lib.check_declaration(Ladder(rungs=[{"model.d_model": 32}, {"model.num_layers": 3}],
+                                        tokens_per_param=[2]))
+  with pytest.raises(ConfigError, match="repeats a value"):
+    ladder_lib.check_declaration(Ladder(rungs=[{"model.d_model": 32}, {"model.d_model": 64}],
+                                        tokens_per_param=[2, 2]))
+  with pytest.raises(ConfigError, match="which the ladder's rungs or budgets set"):
+    spec_lib.declared_axes(_sweep(axes=[{"model.d_model": [32, 64]}]))
+  with pytest.raises(ConfigError, match="the warmup must end before the first branch point"):
+    _plan(_sweep(overrides={"optim.schedule": "wsd", "optim.warmup_steps": 400}))
+
+
+def test_epochs_over_four_warn(tmp_path, capsys):
+  code, out, err = sweep_in_process(
+      ["--config", "configs/lm.py:tiny", "--ladder", RUNGS, "--tokens-per-param", "80,160",
+       *WSD, "--workdir", tmp_path, "--dry-run"], capsys)
+  assert code == 0, out + err
+  plan_line = next(line for line in out.splitlines() if "training split" in line)
+  corpus = int(plan_line.rsplit("training split ", 1)[1].split()[0].replace(",", ""))
+  assert corpus > 0
+  assert "epochs of the training split" in out and "more than 4" in out
