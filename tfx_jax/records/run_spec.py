@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 from tfx_jax.core import atomic as files
 from tfx_jax.records import serial
+from tfx_jax.records.ladder import BUDGET_FIELD
 from tfx_jax.records.sweep import RunEntry, SweepRecord
 
 FILENAME = "run_spec.json"
@@ -102,7 +103,10 @@ def of_entry(record: SweepRecord, entry: RunEntry, in_process: bool = True) -> R
   process runs the entry's evaluations itself (the sweep's default);
   otherwise the sweep runs them as commands of their own."""
   overrides = {k: v for k, v in entry.overrides.items() if k != "seed"}
-  axis_fields = tuple(dict.fromkeys(f for axis in record.axes for f in axis.fields))
+  # A ladder's budget is no config field: its runs differ in train.num_steps,
+  # which TensorBoard's HParams view lists after the rung's fields.
+  axis_fields = tuple(dict.fromkeys(
+      "train.num_steps" if f == BUDGET_FIELD else f for axis in record.axes for f in axis.fields))
   return RunSpec(config=record.config, overrides=overrides,
                  seed=int(entry.overrides.get("seed", entry.seed)),
                  evaluations=tuple(tuple(e) for e in entry.evaluations) if in_process else (),

@@ -25,6 +25,9 @@ from tfx_jax.sweep.spec import Axis, format_value, ladder_axes, reference_index
 # The tables a token reads rather than multiplies (``footprint.flops_per_token``).
 _TABLES = (["embedding"], ["positions"], ["encoder_positions"], ["decoder_positions"],
            ["token_types"])
+# An untied output projection: the vocabulary's other table (Kaplan et al.
+# 2020 count neither), so that tying the embeddings leaves N as it is.
+_UNEMBEDDING = ("output/kernel", "output/bias")
 
 
 def _resolved(base_spec: str, overrides: Mapping[str, Any]):
@@ -41,7 +44,7 @@ def _counts(run) -> tuple[int, int, int, int]:
   shapes = footprint.param_shapes(run.model)
   total = sum(math.prod(v.shape) for v in shapes.values())
   tables = sum(math.prod(v.shape) for path, v in shapes.items()
-               if path.split("/")[-2:-1] in _TABLES)
+               if path.split("/")[-2:-1] in _TABLES or path in _UNEMBEDDING)
   active = footprint.active_params(run.model, shapes)
   flops = footprint.flops_per_token(run.model, run.train.seq_len, shapes)["train"]
   return total, total - tables, active, int(flops)
