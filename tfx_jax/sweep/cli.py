@@ -35,6 +35,7 @@ from tfx_jax.records.ladder import LadderPlan
 from tfx_jax.records import transfer as transfer_lib
 from tfx_jax.run.config_base import load_config_file
 from tfx_jax.sweep import adaptive
+from tfx_jax.sweep import ladder as ladder_plan
 from tfx_jax.sweep import spec as spec_lib
 from tfx_jax.sweep import state as state_lib
 from tfx_jax.sweep import validate
@@ -69,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--tokens-per-param", metavar="T1,T2",
                  help="with --ladder: the budgets, in training tokens per non-embedding "
                  "parameter of each rung, e.g. 10,20")
+  p.add_argument("--no-branch", action="store_true",
+                 help="run every budget of a ladder from scratch (default with "
+                 "optim.schedule=wsd: the budgets branch from one trunk run's stable phase)")
   p.add_argument("--select-by", help="metric that picks each point's tuned values on "
                  "the validation split (default: the sweep's, or eval/loss)")
   p.add_argument("--confirm", type=int, default=None, metavar="N",
@@ -149,7 +153,13 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
   if args.tune_at:
     changes["tune_at"] = spec_lib.parse_tune_at_flags(args.tune_at)
   if args.ladder or args.tokens_per_param:
-    changes["ladder"] = parse_ladder_flags(args.ladder, args.tokens_per_param)
+    changes["ladder"] = ladder_plan.parse_flags(args.ladder, args.tokens_per_param)
+  if args.no_branch:
+    ladder = changes.get("ladder", sweep.ladder)
+    if ladder is None:
+      raise ConfigError("--no-branch: the sweep has no ladder (--ladder, or "
+                        "Sweep(ladder=...)) whose budgets would branch.")
+    changes["ladder"] = dataclasses.replace(ladder, branch=False)
   if args.select_by:
     changes["select_by"] = args.select_by
   if args.confirm is not None:
@@ -229,34 +239,6 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
                              tune_at=tune_at, ladder=ladder)
 
 
-LADDER_FORM = ("--ladder 'model.d_model=64,128,256;model.num_heads=2,4,8' "
-               "--tokens-per-param 10,20")
-
-
-def parse_ladder_flags(ladder: str | None, tokens_per_param: str | None
-                       ) -> ladder_record.Ladder:
-  """``--ladder`` and ``--tokens-per-param`` -> ``Sweep.ladder`` (values are
-  strings here; the sweep coerces them to the fields' types)."""
-  if not ladder or not tokens_per_param:
-    given, missing = (("--ladder", "--tokens-per-param") if ladder
-                      else ("--tokens-per-param", "--ladder"))
-    raise ConfigError(f"{given} needs {missing}: a ladder is its rungs and its budgets, "
-                      f"e.g. {LADDER_FORM}.")
-  try:
-    fields = spec_lib.parse_axis_flag(ladder)
-  except ConfigError as e:
-    raise ConfigError(f"--ladder: {e} Expected {LADDER_FORM}.") from None
-  lengths = {len(v) for v in fields.values()}
-  if len(lengths) > 1:
-    raise ConfigError(f"--ladder {ladder!r}: zipped fields need one number of values, got "
-                      + ", ".join(f"{k}: {len(v)}" for k, v in fields.items()) + ".")
-  try:
-    budgets = [float(t) for t in tokens_per_param.split(",") if t.strip()]
-  except ValueError:
-    raise ConfigError(f"--tokens-per-param={tokens_per_param!r}: expected numbers such as "
-                      "10,20.") from None
-  rungs = [dict(zip(fields, values)) for values in zip(*fields.values())]
-  return ladder_record.Ladder(rungs=rungs, tokens_per_param=budgets)
 
 
 def check_confirm(sweep: spec_lib.Sweep) -> None:
@@ -476,7 +458,6 @@ def _sweep(argv: list[str]) -> int:
   check_until_resolved(sweep, args.until_resolved)
   plan = None
   if sweep.ladder is not None:
-    from tfx_jax.sweep import ladder as ladder_plan  # pylint: disable=import-outside-toplevel
     plan = ladder_plan.plan(sweep.config, sweep.overrides, sweep.ladder,
                             spec_lib.declared_axes(sweep))
   axes, every_run = spec_lib.expand(sweep, plan=plan)
@@ -527,7 +508,6 @@ def _sweep(argv: list[str]) -> int:
               "the tuned values its tuning stage chose; the verdicts read these runs only")
   if record.ladder is not None:
     from tfx_jax.sweep import branching  # pylint: disable=import-outside-toplevel
-    from tfx_jax.sweep import ladder as ladder_plan  # pylint: disable=import-outside-toplevel
     stages += "\n" + "\n".join(ladder_plan.table(record.ladder))
     saved = branching.steps_text(record)
     if saved:

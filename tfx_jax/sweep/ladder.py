@@ -20,7 +20,8 @@ from tfx_jax.core.errors import ConfigError
 from tfx_jax.records import ladder as ladder_lib
 from tfx_jax.records.ladder import Ladder, LadderPlan, PointCount
 from tfx_jax.run.config_base import apply_overrides, find_field, load_config_file
-from tfx_jax.sweep.spec import Axis, format_value, ladder_axes, reference_index
+from tfx_jax.sweep.spec import (Axis, format_value, ladder_axes, parse_axis_flag,
+                               reference_index)
 
 # The tables a token reads rather than multiplies (``footprint.flops_per_token``).
 _TABLES = (["embedding"], ["positions"], ["encoder_positions"], ["decoder_positions"],
@@ -198,9 +199,39 @@ def table(plan_: LadderPlan) -> list[str]:
                  f"({without - with_:,} saved, {1 - with_ / without:.0%}): one trunk per rung "
                  "trains to its last branch point, each budget's decay runs from its own")
   else:
-    lines.append("  budgets run from scratch (branching needs optim.schedule=wsd and >= 2 "
-                 "budgets)")
+    lines.append("  budgets run from scratch (Ladder(branch=False) or --no-branch; branching "
+                 "also needs optim.schedule=wsd and >= 2 budgets)")
   warning = too_many_epochs(plan_)
   if warning:
     lines.append("  " + warning)
   return lines
+
+
+LADDER_FORM = ("--ladder 'model.d_model=64,128,256;model.num_heads=2,4,8' "
+               "--tokens-per-param 10,20")
+
+
+def parse_flags(ladder: str | None, tokens_per_param: str | None
+                       ) -> Ladder:
+  """``--ladder`` and ``--tokens-per-param`` -> ``Sweep.ladder`` (values are
+  strings here; the sweep coerces them to the fields' types)."""
+  if not ladder or not tokens_per_param:
+    given, missing = (("--ladder", "--tokens-per-param") if ladder
+                      else ("--tokens-per-param", "--ladder"))
+    raise ConfigError(f"{given} needs {missing}: a ladder is its rungs and its budgets, "
+                      f"e.g. {LADDER_FORM}.")
+  try:
+    fields = parse_axis_flag(ladder)
+  except ConfigError as e:
+    raise ConfigError(f"--ladder: {e} Expected {LADDER_FORM}.") from None
+  lengths = {len(v) for v in fields.values()}
+  if len(lengths) > 1:
+    raise ConfigError(f"--ladder {ladder!r}: zipped fields need one number of values, got "
+                      + ", ".join(f"{k}: {len(v)}" for k, v in fields.items()) + ".")
+  try:
+    budgets = [float(t) for t in tokens_per_param.split(",") if t.strip()]
+  except ValueError:
+    raise ConfigError(f"--tokens-per-param={tokens_per_param!r}: expected numbers such as "
+                      "10,20.") from None
+  rungs = [dict(zip(fields, values)) for values in zip(*fields.values())]
+  return Ladder(rungs=rungs, tokens_per_param=budgets)
