@@ -120,18 +120,29 @@ def test_a_branched_budget_is_the_from_scratch_run_bitwise(runs):
 
 def test_kill_9_of_a_branch_mid_decay_then_the_same_command(runs, tmp_path, jax_cache_dir,
                                                              capsys):
-  """Killed while its decay runs (a checkpoint a step), the budget resumes from
-  its own latest checkpoint, not the trunk's, and still ends bitwise as the
-  from-scratch run."""
+  """Killed before its first checkpoint, the budget branches again; killed
+  while its decay runs (a checkpoint a step), it resumes from its own latest
+  checkpoint, not the trunk's; either way it ends bitwise as the from-scratch
+  run, with one curve."""
   root, _ = runs
   workdir = tmp_path / "budget"
   overrides = branched(root / "trunk", **{"checkpoint.every_steps": 1})
   command = train_command("lm.py:tiny", workdir, overrides)
-  child, seen = start_until(command, subprocess_env(jax_cache_dir), f"step     21/{T}")
-  child.send_signal(signal.SIGKILL)
-  child.wait()
+  env = subprocess_env(jax_cache_dir)
+
+  def own_steps():
+    with ckpt_lib.Checkpointer(workdir / "checkpoints", read_only=True) as ckpt:
+      return ckpt.all_steps()
+
+  for marker in (f"Branched from step {BRANCH} of", f"step     21/{T}"):
+    child, seen = start_until(command, env, marker)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert marker in seen[-1], seen[-20:]
+    if marker.startswith("Branched"):
+      assert own_steps() == []  # killed before its first step
   assert any(f"Branched from step {BRANCH} of" in line for line in seen), seen[-20:]
-  own = ckpt_lib.Checkpointer(workdir / "checkpoints", read_only=True).all_steps()
+  own = own_steps()
   assert own and own[-1] < T, own  # killed before the end
   result = train("lm.py:tiny", workdir, overrides)
   assert f"Resumed from step {own[-1]} " in capsys.readouterr().out
@@ -140,6 +151,7 @@ def test_kill_9_of_a_branch_mid_decay_then_the_same_command(runs, tmp_path, jax_
   got, want = scalars(workdir), scalars(root / "scratch")
   for tag in COMPARED:
     assert got[tag] == [(s, v) for s, v in want[tag] if s > BRANCH], tag
+  assert len(metrics.read_texts(workdir / "tensorboard")["config"]) == 1
   status = status_lib.read_status(workdir)
   assert (status.branch_from, status.branch_step) == (str(root / "trunk"), BRANCH)
 

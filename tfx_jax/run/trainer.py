@@ -10,13 +10,13 @@ needs to continue lives in its workdir:
   workdir/status.json          running | finished | diverged | failed | preempted,
                                and where the time went (status.Seconds)
   workdir/checkpoints/<step>/  params, optimizer, RNG, data-iterator position
+  workdir/tensorboard/         event files (train/*, eval/*, config, hparams)
+  workdir/eval/                the evaluations asked for after training
+                               (``evaluations``: tfx_jax.evaluate's files)
 
 A run may start from another run's checkpoint instead of initialising
 (``train.branch_from``, a budget's decay from a WSD trunk: run/branch.py) and
 may stop before its schedule ends (``train.stop_step``, the trunk).
-  workdir/tensorboard/         event files (train/*, eval/*, config, hparams)
-  workdir/eval/                the evaluations asked for after training
-                               (``evaluations``: tfx_jax.evaluate's files)
 """
 
 from __future__ import annotations
@@ -317,8 +317,9 @@ class _TrainingLoop:
     if not fresh or self.writer.had_events:
       # Points that an attempt killed after its last checkpoint (or before its
       # first) logged past ``start_step`` are logged again: drop the old ones;
-      # a run starting afresh logs its step 0 again too (the config, the
-      # hparams, the evaluation at initialisation), so from step 0 on.
+      # a run without a checkpoint of its own (afresh, or branched) logs its
+      # step 0 again too (the config, the hparams, the evaluation at
+      # initialisation), so from step 0 on.
       self.writer.mark_restart(0 if fresh else start_step + 1)
     if fresh:
       self.writer.write_config_text(ml_collections.ConfigDict(config.to_dict()))
