@@ -111,7 +111,8 @@ def check_optimizer(point: BranchPoint, run: run_config.RunConfig,
       saved, flat_config, fields,
       lead=(f"train.branch_from's checkpoint ({point.describe()}) was trained with "
             "another optimizer and cannot be branched from (only the decay's length, "
-            f"{' and '.join(DECAY_LENGTH)}, may differ)"))
+            f"{' and '.join(DECAY_LENGTH)}, may differ)"),
+      hint="set them as the trunk has them")
   section = {k.split(".", 1)[1]: v for k, v in saved.items() if k.startswith("optim.")}
   trunk, _ = optim.resolve(section, num_train_steps=int(saved["train.num_steps"]))
   d_model = int(saved.get("model.d_model", run.model.d_model))

@@ -94,7 +94,8 @@ def check_compatible(saved_config: Mapping[str, Any],
                      new_config: Mapping[str, Any],
                      fields: Iterable[str],
                      lead: str = "the checkpoint was written with a different config "
-                                 "and cannot be resumed") -> None:
+                                 "and cannot be resumed",
+                     hint: str = "use a new workdir, or set them back") -> None:
   """Raises ConfigError if a checkpoint cannot be resumed under a new config.
 
   Args:
@@ -105,7 +106,8 @@ def check_compatible(saved_config: Mapping[str, Any],
       ["model", "data.name", "data.tokenizer", "data.vocab_size"]; "model"
       covers every "model.*" key.
 
-  The error, after ``lead`` (what cannot be done), lists every differing
+  The error, after ``lead`` (what cannot be done) and ``hint`` (what to do
+  instead), lists every differing
   field as `saved -> new`; a field present on one side only shows `<absent>`
   on the other.
   """
@@ -122,8 +124,7 @@ def check_compatible(saved_config: Mapping[str, Any],
   ]
   if diffs:
     raise ConfigError(
-        f"{lead}; these fields must match (use a new workdir, or set them "
-        "back):\n" + "\n".join(diffs))
+        f"{lead}; these fields must match ({hint}):\n" + "\n".join(diffs))
 
 
 def _key_name(key: Any) -> str:
@@ -244,8 +245,15 @@ class Checkpointer:
       json_handler = ocp.handlers.JsonCheckpointHandler()
       registry.add(item, ocp.args.JsonSave, json_handler)
       registry.add(item, ocp.args.JsonRestore, json_handler)
-    self._manager = ocp.CheckpointManager(
-        self.directory, options=options, handler_registry=registry)
+    # Orbax warns on every read-only open that it is read-only, as asked.
+    asked = lambda record: not str(record.msg).startswith("Given directory is read only")
+    logger = logging.get_absl_logger()
+    logger.addFilter(asked)
+    try:
+      self._manager = ocp.CheckpointManager(
+          self.directory, options=options, handler_registry=registry)
+    finally:
+      logger.removeFilter(asked)
 
   def save(self, step: int, state: Any, data_state: Any,
            config: Mapping[str, Any], force: bool = False) -> bool:

@@ -189,14 +189,16 @@ class _TrainingLoop:
       self.branch = point = branch_lib.find(self.config.train)
       self._check_saved(point.config, branch_lib.FIELDS,
                         f"train.branch_from's checkpoint ({point.describe()})",
-                        "branched from")
+                        "branched from", hint="set them as the trunk has them")
       branch_lib.check_optimizer(point, self.config, self.flat_config)
       self.branched = {"branch_from": str(point.workdir), "branch_step": point.step}
     return latest
 
-  def _check_saved(self, saved: dict, fields, what: str, action: str) -> None:
+  def _check_saved(self, saved: dict, fields, what: str, action: str,
+                   hint: str = "") -> None:
     """A checkpoint's saved config against this run's: ConfigError where they
-    disagree on ``fields`` or the corpus (``what`` cannot be ``action``)."""
+    disagree on ``fields`` or the corpus (``what`` cannot be ``action``; the
+    error's ``hint``: what to do, by default check_compatible's)."""
     # Fields added to the config since the checkpoint was written take their
     # defaults, which keep the behaviour the checkpoint was trained with.
     saved = run_config.resume_view({**run_config.flatten_config(base_config()), **saved})
@@ -215,9 +217,10 @@ class _TrainingLoop:
     if changed:
       raise ConfigError(f"{what} was trained on another corpus and cannot be {action}: "
                         f"{changed}; or use a new workdir.")
-    ckpt_lib.check_compatible(saved, current, fields,
-                              lead=f"{what} was written with a different config and "
-                                   f"cannot be {action}")
+    ckpt_lib.check_compatible(
+        saved, current, fields,
+        lead=f"{what} was written with a different config and cannot be {action}",
+        **({"hint": hint} if hint else {}))
 
   def _build(self, latest):
     name = sources.pinned_name(self.config.data, self.flat_config["data.version"])
