@@ -164,6 +164,8 @@ def test_kill_9_of_a_branch_mid_decay_then_the_same_command(runs, tmp_path, jax_
     ({"optim.b2": 0.95}, "optim.b2: saved 0.98 -> new 0.95"),
     ({"optim.warmup_steps": 6}, "optim.warmup_steps: saved 5 -> new 6"),
     ({"train.label_smoothing": 0.1}, "train.label_smoothing: saved 0.0 -> new 0.1"),
+    ({"train.branch_step": 20}, "train.branch_step=20 is not valid: must be at or before "
+     "this run's decay start, step 18"),
 ])
 def test_a_branch_that_disagrees_with_its_trunk_is_refused_before_compiling(
     runs, monkeypatch, tmp_path, more, message):
