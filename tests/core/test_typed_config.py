@@ -160,3 +160,13 @@ def test_a_tuned_value_is_resolved_once_per_run_in_the_sweep(tmp_path, capsys,
   assert len(calls) == 4  # one resolution per run, none again to build or to check
   assert {c.learning_rate for c in calls} == {3e-4, 3e-3}
   assert "--config.optim.learning_rate=0.0003" in out
+
+
+def test_a_tuple_of_ints_field_reads_lists_and_names_a_bad_item():
+  kind = typed_config.field_types(run_config.CheckpointConfig)["keep_steps"]
+  assert typed_config.check_value("checkpoint", "keep_steps", kind, [18, 27]) == (18, 27)
+  assert typed_config.check_value("checkpoint", "keep_steps", kind, ()) == ()
+  with pytest.raises(ConfigError, match=r"checkpoint.keep_steps\[0\] must be an integer"):
+    typed_config.check_value("checkpoint", "keep_steps", kind, ["18"])
+  with pytest.raises(ConfigError, match="checkpoint.keep_steps must be a tuple of ints"):
+    typed_config.check_value("checkpoint", "keep_steps", kind, 18)

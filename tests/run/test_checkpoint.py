@@ -100,6 +100,32 @@ def test_keeps_last_k_and_respects_interval(tmp_path):
     assert ckpt.all_steps() == [5, 6]
 
 
+def test_keep_steps_outlive_max_to_keep(tmp_path):
+  """checkpoint.keep_steps (a trunk's branch points): kept whatever
+  max_to_keep deletes, beside the newest max_to_keep."""
+  kept = _save_steps(tmp_path, [2, 3, 4, 5, 6], max_to_keep=1, keep_steps=(3, 5))
+  assert kept == [3, 5, 6]
+  with checkpoint.Checkpointer(tmp_path, max_to_keep=1, keep_steps=(3, 5)) as ckpt:
+    ckpt.save(7, _state(7), None, CONFIG)
+    ckpt.wait()
+    assert ckpt.all_steps() == [3, 5, 7]
+
+
+def test_a_read_only_checkpointer_writes_and_removes_nothing(tmp_path):
+  """Another run's checkpoints (train.branch_from): read, never cleaned up.
+  A save in progress there (its tmp directory) is left alone."""
+  _save_steps(tmp_path, [1, 2])
+  partial = tmp_path / "3.orbax-checkpoint-tmp-1700000000000000"
+  shutil.copytree(tmp_path / "2", partial)
+  with checkpoint.Checkpointer(tmp_path, read_only=True, max_to_keep=1) as ckpt:
+    assert ckpt.all_steps() == [1, 2]
+    assert int(ckpt.restore(1, _abstract(_state(1))).state.step) == 1
+  assert partial.exists() and sorted(p.name for p in tmp_path.iterdir())[:2] == ["1", "2"]
+  with pytest.raises(checkpoint.ConfigError, match="no checkpoint directory"):
+    checkpoint.Checkpointer(tmp_path / "none", read_only=True)
+  assert not (tmp_path / "none").exists()
+
+
 def _delete_array_files(step_dir: pathlib.Path):
   for path in (step_dir / "state").rglob("*"):
     if path.is_dir() and path.name == "d":

@@ -7,7 +7,8 @@ The locked ``ConfigDict`` that config files and ``--config.*`` flags edit is
 generated from them (:func:`defaults`), and read back into the dataclass once
 (:func:`read`), with an error that names the field, the value and the valid
 choices. A field typed ``str | None`` is optional: an unset placeholder in the
-ConfigDict, ``None`` in the dataclass.
+ConfigDict, ``None`` in the dataclass. A field typed ``tuple[int, ...]`` holds
+a tuple of integers (a list is read as one).
 """
 
 from __future__ import annotations
@@ -83,6 +84,11 @@ def check_value(section: str, name: str, kind: Any, value: Any) -> Any:
       raise ConfigError(f"{where} must be finite, got {value!r}.")
   elif kind is str and not isinstance(value, str):
     raise ConfigError(f"{where} must be a string, got {value!r}.")
+  elif get_origin(kind) is tuple:
+    item = get_args(kind)[0]
+    if not isinstance(value, (tuple, list)):
+      raise ConfigError(f"{where} must be a tuple of {item.__name__}s, got {value!r}.")
+    value = tuple(check_value(section, f"{name}[{i}]", item, v) for i, v in enumerate(value))
   return value
 
 

@@ -22,7 +22,9 @@ process had: its CPU cores (affinity) on a CPU, else its local accelerators.
 It is the ``Status`` record (``records.serial``): its fields in that order,
 each optional one left out where not known (a status written before the
 train step compiled has no ``num_params``; one the sweep writes for a run
-that crashed has only state, step, reason and time).
+that crashed has only state, step, reason and time). A run branched from
+another's checkpoint (``train.branch_from``) records ``branch_from`` (that
+run's workdir) and ``branch_step``.
 
 The file is replaced atomically (write a temporary file in the same
 directory, then `os.replace`), so a reader never sees a half-written file,
@@ -53,7 +55,7 @@ PHASES = ("startup", "compile", "train_steps", "evaluations", "checkpointing")
 
 
 @serial.layout(omit_none=("num_nonfinite_skipped", "num_params", "compile_seconds", "seconds",
-                          "cores"))
+                          "cores", "branch_from", "branch_step"))
 @dataclasses.dataclass(frozen=True)
 class Status:
   """status.json: where a run stands and what it cost (None: not known yet)."""
@@ -66,6 +68,10 @@ class Status:
   compile_seconds: float | None = None      # the train step's compilation
   seconds: dict[str, float] | None = None   # {PHASES: seconds}, every attempt (``Seconds``)
   cores: int | None = None     # CPU cores (affinity), or local accelerators
+  # A run started from another's checkpoint (train.branch_from): that run's
+  # workdir and the step, where this run's curves join the trunk's.
+  branch_from: str | None = None
+  branch_step: int | None = None
 
 
 serial.versioned(Status, FILENAME)

@@ -92,7 +92,10 @@ def _matches(field: str, prefixes: Iterable[str]) -> bool:
 
 def check_compatible(saved_config: Mapping[str, Any],
                      new_config: Mapping[str, Any],
-                     fields: Iterable[str]) -> None:
+                     fields: Iterable[str],
+                     lead: str = "the checkpoint was written with a different config "
+                                 "and cannot be resumed",
+                     hint: str = "use a new workdir, or set them back") -> None:
   """Raises ConfigError if a checkpoint cannot be resumed under a new config.
 
   Args:
@@ -103,8 +106,10 @@ def check_compatible(saved_config: Mapping[str, Any],
       ["model", "data.name", "data.tokenizer", "data.vocab_size"]; "model"
       covers every "model.*" key.
 
-  The error lists every differing field as `saved -> new`; a field present
-  on one side only shows `<absent>` on the other.
+  The error, after ``lead`` (what cannot be done) and ``hint`` (what to do
+  instead), lists every differing
+  field as `saved -> new`; a field present on one side only shows `<absent>`
+  on the other.
   """
   fields = list(fields)
   saved = {k: _json_value(v) for k, v in saved_config.items()
@@ -119,9 +124,7 @@ def check_compatible(saved_config: Mapping[str, Any],
   ]
   if diffs:
     raise ConfigError(
-        "the checkpoint was written with a different config and cannot be "
-        "resumed; these fields must match (use a new workdir, or set them "
-        "back):\n" + "\n".join(diffs))
+        f"{lead}; these fields must match ({hint}):\n" + "\n".join(diffs))
 
 
 def _key_name(key: Any) -> str:
@@ -198,23 +201,40 @@ class Checkpointer:
     max_to_keep: number of most recent checkpoints kept on disk.
     save_interval_steps: `save(step, ...)` writes only when step is a
       multiple of this (or with force=True).
+    keep_steps: steps whose checkpoints are kept whatever `max_to_keep` says
+      (orbax's `CustomSteps` preservation beside `LatestN`): a trunk's branch
+      points. Saving them is the caller's (`save` of those steps).
+    read_only: another run's checkpoints, read and never written: nothing is
+      created, saved, deleted, cleaned up or set aside (a run branching from
+      them, or fine-tuning from them, while that run may still be writing).
   """
 
   def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3,
-               save_interval_steps: int = 1):
+               save_interval_steps: int = 1, keep_steps: Iterable[int] = (),
+               read_only: bool = False):
     if max_to_keep < 1:
       raise ConfigError(f"checkpoint max_to_keep={max_to_keep} must be >= 1")
     if save_interval_steps < 1:
       raise ConfigError(
           f"checkpoint save_interval_steps={save_interval_steps} must be >= 1")
-    self.directory = ensure_writable(directory)
+    self.read_only = read_only
     policies = ocp.checkpoint_managers
-    options = ocp.CheckpointManagerOptions(
-        save_decision_policy=policies.FixedIntervalPolicy(save_interval_steps),
-        preservation_policy=policies.LatestN(max_to_keep),
-        cleanup_tmp_directories=True,
-        enable_async_checkpointing=True,
-    )
+    if read_only:
+      self.directory = pathlib.Path(directory).expanduser().absolute()
+      if not self.directory.is_dir():
+        raise ConfigError(f"no checkpoint directory {str(self.directory)!r}")
+      options = ocp.CheckpointManagerOptions(read_only=True, save_interval_steps=0,
+                                             create=False)
+    else:
+      self.directory = ensure_writable(directory)
+      latest = policies.LatestN(max_to_keep)
+      options = ocp.CheckpointManagerOptions(
+          save_decision_policy=policies.FixedIntervalPolicy(save_interval_steps),
+          preservation_policy=(policies.AnyPreservationPolicy(
+              [latest, policies.CustomSteps(list(keep_steps))]) if keep_steps else latest),
+          cleanup_tmp_directories=True,
+          enable_async_checkpointing=True,
+      )
     # Handlers are registered up front so that a fresh manager can read
     # metadata and single items (config) of checkpoints it did not write.
     registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
@@ -225,8 +245,15 @@ class Checkpointer:
       json_handler = ocp.handlers.JsonCheckpointHandler()
       registry.add(item, ocp.args.JsonSave, json_handler)
       registry.add(item, ocp.args.JsonRestore, json_handler)
-    self._manager = ocp.CheckpointManager(
-        self.directory, options=options, handler_registry=registry)
+    # Orbax warns on every read-only open that it is read-only, as asked.
+    asked = lambda record: not str(record.msg).startswith("Given directory is read only")
+    logger = logging.get_absl_logger()
+    logger.addFilter(asked)
+    try:
+      self._manager = ocp.CheckpointManager(
+          self.directory, options=options, handler_registry=registry)
+    finally:
+      logger.removeFilter(asked)
 
   def save(self, step: int, state: Any, data_state: Any,
            config: Mapping[str, Any], force: bool = False) -> bool:
@@ -314,7 +341,7 @@ class Checkpointer:
     Otherwise the damaged step would stay the "latest" one: a later save of
     that step would be skipped, and every restart would fall back again.
     """
-    if jax.process_index() != 0:
+    if jax.process_index() != 0 or self.read_only:
       return None
     src = self.directory / str(step)
     dst = self.directory / f"{step}.damaged"

@@ -92,10 +92,37 @@ class TrainConfig:
   moe_aux_loss: float = 0.01
   moe_aux_scope: MoeAuxScope = "batch"
   router_z_loss: float = 0.0
+  # Several WSD budgets from one run (docs/configs.md): stop_step > 0 follows
+  # the schedule of num_steps but stops after update stop_step (a trunk that
+  # trains to its last branch point); branch_from (a run's workdir or its
+  # checkpoints dir) with branch_step starts a run from that run's whole state
+  # at branch_step (a budget's decay) where its own workdir has no checkpoint.
+  stop_step: int = 0
+  branch_from: str = ""
+  branch_step: int = 0
+
+  @property
+  def end_step(self) -> int:
+    """The step the run trains to: stop_step where set, else num_steps."""
+    return self.stop_step or self.num_steps
 
   def check(self) -> TrainConfig:
     for name in ("num_steps", "batch_size", "seq_len", "log_every_steps"):
       need(getattr(self, name) > 0, f"train.{name}", getattr(self, name), "must be > 0")
+    need(0 <= self.stop_step <= self.num_steps, "train.stop_step", self.stop_step,
+         f"must be in [0, train.num_steps={self.num_steps}] (0 = off)")
+    need(self.branch_step >= 0, "train.branch_step", self.branch_step,
+         "must be >= 0 (0 = off)")
+    if self.branch_step and not self.branch_from:
+      raise InactiveSetting(
+          "train.branch_step", 0,
+          f"train.branch_step={self.branch_step} is the step of train.branch_from's "
+          "checkpoint a run starts from; train.branch_from is not set: set it to the "
+          "trunk's workdir, or leave train.branch_step at 0.")
+    if self.branch_from and not self.branch_step:
+      raise ConfigError(
+          f"train.branch_from={self.branch_from!r} needs train.branch_step, the step of "
+          "its checkpoint to start from (> 0).")
     need(self.seq_len >= 2, "train.seq_len", self.seq_len, "must be >= 2")
     need(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing", self.label_smoothing,
          "must be in [0, 1)")
@@ -181,10 +208,17 @@ class CheckpointConfig:
 
   every_steps: int = 500
   max_to_keep: int = 3
+  # Steps also saved, and never deleted by max_to_keep: a trunk's branch points.
+  keep_steps: tuple[int, ...] = ()
 
-  def check(self) -> CheckpointConfig:
+  def check(self, end_step: int | None = None) -> CheckpointConfig:
+    """``end_step``: the run's last step (train.stop_step or train.num_steps)."""
     for name in ("every_steps", "max_to_keep"):
       need(getattr(self, name) > 0, f"checkpoint.{name}", getattr(self, name), "must be > 0")
+    outside = [s for s in self.keep_steps if not 1 <= s <= (end_step or s)]
+    need(not outside, "checkpoint.keep_steps", self.keep_steps,
+         f"steps {outside} are not in 1..{end_step}, the run's steps "
+         "(train.stop_step, or train.num_steps)")
     return self
 
 
@@ -321,6 +355,30 @@ def _check_router_losses(model: ModelConfig, train: TrainConfig) -> None:
           f"leave it at {defaults[name]!r}.")
 
 
+def decay_start(opt: OptimConfig) -> int:
+  """The last update of a resolved wsd schedule at the peak rate: the decay
+  starts after it, at decay_steps x (1 - decay_fraction)."""
+  return int(opt.decay_steps * (1.0 - opt.decay_fraction))
+
+
+def _check_branch_step(train: TrainConfig, opt: OptimConfig) -> None:
+  """A branched run continues a trunk's stable phase into its own decay: a wsd
+  schedule, branched at or before its decay starts (the trunk's schedule, which
+  is checked against this one when the run starts, run/branch.py)."""
+  if opt.schedule != "wsd":
+    raise ConfigError(
+        f"train.branch_from starts a run from another run's stable phase, which "
+        f"optim.schedule='wsd' has; this run's schedule is {opt.schedule!r}: set "
+        "optim.schedule=wsd, or leave train.branch_from unset.")
+  need(train.branch_step < train.num_steps, "train.branch_step", train.branch_step,
+       f"must be < train.num_steps={train.num_steps}")
+  start = decay_start(opt)
+  need(train.branch_step <= start, "train.branch_step", train.branch_step,
+       f"must be at or before this run's decay start, step {start} = "
+       f"optim.decay_steps ({opt.decay_steps}) x (1 - optim.decay_fraction "
+       f"{opt.decay_fraction}): the updates up to it are the trunk's")
+
+
 def check_expert_axis(model: ModelConfig, expert: int) -> None:
   """A mixture of experts splits its experts over the mesh's ``expert`` axis,
   num_experts / expert on each device (model/layers/expert_parallel.py): that
@@ -342,11 +400,19 @@ def resolve(config) -> RunConfig:
   model = _resolve_model(config)
   sections = {name: typed_config.read(kind, name, config[name])
               for name, kind in SECTIONS.items()}
-  for name in ("data", "train", "eval", "checkpoint", "finetune"):
+  for name in ("data", "train", "eval", "finetune"):
     sections[name].check()
   train, data = sections["train"], sections["data"]
+  sections["checkpoint"].check(end_step=train.end_step)
   sections["optim"], notes = optim.resolve(sections["optim"],
                                            num_train_steps=train.num_steps)
+  if train.branch_from:
+    _check_branch_step(train, sections["optim"])
+    if sections["finetune"].init_checkpoint:
+      raise ConfigError(
+          f"train.branch_from={train.branch_from!r} starts the run from another run's "
+          f"whole state; finetune.init_checkpoint={sections['finetune'].init_checkpoint!r} "
+          "loads another run's parameters into a fresh one: set one of them.")
   # An optimizer with no rule under model.parametrization, before any compile.
   param_groups.check_optimizer(model, sections["optim"])
   rows = tasks.get(config.task).rows

@@ -150,6 +150,9 @@ def coerce(config, path: str, value: Any) -> Any:
       return int(text)
     if kind is float:
       return float(text)
+    if kind is tuple:  # of ints (checkpoint.keep_steps): "18,27", "(18, 27)", "[]"
+      inner = text.strip("()[] ")
+      return tuple(int(v) for v in inner.split(",") if v.strip()) if inner else ()
   except ValueError:
     raise ConfigError(f"{path}={value!r} is not a valid {kind.__name__}.") from None
   return value

@@ -35,7 +35,7 @@ def load_pretrained(state, path: str, flat_config: dict,
   if not directory.is_dir():
     raise ConfigError(f"finetune.init_checkpoint={path!r} is neither a run directory "
                       "nor a checkpoints directory.")
-  source = ckpt_lib.Checkpointer(directory, max_to_keep=10**6)
+  source = ckpt_lib.Checkpointer(directory, read_only=True)  # never cleaned up from here
   try:
     if source.latest_step() is None:
       raise ConfigError(f"finetune.init_checkpoint={path!r} holds no checkpoint.")

@@ -13,6 +13,10 @@ needs to continue lives in its workdir:
   workdir/tensorboard/         event files (train/*, eval/*, config, hparams)
   workdir/eval/                the evaluations asked for after training
                                (``evaluations``: tfx_jax.evaluate's files)
+
+A run may start from another run's checkpoint instead of initialising
+(``train.branch_from``, a budget's decay from a WSD trunk: run/branch.py) and
+may stop before its schedule ends (``train.stop_step``, the trunk).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from tfx_jax.run import branch as branch_lib
 from tfx_jax.run import checkpoint as ckpt_lib
 from tfx_jax.run import evaluation
 from tfx_jax.core import atomic as files
@@ -98,7 +103,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   workdir_path = ckpt_lib.ensure_writable(workdir)
   run_config.log_notes(run)
   ckpt = ckpt_lib.Checkpointer(workdir_path / "checkpoints",
-                               max_to_keep=run.checkpoint.max_to_keep)
+                               max_to_keep=run.checkpoint.max_to_keep,
+                               keep_steps=run.checkpoint.keep_steps)
   loop = _TrainingLoop(run, workdir_path, ckpt, requests, started, first_hparams)
   try:
     return loop.run()
@@ -151,10 +157,18 @@ class _TrainingLoop:
     self.num_skipped = 0
     self.last_eval: dict = {}
     self.writer = None
+    self.branch = None  # the checkpoint of another run this one starts from
+    # A branched run's status says where it branched, also once it resumes
+    # from checkpoints of its own.
+    self.branched = ({"branch_from": self.previous.branch_from,
+                      "branch_step": self.previous.branch_step}
+                     if self.previous and self.previous.branch_from else {})
 
   def timing(self) -> dict:
-    """status.json's ``seconds`` (this attempt's added) and ``cores``."""
-    return {"seconds": self.seconds.to_json(), "cores": _cores()}
+    """What every status.json write carries: ``seconds`` (this attempt's
+    added), ``cores`` and, for a branched run, ``branch_from`` (the trunk's
+    workdir) and ``branch_step``."""
+    return {"seconds": self.seconds.to_json(), "cores": _cores(), **self.branched}
 
   def close(self) -> None:
     """Writes and closes the event files (closing twice is a no-op)."""
@@ -163,32 +177,50 @@ class _TrainingLoop:
 
   # ---------------------------------------------------------------- set up
   def _resume_point(self):
-    """The newest readable checkpoint's step (None: start afresh)."""
+    """The newest readable checkpoint's step (None: start afresh, or from
+    ``train.branch_from``'s checkpoint, then checked: ``self.branch``)."""
     latest = self.ckpt.latest_step()
     if latest is not None:
       # Damaged checkpoints are set aside with a warning.
       latest, saved = self.ckpt.read_latest_config()
-      # Fields added to the config since the checkpoint was written take their
-      # defaults, which keep the behaviour the checkpoint was trained with.
-      saved = run_config.resume_view({**run_config.flatten_config(base_config()), **saved})
-      current = run_config.resume_view(self.flat_config)
-      if "data.version" not in saved:
-        # Written before versions were recorded: an embedded dataset was then at
-        # its first version, whose splits and tokenizer may differ from this one's.
-        if sources.embedded_version(self.config.data.name) not in (None, "1.0.0"):
-          logging.warning(
-              "the checkpoint in %s does not record its dataset's version; if it was "
-              "trained on %s before version %s (at 1.0.0), resume it with "
-              "--config.data.name=%s:1.0.0 to read the same data and tokenizer.",
-              self.workdir, current["data.name"], current["data.version"],
-              current["data.name"])
-        current.pop("data.version")
-      changed = sources.version_change(self.config.data, saved)
-      if changed:
-        raise ConfigError(f"the checkpoint in {self.workdir} was trained on another "
-                          f"corpus and cannot be resumed: {changed}; or use a new workdir.")
-      ckpt_lib.check_compatible(saved, current, run_config.RESUME_FIELDS)
+      self._check_saved(saved, run_config.RESUME_FIELDS, f"the checkpoint in {self.workdir}",
+                        "resumed")
+    elif self.config.train.branch_from:
+      self.branch = point = branch_lib.find(self.config.train)
+      self._check_saved(point.config, branch_lib.FIELDS,
+                        f"train.branch_from's checkpoint ({point.describe()})",
+                        "branched from", hint="set them as the trunk has them")
+      branch_lib.check_optimizer(point, self.config, self.flat_config)
+      self.branched = {"branch_from": str(point.workdir), "branch_step": point.step}
     return latest
+
+  def _check_saved(self, saved: dict, fields, what: str, action: str,
+                   hint: str = "") -> None:
+    """A checkpoint's saved config against this run's: ConfigError where they
+    disagree on ``fields`` or the corpus (``what`` cannot be ``action``; the
+    error's ``hint``: what to do, by default check_compatible's)."""
+    # Fields added to the config since the checkpoint was written take their
+    # defaults, which keep the behaviour the checkpoint was trained with.
+    saved = run_config.resume_view({**run_config.flatten_config(base_config()), **saved})
+    current = run_config.resume_view(self.flat_config)
+    if "data.version" not in saved:
+      # Written before versions were recorded: an embedded dataset was then at
+      # its first version, whose splits and tokenizer may differ from this one's.
+      if sources.embedded_version(self.config.data.name) not in (None, "1.0.0"):
+        logging.warning(
+            "%s does not record its dataset's version; if it was trained on %s "
+            "before version %s (at 1.0.0), run it with --config.data.name=%s:1.0.0 "
+            "to read the same data and tokenizer.",
+            what, current["data.name"], current["data.version"], current["data.name"])
+      current.pop("data.version")
+    changed = sources.version_change(self.config.data, saved)
+    if changed:
+      raise ConfigError(f"{what} was trained on another corpus and cannot be {action}: "
+                        f"{changed}; or use a new workdir.")
+    ckpt_lib.check_compatible(
+        saved, current, fields,
+        lead=f"{what} was written with a different config and cannot be {action}",
+        **({"hint": hint} if hint else {}))
 
   def _build(self, latest):
     name = sources.pinned_name(self.config.data, self.flat_config["data.version"])
@@ -202,7 +234,9 @@ class _TrainingLoop:
     self.sharded = sharded = run_setup.ShardedRun(
         config, self.model_cfg, byte_lengths=self.tokenizer.byte_lengths())
     restored = (self.ckpt.restore(abstract_state=sharded.abstract_state)
-                if latest is not None else None)
+                if latest is not None else
+                branch_lib.restore(self.branch, sharded.abstract_state)
+                if self.branch is not None else None)
     # data.num_shards=0 is one shard per process at the start; a resumed run
     # keeps the shard count its data position was written with.
     self.num_shards = int(config.data.num_shards) or (
@@ -215,7 +249,10 @@ class _TrainingLoop:
     if restored is not None:
       self.state = restored.state
       self.train_iter.set_state(restored.data_state)
-      _console(f"Resumed from step {int(self.state.step)} of {self.workdir / 'checkpoints'}.")
+      _console(f"Resumed from step {int(self.state.step)} of {self.workdir / 'checkpoints'}."
+               if self.branch is None else
+               f"Branched from {self.branch.describe()} (train.branch_from); the decay "
+               f"to step {config.train.num_steps} runs here.")
     else:
       self.state = sharded.init_state()
       if config.finetune.init_checkpoint:
@@ -264,10 +301,10 @@ class _TrainingLoop:
   def run(self) -> RunResult:
     config, t = self.config, self.config.train
     latest = self._resume_point()
-    if latest is not None and latest >= t.num_steps:
+    if latest is not None and latest >= t.end_step:
       pending = evaluation.pending(self.workdir, self.requests)
       _console(f"Run in {self.workdir} already finished at step {latest} "
-               f"(train.num_steps={t.num_steps}); " + (
+               f"({_length(t)}); " + (
                    f"{len(pending)} evaluation(s) to run from its checkpoint."
                    if pending else "nothing to do."))
       self.seconds.add("startup", time.time() - self.started)
@@ -279,13 +316,15 @@ class _TrainingLoop:
       return RunResult("finished", latest, {})
     self._build(latest)
     step = start_step = int(self.state.step)
-    if start_step or self.writer.had_events:
+    fresh = latest is None  # nothing of this workdir's own to resume (or branched)
+    if not fresh or self.writer.had_events:
       # Points that an attempt killed after its last checkpoint (or before its
       # first) logged past ``start_step`` are logged again: drop the old ones;
-      # a run starting afresh logs its step 0 again too (the config, the
-      # hparams, the evaluation at initialisation), so from step 0 on.
-      self.writer.mark_restart(start_step + 1 if start_step else 0)
-    if start_step == 0:
+      # a run without a checkpoint of its own (afresh, or branched) logs its
+      # step 0 again too (the config, the hparams, the evaluation at
+      # initialisation), so from step 0 on.
+      self.writer.mark_restart(0 if fresh else start_step + 1)
+    if fresh:
       self.writer.write_config_text(ml_collections.ConfigDict(config.to_dict()))
       self.writer.write_hparams(self.flat_config, HPARAM_METRICS,
                                 first=self.first_hparams)
@@ -303,7 +342,7 @@ class _TrainingLoop:
         self._eval_and_report(0, samples=False)
       if start_step == 0 and t.layer_stats_init_batches:
         self._log_init_layer_stats()
-      while step < t.num_steps:
+      while step < t.end_step:
         batch = next(self.train_iter)
         tokens = float(np.sum(batch["inputs"] > 0))
         if "decoder_inputs" in batch:
@@ -326,9 +365,11 @@ class _TrainingLoop:
         # With layer statistics a fresh run also logs its first update, whose
         # gradients are taken at the initial parameters (Xiong et al.'s Figure 3).
         first_update = step == 1 and start_step == 0 and t.log_layer_stats
-        is_log = step % t.log_every_steps == 0 or step == t.num_steps or first_update
+        is_log = step % t.log_every_steps == 0 or step == t.end_step or first_update
+        # A trunk stopped at train.stop_step is no budget: no final evaluation.
         is_eval = step % config.eval.every_steps == 0 or step == t.num_steps
-        is_save = step % config.checkpoint.every_steps == 0
+        is_save = (step % config.checkpoint.every_steps == 0
+                   or step in config.checkpoint.keep_steps)
         stop_signal = preempt.signal  # read once: a later signal waits a step
         if not (is_log or is_eval or is_save or stop_signal is not None):
           continue
@@ -350,6 +391,9 @@ class _TrainingLoop:
     # checkpointing (counted in their own phases).
     self.seconds.add("train_steps", time.perf_counter() - loop_start
                      - (self._outside_steps() - outside_steps))
+    if outcome == "finished" and step < t.num_steps:
+      reason = (f"stopped at train.stop_step={t.stop_step}, on the schedule of "
+                f"train.num_steps={t.num_steps}")
     result = self._finish(outcome, reason, step, compile_seconds)
     if result.status == "finished" and evaluation.pending(self.workdir, self.requests):
       self._evaluate_after(step, live=True)
@@ -396,8 +440,8 @@ class _TrainingLoop:
     scalars.update(layer_stats.tags(m))
     scalars.update(moe.log_scalars(m, self.model_cfg))
     self.writer.write_scalars(step, scalars)
-    eta = (t.num_steps - step) / max((step - last_step) / elapsed, 1e-9)
-    _console(f"step {step:>6}/{t.num_steps}  loss {float(m['loss']):.4f}  "
+    eta = (t.end_step - step) / max((step - last_step) / elapsed, 1e-9)
+    _console(f"step {step:>6}/{t.end_step}  loss {float(m['loss']):.4f}  "
              f"{tok_per_sec:,.0f} tok/s  ETA {_fmt_time(eta)}")
     self.timer = (step, now, 0.0)
 
@@ -490,11 +534,20 @@ class _TrainingLoop:
     if outcome == "preempted":
       _console(f"{reason}: saved a checkpoint at step {step}; run the same command "
                "to resume.")
+    elif reason:
+      _console(f"Finished: {reason}. Checkpoints: {self.workdir / 'checkpoints'}")
     else:
       _console(f"Finished at step {step}. Checkpoints: {self.workdir / 'checkpoints'}\n"
                f"TensorBoard logs: {self.workdir / 'tensorboard'}  "
                f"(view with: tensorboard --logdir {self.workdir})")
     return RunResult(outcome, step, self.last_eval)
+
+
+def _length(t: run_config.TrainConfig) -> str:
+  """How far a run trains, as its config says it."""
+  if t.stop_step and t.stop_step < t.num_steps:
+    return f"train.stop_step={t.stop_step} of train.num_steps={t.num_steps}"
+  return f"train.num_steps={t.num_steps}"
 
 
 def _cores() -> int:
