@@ -171,3 +171,77 @@ def test_epochs_over_four_warn(tmp_path, capsys):
   corpus = int(plan_line.rsplit("training split ", 1)[1].split()[0].replace(",", ""))
   assert corpus > 0
   assert "epochs of the training split" in out and "more than 4" in out
+
+
+# ---------------------------------------------------------- kill -9, resume
+
+
+@pytest.mark.xdist_group("processes")
+def test_a_tiny_ladder_runs_end_to_end_and_a_branch_killed_with_kill_9_resumes_bitwise(
+    tmp_path):
+  """``experiments/ladders.py:tiny`` (2 rungs x 2 budgets x 2 variants): a
+  kill -9 while a branched budget is training, then the same command: every
+  trunk and budget finishes once, and the killed budget ends as its
+  from-scratch twin (the same config without the branch, in the executor's
+  one-core environment) bitwise."""
+  import json  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+  import re  # pylint: disable=import-outside-toplevel
+  import signal  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  from tfx_jax.data import prepare  # pylint: disable=import-outside-toplevel
+  from tfx_jax.records import status as status_lib  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report import collect  # pylint: disable=import-outside-toplevel
+  from tfx_jax.sweep import local  # pylint: disable=import-outside-toplevel
+  from tfx_jax.sweep import state as state_lib  # pylint: disable=import-outside-toplevel
+  from helpers import ROOT, start_until, subprocess_env  # pylint: disable=import-outside-toplevel
+  prepare.prepare("tfx_shakespeare", None, 1024)
+  env = subprocess_env(tmp_path / "jax_cache")
+  command = [sys.executable, "-m", "tfx_jax.sweep", "experiments/ladders.py:tiny",
+             "--workdir", str(tmp_path), "--parallel", "2",
+             # Evaluations on 2 batches: this test is about the runs, not the loss.
+             "--config.eval.num_batches=2", "--config.eval.final_batches=-1"]
+  sweep_dir = tmp_path / "ladder_tiny"
+  marker = "start  d_model-48_tokens_per_param-2.0"
+  proc, seen = start_until(command, env, marker)
+  assert marker in seen[-1], "".join(seen)
+  killed = re.search(r"start  (\S+)", seen[-1]).group(1)
+  log = sweep_dir / killed / state_lib.LOG_FILE
+  deadline = time.time() + 300
+  # Killed in its decay: past the branch point (87 of 109 steps), before the end.
+  while not (log.exists() and re.search(r"step +(9\d|10\d)/109", log.read_text())):
+    assert proc.poll() is None and time.time() < deadline, "".join(seen)
+    time.sleep(0.005)
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+  assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+  assert "trunk" not in "".join(l for l in rerun.stdout.splitlines(True) if "start " in l)
+  record = sweep_record.read(sweep_dir)
+  assert len(record.trunks) == 4 and len(record.runs) == 8
+  assert {e.state for e in [*record.runs, *record.trunks]} == {"finished"}
+  for trunk in record.trunks:
+    assert trunk.step == trunk.overrides["train.stop_step"]
+  for entry in record.runs:
+    status = status_lib.read_status(sweep_dir / entry.name)
+    assert entry.step == entry.overrides["train.num_steps"]
+    assert status.branch_step == entry.overrides["train.branch_step"]
+  # The killed budget's twin from scratch, as the executor runs a run.
+  twin = tmp_path / "twin"
+  spec = json.loads((sweep_dir / killed / "run_spec.json").read_text())
+  for field in ("train.branch_from", "train.branch_step"):
+    spec["overrides"].pop(field)
+  twin.mkdir()
+  (twin / "run_spec.json").write_text(json.dumps(spec))
+  twin_env = local.child_env(sweep_dir, [0], None, env)
+  subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "tfx_jax.train", "--spec",
+                  str(twin / "run_spec.json"), "--workdir", str(twin)], cwd=ROOT,
+                 env=twin_env, check=True, capture_output=True, timeout=600)
+  entry = next(e for e in record.runs if e.name == killed)
+  branched = collect.read_run(sweep_dir / killed, entry)
+  scratch = collect.read_run(twin, entry)
+  assert branched.final["eval/loss"] == scratch.final["eval/loss"]
+  assert branched.final["train/nll"] == scratch.final["train/nll"]
