@@ -245,3 +245,26 @@ def test_a_tiny_ladder_runs_end_to_end_and_a_branch_killed_with_kill_9_resumes_b
   scratch = collect.read_run(twin, entry)
   assert branched.final["eval/loss"] == scratch.final["eval/loss"]
   assert branched.final["train/nll"] == scratch.final["train/nll"]
+
+
+def test_a_seeded_copy_of_a_branched_budget_gets_a_trunk_of_its_own():
+  """Confirmation and --until-resolved seeds copy a tuning run: the copy drops
+  the template's branch point and trunk, and attach gives its seed a trunk."""
+  from tfx_jax.sweep import adaptive  # pylint: disable=import-outside-toplevel
+  sweep = _sweep()
+  plan = _plan(sweep)
+  axes, runs = spec_lib.expand(sweep, plan=plan)
+  record = sweep_record.SweepRecord(
+      name="lad", config=sweep.config, seeds=(0,),
+      axes=tuple(sweep_record.AxisRecord(a.label, tuple(a.fields), a.values) for a in axes),
+      runs=[sweep_record.RunEntry(r.name, r.seed, r.values, dict(r.overrides)) for r in runs],
+      ladder=plan)
+  branching.attach(record)
+  copies = [adaptive.seeded_entry(e, 7, "confirm") for e in list(record.runs)]
+  assert all(not c.trunk and "train.branch_step" not in c.overrides for c in copies)
+  record.runs.extend(copies)
+  added = branching.attach(record, copies)
+  assert len(added) == 4 and all(t.name.endswith("_s7") for t in added)
+  assert all("train.branch_step" not in t.overrides for t in record.trunks)
+  assert all(c.trunk.endswith("_trunk_activation-" + c.values[2]["model.activation"] + "_s7")
+             for c in copies)

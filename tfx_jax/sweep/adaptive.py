@@ -33,6 +33,7 @@ import re
 from typing import TYPE_CHECKING, Mapping
 
 from tfx_jax.records.sweep import AddedRun, RunEntry, Stage, SweepRecord
+from tfx_jax.sweep import branching
 
 if TYPE_CHECKING:
   from tfx_jax.report.schema import Report
@@ -42,9 +43,12 @@ _SEED_SUFFIX = re.compile(r"_s(\d+)$")
 
 def seeded_entry(template: RunEntry, seed: int, stage: Stage | None = None) -> RunEntry:
   """A pending copy of run ``template`` with another seed (name and overrides),
-  in ``stage`` (default: the template's)."""
+  in ``stage`` (default: the template's). A branched budget's copy branches
+  from no trunk yet: the seed's own trunk is attached to it
+  (``branching.attach``)."""
+  overrides = {k: v for k, v in template.overrides.items() if k != branching.BRANCH_STEP}
   return RunEntry(name=_SEED_SUFFIX.sub(f"_s{seed}", template.name), seed=seed,
-                  values=template.values, overrides={**template.overrides, "seed": seed},
+                  values=template.values, overrides={**overrides, "seed": seed},
                   tuned=dict(template.tuned), evaluations=template.evaluations,
                   notes=template.notes, stage=stage or template.stage)
 

@@ -87,7 +87,7 @@ def attach(record: SweepRecord, entries: Iterable[RunEntry] | None = None) -> li
           entry.overrides[BRANCH_STEP] = _branch_at(record, entry)
       continue
     steps = sorted({_branch_at(record, e) for e in members})
-    overrides = dict(longest.overrides)
+    overrides = {k: v for k, v in longest.overrides.items() if k != BRANCH_STEP}
     overrides[STOP_STEP] = steps[-1]
     overrides[KEEP_STEPS] = tuple(steps)
     trunk = RunEntry(name=name, seed=longest.seed, values=tuple(dict(v) for v in longest.values),
