@@ -63,14 +63,15 @@ def time_line(sweep_dir: pathlib.Path, record: SweepRecord) -> str | None:
   """Where the runs' time went, summed over the runs (their status.json's
   ``seconds``), beside their wall time as the sweep measured it (process
   launches included); None before any run wrote it."""
-  statuses = [status_lib.read_status(state_lib.run_dir(sweep_dir, e.name))
-              for e in record.runs]
+  entries = [*record.runs, *record.trunks]  # a ladder's trunks are its runs' cost too
+  statuses = [status_lib.read_status(state_lib.run_dir(sweep_dir, e.name)) for e in entries]
   seconds = status_lib.summed(statuses)
   if not any(seconds.values()):
     return None
   runs = sum(1 for s in statuses if s and s.seconds)
-  wall = sum(e.wall_seconds for e in record.runs)
-  line = ("  time in the runs, summed over " + f"{runs} run(s): " + ", ".join(
+  wall = sum(e.wall_seconds for e in entries)
+  what = f"{runs} run(s)" + (f", {len(record.trunks)} of them trunks" if record.trunks else "")
+  line = ("  time in the runs, summed over " + f"{what}: " + ", ".join(
       f"{PHASE_NAMES[p]} {seconds[p]:.1f}s" for p in status_lib.PHASES))
   if wall > 0:
     line += (f"; wall {wall:.1f}s, of which train steps "
@@ -81,8 +82,12 @@ def time_line(sweep_dir: pathlib.Path, record: SweepRecord) -> str | None:
 def summary(record: SweepRecord, elapsed: float, sweep_dir: pathlib.Path | None = None
             ) -> str:
   counts = state_lib.counts(record)
+  trunks = ""
+  if record.trunks:
+    done = sum(1 for t in record.trunks if t.state in state_lib.DONE)
+    trunks = f"; trunks: {done} of {len(record.trunks)} done"
   lines = [f"sweep {record.name}: " + ", ".join(
-      f"{n} {s}" for s, n in counts.items() if n) + f" ({elapsed:.0f}s)"]
+      f"{n} {s}" for s, n in counts.items() if n) + trunks + f" ({elapsed:.0f}s)"]
   for entry in record.runs:
     if entry.state in ("failed", "diverged"):
       lines.append(f"  {entry.state}: {entry.name}: {entry.reason}")
