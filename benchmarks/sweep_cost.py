@@ -22,7 +22,12 @@ The sweeps (``--only``):
            optim.learning_rate=1e-3,3e-3 --seeds 0`` (``--parallel 2``)
   tuned    the same with ``--tune optim.learning_rate=1e-3,2e-3,3e-3 --seeds 0,1``
 
-For each: the runs' summed wall time (as the sweep measures it: process
+and ``ladder`` (``--only ladder``), the cost of tuning a scaling ladder two
+ways (``benchmarks/ladder_cost.py``, which says how): per-rung grids with
+every budget from scratch, against tuning at the smallest rung and
+transferring up (``--tune-at``, muP) with budgets branched from one trunk.
+
+For each of grid and tuned: the runs' summed wall time (as the sweep measures it: process
 launches included) split into the phases the runs' status.json records
 (startup, compile, train steps, evaluations, checkpointing) and the rest
 (process launches, and before: the separate evaluation processes); the
@@ -147,7 +152,7 @@ def _table(rows: list[dict]) -> str:
 
 def main(argv=None) -> list[dict]:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--only", default="grid,tuned", help="sweeps: grid, tuned")
+  p.add_argument("--only", default="grid,tuned", help="sweeps: grid, tuned, ladder")
   p.add_argument("--steps", type=int, default=None, help="train steps (default 300)")
   p.add_argument("--parallel", type=int, default=2, help="runs at a time")
   p.add_argument("--quick", action="store_true", help="30 steps, the grid sweep only")
@@ -162,6 +167,15 @@ def main(argv=None) -> list[dict]:
   if args.steps is None:
     args.steps = 30 if args.quick else 300
   names = ["grid"] if args.quick and args.only == "grid,tuned" else args.only.split(",")
+  if "ladder" in names:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import ladder_cost  # pylint: disable=import-outside-toplevel
+    rows = ladder_cost.main(rest + (["--keep", args.keep] if args.keep else [])
+                            + (["--json", args.json] if args.json else [])
+                            + ["--parallel", str(args.parallel)])
+    names = [n for n in names if n != "ladder"]
+    if not names:
+      return rows
   unknown = [n for n in names if n not in SWEEPS]
   if unknown:
     p.error(f"--only {','.join(unknown)}: choose from {', '.join(SWEEPS)}")
