@@ -118,15 +118,49 @@ def split_metrics(workdir: pathlib.Path, split: str) -> dict[str, float]:
           and k not in ("step", "num_examples", "beam_size")}
 
 
-def read_run(workdir: pathlib.Path, entry: RunEntry) -> RunSummary:
+def join_trunk(trunk: dict[str, list[tuple[int, float, float]]],
+               own: dict[str, list[tuple[int, float, float]]], branch_step: int
+               ) -> dict[str, list[tuple[int, float, float]]]:
+  """A branched budget's scalars as one run's: its trunk's up to the branch
+  step (the step-0 evaluation among them), then its own after it (its own
+  logs start at the branch step, where it restored the trunk's checkpoint)."""
+  out = {}
+  for tag in dict.fromkeys([*trunk, *own]):
+    out[tag] = ([p for p in trunk.get(tag, []) if p[0] <= branch_step]
+                + [p for p in own.get(tag, []) if p[0] > branch_step])
+  return out
+
+
+def _branch_step(record: SweepRecord | None, entry: RunEntry) -> int | None:
+  """Where a branched budget's run left its trunk: its point's branch step in
+  the ladder's plan, else its ``train.branch_step`` override."""
+  count = (record.ladder.point(record.point_key(entry))
+           if record is not None and record.ladder is not None else None)
+  if count is not None and count.branch_step is not None:
+    return count.branch_step
+  step = entry.overrides.get("train.branch_step")
+  return int(step) if step is not None else None
+
+
+def read_run(workdir: pathlib.Path, entry: RunEntry, record: SweepRecord | None = None
+             ) -> RunSummary:
   """The figures of one run that the report aggregates (``RunSummary``: what
-  each field holds), read from its workdir and its sweep.json entry."""
+  each field holds), read from its workdir and its sweep.json entry. A
+  branched budget of a ladder (``entry.trunk``: its trunk's workdir beside
+  its own) reads as a whole run: its trunk's curves up to the branch step and
+  the trunk's step-0 evaluation joined to its own (``join_trunk``); its
+  status, time and cost are its own."""
   status = status_lib.read_status(workdir)
-  scalars = read_scalars(workdir / "tensorboard")
+  own = read_scalars(workdir / "tensorboard")
+  scalars = own
+  branch = _branch_step(record, entry) if entry.trunk else None
+  if branch is not None:
+    scalars = join_trunk(read_scalars(workdir.parent / entry.trunk / "tensorboard"), own,
+                         branch)
   final = {tag: points[-1][1] for tag, points in scalars.items()
            if tag.startswith("eval/") or tag == "train/nll"}
   tps = [v for _, v, _ in scalars.get("train/tokens_per_sec", [])[1:]]
-  walls = [w for points in scalars.values() for _, _, w in points]
+  walls = [w for points in own.values() for _, _, w in points]  # its own time
   wall = entry.wall_seconds or ((max(walls) - min(walls)) if walls else None)
   lengths, window_tokens = {}, {}
   for row in latest_lengths(workdir) or []:
@@ -213,10 +247,12 @@ def as_trained(sweep_dir: pathlib.Path, record: SweepRecord) -> SweepRecord:
 
 def collect(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, RunSummary]]:
   """(sweep.json's record, each run's values those it trained with
-  (``as_trained``); {run name: ``read_run``}) of a sweep directory."""
+  (``as_trained``); {run name: ``read_run``}, a branched ladder's trunk
+  runs too, whose cost is the ladder's) of a sweep directory."""
   record = sweep_record.read(sweep_dir)
   if record is None:
     raise FileNotFoundError(f"{sweep_dir / sweep_record.FILENAME} does not exist: not a "
                             "sweep directory.")
   as_trained(sweep_dir, record)
-  return record, {e.name: read_run(sweep_dir / e.name, e) for e in record.runs}
+  return record, {e.name: read_run(sweep_dir / e.name, e, record)
+                  for e in [*record.runs, *record.trunks]}
