@@ -285,3 +285,30 @@ def test_the_report_on_disk_joins_branched_curves_and_draws_the_figure(tmp_path)
   assert data["compute"]["total"]["runs"] == 48 + 24
   assert data["ladder"]["variants"][1]["multiplier"]["trend"]["label"] == "constant"
   assert "24 of the runs are trunks" in md
+
+
+def test_a_tuned_ladder_reads_the_chosen_values_and_checks_the_transfer_along_its_rungs():
+  rates = [2.0 ** u for u in (-11, -10, -9, -8, -7)]
+  constant = planted_loss("constant")
+
+  def loss(variant, c, seed):  # the optimum at 2^-9 at every size
+    return constant(variant, c, seed) + 0.05 * (math.log2(variant["optim.learning_rate"]) + 9) ** 2
+
+  record, summaries = fakes.ladder_sweep("tuned", RUNGS, BUDGETS, VARIANTS, loss,
+                                         seeds=(0, 1, 2, 3),
+                                         tune={"optim.learning_rate": rates})
+  report = analyze(record, summaries)
+  assert report.verdict_runs == "reserved"  # seed 0 chooses, seeds 1-3 are compared
+  assert all(p.chosen == {"optim.learning_rate": 2.0 ** -9} for p in report.points)
+  rows = report.ladder.rows
+  assert all(sorted(r.losses) == [1, 2, 3] for r in rows)
+  chosen = {e.name: e for e in record.runs if e.tuned == {"optim.learning_rate": 2.0 ** -9}}
+  row = rows[0]
+  assert row.losses == {e.seed: summaries[e.name].final["eval/loss"] for e in chosen.values()
+                        if record.point_key(e) == row.key and e.seed != 0}
+  # The transfer check (issue 52) runs along the rung axis, per budget and variant.
+  assert len(report.transfer) == 2 * 2
+  for t in report.transfer:
+    assert t.size_field == "model.d_model" and [o.size for o in t.optima] == [32, 64, 128, 256]
+    assert t.label == "transfers"
+  assert report.ladder.variant("swiglu").multiplier.trend is not None
