@@ -23,7 +23,8 @@ from tfx_jax.report.sections import ladder as ladder_section
 
 E, A, ALPHA = 2.0, 3000.0, 0.3
 K = 1.5                      # the constant multiplier planted
-SHRINK = 22.3                # m(C) = SHRINK C^-0.1: 1.97x at the smallest rung, 0.83x at the largest
+SHRINK = 22.3                # m(C) = SHRINK C^-0.1: 1.97x at the smallest rung, 0.83x at
+                             # the largest
 RUNGS = [{"model.d_model": d, "model.num_layers": 2} for d in (32, 64, 128, 256)]
 BUDGETS = [10.0, 20.0]
 VARIANTS = {"model.activation": ["gelu", "swiglu"]}
@@ -312,3 +313,14 @@ def test_a_tuned_ladder_reads_the_chosen_values_and_checks_the_transfer_along_it
     assert t.size_field == "model.d_model" and [o.size for o in t.optima] == [32, 64, 128, 256]
     assert t.label == "transfers"
   assert report.ladder.variant("swiglu").multiplier.trend is not None
+
+
+def test_one_seed_fits_without_intervals_and_leaves_the_trend_unresolved():
+  record, summaries = fakes.ladder_sweep("one", RUNGS, BUDGETS, VARIANTS,
+                                         planted_loss("constant"), seeds=(0,))
+  ladder = analyze(record, summaries).ladder
+  swiglu = ladder.variant("swiglu")
+  assert swiglu.fit.identifiable and all(p.low is None for p in swiglu.fit.parameters)
+  assert "one run per rung" in swiglu.fit.lack_of_fit.reason
+  trend = swiglu.multiplier.trend
+  assert trend.label == "unresolved" and trend.interval is None and "no interval" in trend.reason

@@ -36,7 +36,9 @@ class LadderRow:
   non_embedding_params: int
   active_params: int
   tokens: int
-  tokens_per_param: float       # tokens over the point's non-embedding count
+  # tokens over the rung's non-embedding count (``LadderPlan.rung_params``:
+  # the base variant's, so every variant of a rung trains on the same tokens)
+  tokens_per_param: float
   epochs: float | None          # passes over the training split (None: size unknown)
   flops: float                  # tokens x training FLOPs per token: the run's compute C
   branch_step: int | None       # where its decay branched from its trunk (None: scratch)

@@ -253,6 +253,9 @@ def _trend(fit: LadderFit, rungs: Sequence[RungMultiplier], rows_b, rows_v, span
                            "the base's measured compute")
   slopes = (np.log(c_eff[ok]) - x) @ xc / (xc @ xc)
   found = _range(fit, slopes, slope)
+  if found is None:  # one seed (or one fitted resample): nothing to read an interval from
+    return MultiplierTrend(slope, None, band, len(inside), "unresolved",
+                           "fewer than two seeds or resamples: no interval")
   if found.low > 0:
     label = "grows with scale"
   elif found.high < 0:

@@ -128,7 +128,7 @@ def rows(record: SweepRecord, points: Sequence[Point], summaries: RunSummaries
         key=point.key, rung=point.key[RUNG_AXIS], budget=point.key[BUDGET_AXIS],
         variant=variant_label(record, point.key), params=count.params,
         non_embedding_params=count.non_embedding_params, active_params=count.active_params,
-        tokens=count.tokens, tokens_per_param=count.tokens / count.non_embedding_params,
+        tokens=count.tokens, tokens_per_param=count.tokens / plan.rung_params[point.key[RUNG_AXIS]],
         epochs=plan.epochs(count.tokens), flops=count.flops, branch_step=count.branch_step,
         core_seconds=_row_cost(record, summaries, point.key, shares), losses=losses))
   return out
@@ -315,7 +315,8 @@ def backtest_table(ladder: Ladder) -> list[list[str]]:
       m = at.get(h.compute)
       mcell = "-"
       if m is not None:
-        miv = "" if m.interval is None else f" [{_ratio(m.interval.low)}, {_ratio(m.interval.high)}]"
+        miv = ("" if m.interval is None
+               else f" [{_ratio(m.interval.low)}, {_ratio(m.interval.high)}]")
         mcell = f"{_ratio(m.predicted)}x{miv} / " + (
             "a bound" if m.full is None else f"{m.full:.3g}x")
       out.append([v.variant, f"{h.compute:.3g}", f"{h.measured:.4f}{se}",
