@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 
 import numpy as np
 import pytest
@@ -324,3 +325,22 @@ def test_one_seed_fits_without_intervals_and_leaves_the_trend_unresolved():
   assert "one run per rung" in swiglu.fit.lack_of_fit.reason
   trend = swiglu.multiplier.trend
   assert trend.label == "unresolved" and trend.interval is None and "no interval" in trend.reason
+
+
+def test_a_branched_run_finds_its_trunk_from_its_status_or_the_record(tmp_path):
+  record, _ = fakes.ladder_sweep("b", RUNGS[:2], BUDGETS, VARIANTS, planted_loss("constant"),
+                                 seeds=(0,), branch=True)
+  run = record.runs[0]
+  workdir, moved = tmp_path / run.name, tmp_path / "elsewhere"
+  moved.mkdir()
+  step = record.ladder.point(record.point_key(run)).branch_step
+  # status.json's branch_from and branch_step (the trainer writes them) first ...
+  written = types.SimpleNamespace(branch_from=str(moved), branch_step=7)
+  assert collect.branch_of(workdir, run, written, record) == (moved, 7)
+  # ... the record's trunk beside the run where that path is gone (a moved sweep) ...
+  gone = types.SimpleNamespace(branch_from=str(tmp_path / "gone"), branch_step=7)
+  assert collect.branch_of(workdir, run, gone, record) == (tmp_path / run.trunk, 7)
+  # ... and the plan's branch step where status.json names none.
+  assert collect.branch_of(workdir, run, None, record) == (tmp_path / run.trunk, step)
+  scratch = dataclasses.replace(run, trunk="")
+  assert collect.branch_of(workdir, scratch, None, record) is None

@@ -131,32 +131,41 @@ def join_trunk(trunk: dict[str, list[tuple[int, float, float]]],
   return out
 
 
-def _branch_step(record: SweepRecord | None, entry: RunEntry) -> int | None:
-  """Where a branched budget's run left its trunk: its point's branch step in
-  the ladder's plan, else its ``train.branch_step`` override."""
-  count = (record.ladder.point(record.point_key(entry))
-           if record is not None and record.ladder is not None else None)
-  if count is not None and count.branch_step is not None:
-    return count.branch_step
-  step = entry.overrides.get("train.branch_step")
-  return int(step) if step is not None else None
+def branch_of(workdir: pathlib.Path, entry: RunEntry, status: status_lib.Status | None,
+              record: SweepRecord | None = None) -> tuple[pathlib.Path, int] | None:
+  """(the trunk's workdir, the branch step) of a branched budget's run; None:
+  it ran from scratch. status.json's ``branch_from`` and ``branch_step``
+  where the run wrote them (a status of a version before branching has
+  neither), else the record's: the entry's ``trunk`` (its workdir beside the
+  run's, also where a moved sweep directory no longer has status.json's
+  path), at its point's branch step in the ladder's plan or its
+  ``train.branch_step`` override."""
+  path, step = getattr(status, "branch_from", None), getattr(status, "branch_step", None)
+  trunk = pathlib.Path(path) if path else None
+  if entry.trunk and (trunk is None or not trunk.is_dir()):
+    trunk = workdir.parent / entry.trunk
+  if step is None:
+    count = (record.ladder.point(record.point_key(entry))
+             if record is not None and record.ladder is not None else None)
+    step = count.branch_step if count is not None else None
+    if step is None and entry.overrides.get("train.branch_step"):
+      step = int(entry.overrides["train.branch_step"])
+  return None if trunk is None or step is None else (trunk, int(step))
 
 
 def read_run(workdir: pathlib.Path, entry: RunEntry, record: SweepRecord | None = None
              ) -> RunSummary:
   """The figures of one run that the report aggregates (``RunSummary``: what
   each field holds), read from its workdir and its sweep.json entry. A
-  branched budget of a ladder (``entry.trunk``: its trunk's workdir beside
-  its own) reads as a whole run: its trunk's curves up to the branch step and
-  the trunk's step-0 evaluation joined to its own (``join_trunk``); its
-  status, time and cost are its own."""
+  branched budget of a ladder (``branch_of``) reads as a whole run: its
+  trunk's curves up to the branch step and the trunk's step-0 evaluation
+  joined to its own (``join_trunk``); its status, time and cost are its own."""
   status = status_lib.read_status(workdir)
   own = read_scalars(workdir / "tensorboard")
   scalars = own
-  branch = _branch_step(record, entry) if entry.trunk else None
+  branch = branch_of(workdir, entry, status, record)
   if branch is not None:
-    scalars = join_trunk(read_scalars(workdir.parent / entry.trunk / "tensorboard"), own,
-                         branch)
+    scalars = join_trunk(read_scalars(branch[0] / "tensorboard"), own, branch[1])
   final = {tag: points[-1][1] for tag, points in scalars.items()
            if tag.startswith("eval/") or tag == "train/nll"}
   tps = [v for _, v, _ in scalars.get("train/tokens_per_sec", [])[1:]]
