@@ -14,6 +14,9 @@ tests read exactly what a real sweep would give them, in seconds.
   --lengths``'s rows), as ``python -m tfx_jax.evaluate`` writes them.
 - A run's summary in memory, as ``report.collect.read_run`` reads it from a
   workdir: ``summary``, for tests that drive the analysis without files.
+- A laddered sweep (``Sweep(ladder=...)``): ``ladder_sweep``, its record
+  with the ladder's plan and trunks and every run's summary, from a known
+  loss against compute.
 
 Which files a run's workdir holds for the report: ``report/collect.py``.
 """
@@ -21,12 +24,14 @@ Which files a run's workdir holds for the report: ``report/collect.py``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import pathlib
 from typing import Any, Iterable, Mapping, Sequence
 
 from tfx_jax.core import atomic
+from tfx_jax.records import ladder as ladder_lib
 from tfx_jax.records import status as status_lib
 from tfx_jax.records import sweep as sweep_lib
 from tfx_jax.records.summary import RunSummary
@@ -176,3 +181,75 @@ def summary(final: Mapping[str, float] | None = None, **fields: Any) -> RunSumma
   whose workdir holds its status.json alone has them (tests/test_fakes.py
   checks that against ``read_run``)."""
   return RunSummary(**{"state": "finished", **fields, "final": dict(final or {})})
+
+
+# ------------------------------------------------------------- a ladder
+def ladder_counts(rung: Mapping[str, Any], vocab: int = 256) -> tuple[int, int]:
+  """(non-embedding, total) parameters of a planted rung: 12 L d^2 for its
+  blocks (attention 4 d^2, FFN 8 d^2), plus a vocab x d table."""
+  d, layers = int(rung["model.d_model"]), int(rung["model.num_layers"])
+  return 12 * layers * d * d, 12 * layers * d * d + vocab * d
+
+
+def ladder_sweep(name: str, rungs: Sequence[Mapping[str, Any]], budgets: Sequence[float],
+                 variants: Mapping[str, Sequence[Any]],
+                 loss: Any, seeds: Sequence[int] = (0, 1, 2), *,
+                 tokens_per_step: int = 256, corpus_tokens: int | None = 10_000_000,
+                 branch: bool = False, seconds: float = 10.0,
+                 tune: Mapping[str, Sequence[Any]] | None = None, **fields: Any
+                 ) -> tuple[SweepRecord, dict[str, RunSummary]]:
+  """(record, summaries) of a planted laddered sweep, every run finished, as
+  ``Sweep(ladder=Ladder(rungs, budgets))`` with the declared axes
+  ``variants`` ({field: values}, the first each axis's base) records it: the
+  rung axis, the budget axis, then the variants (``records.ladder``).
+
+  ``loss(variant, compute, seed)``: the final validation loss of a run of
+  the variant ({field: value}, its tuned values among them) at training
+  compute C = tokens x 6 N (``ladder_counts``' N); ``seconds``: each run's
+  train-step seconds on one core. ``branch``: each (rung, variant, tuned
+  value, seed)'s budgets branch at 80% of their steps from one trunk run (in
+  ``record.trunks``, its own seconds). ``tune``: {field: values}, every
+  point's grid (``Sweep(tune=...)``)."""
+  fields_ = tuple(rungs[0])
+  axes_ = [axis("+".join(fields_), rungs, fields=fields_),
+           axis(ladder_lib.BUDGET_FIELD, [{ladder_lib.BUDGET_FIELD: float(b)} for b in budgets]),
+           *(axis(field, values) for field, values in variants.items())]
+  combos = [dict(zip(variants, c)) for c in itertools.product(*variants.values())]
+  grid = [dict(zip(tune or {}, c)) for c in itertools.product(*(tune or {}).values())]
+  points, runs, trunks, summaries = [], [], [], {}
+  for r, rung in enumerate(rungs):
+    non_embedding, total = ladder_counts(rung)
+    for (v, variant), (t, tuned) in itertools.product(enumerate(combos), enumerate(grid)):
+      steps = [ladder_lib.steps_for(b, non_embedding, tokens_per_step) for b in budgets]
+      trunk_step = max(int(0.8 * s) for s in steps)
+      tag = f"_t{t}" if tune else ""
+      for seed in seeds:
+        trunk = f"{name}_r{r}_v{v}{tag}_s{seed}_trunk" if branch else ""
+        if branch:
+          trunks.append(entry(trunk, seed, (), {**rung, "train.num_steps": trunk_step},
+                              state="finished", step=trunk_step, wall_seconds=seconds))
+          summaries[trunk] = summary({"eval/loss": 9.0}, step=trunk_step, cores=1,
+                                     seconds={"train_steps": seconds})
+        for b, budget in enumerate(budgets):
+          key = (r, b, *(list(variants[f]).index(variant[f]) for f in variants))
+          tokens = steps[b] * tokens_per_step
+          if seed == seeds[0] and t == 0:
+            points.append(ladder_lib.PointCount(
+                key, total, non_embedding, non_embedding, 6 * non_embedding, steps[b], tokens,
+                int(0.8 * steps[b]) if branch else None))
+          run = f"{name}_r{r}_b{b}_v{v}{tag}_s{seed}"
+          values = [axes_[0].values[r], axes_[1].values[b],
+                    *({f: variant[f]} for f in variants)]
+          runs.append(entry(run, seed, values,
+                            {**rung, **variant, **tuned, "train.num_steps": steps[b]},
+                            tuned=tuned, state="finished", step=steps[b], trunk=trunk,
+                            wall_seconds=seconds))
+          value = float(loss({**variant, **tuned}, float(tokens * 6 * non_embedding), seed))
+          summaries[run] = summary({"eval/loss": value}, step=steps[b], num_params=total,
+                                   cores=1, seconds={"train_steps": seconds})
+  plan = ladder_lib.LadderPlan(
+      fields_, tuple(dict(r) for r in rungs), tuple(float(b) for b in budgets),
+      tuple(ladder_counts(r)[0] for r in rungs), tokens_per_step, tuple(points),
+      corpus_tokens, branch)
+  return record(name, axes_, runs, seeds, ladder=plan, trunks=trunks, tune=dict(tune or {}),
+                **fields), summaries

@@ -33,6 +33,13 @@ The metrics a claim may read (``report.claims.read``):
                                the size axis; ``transfer/shift/num_layers`` where
                                the sweep has two size axes; the default band the
                                sweep's ``transfer_band``)
+  ladder/multiplier            a laddered sweep's variant's compute multiplier over
+                               the base (ln, against 1x) at every rung, an
+                               intersection-union test (compare=(variant, None),
+                               the variant named over the declared axes)
+  ladder/trend                 the slope of its ln multiplier against ln compute
+                               ("lower": it shrinks with scale; default band
+                               ``report.multiplier.BAND``)
   every_rate/eval/loss         a's metric against b's at every learning rate both
                                ran (tuning runs, validation, paired by seed), an
                                intersection-union test: "lower" holds where a is
@@ -62,7 +69,7 @@ DIRECTIONS = ("lower", "higher")
 # The quantities a claim reads beside a split's metrics, by prefix (see the docstring).
 DERIVED_PREFIXES = ("training/", "evaluation/", "layer_profile/")
 SINGLE_POINT_METRICS = ("speedup", "sensitivity", "layer_profile/", "evaluation/",
-                        "transfer/shift")
+                        "transfer/shift", "ladder/")
 
 
 @dataclasses.dataclass(frozen=True)

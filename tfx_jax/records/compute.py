@@ -47,8 +47,11 @@ class ComputeRow:
     return self.phases.get("evaluations", 0.0) / train
 
 
+@serial.layout(omit_none=("trunks",))
 @dataclasses.dataclass(frozen=True)
 class Compute:
-  """Each point's row and the total."""
+  """Each point's row, the trunk runs' of a branched ladder (None: none),
+  and the total (trunks included)."""
   points: tuple[ComputeRow, ...]
   total: ComputeRow
+  trunks: ComputeRow | None = None

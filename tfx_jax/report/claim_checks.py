@@ -2,7 +2,8 @@
 included): each point named exists, once, and each quantity read is one the
 sweep's runs log (``check_sweep``; a ConfigError, exit 2); the transfer
 claims' own (a size axis, a tuned learning rate, the variant) are
-``claims_transfer.check``'s."""
+``claims_transfer.check``'s, the ladder claims' (a ladder, a variant that is
+not the base) ``claims_ladder.check``'s."""
 
 from __future__ import annotations
 
@@ -11,19 +12,19 @@ from typing import Sequence
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.records.claims import Claim
 from tfx_jax.records.sweep import SweepRecord
-from tfx_jax.report import claims_transfer
+from tfx_jax.report import claims_ladder, claims_transfer
 from tfx_jax.report.claims import (SPLIT_METRICS, TRAINING_SIGNALS, axis_points, find_point,
                                    length_keys)
 
 
 def _check_metric(claim: Claim, lengths: Sequence[str], evaluations: Sequence[str],
-                  layer_stats: bool, tuned: bool) -> None:
+                  layer_stats: bool, tuned: bool, laddered: bool = False) -> None:
   """A ConfigError where ``claim`` reads a quantity the sweep's runs do not
   log: ``lengths`` the ``ppl@Kx`` keys its evaluations compute,
   ``evaluations`` the RoPE scalings its runs are also evaluated with
   (``yarn``: the report names them ``yarn-x8-from64``), ``layer_stats``
   whether they log per-layer statistics, ``tuned`` whether a learning rate
-  is tuned."""
+  is tuned, ``laddered`` whether the sweep has a ladder (``claims_ladder``)."""
   metric, where = claim.metric, f"claim {claim.id!r}"
   name = metric.split("/")
   if metric.startswith("eval/"):
@@ -45,7 +46,7 @@ def _check_metric(claim: Claim, lengths: Sequence[str], evaluations: Sequence[st
   else:
     ok = metric == "speedup" or (metric == "sensitivity" and tuned)
     valid = ["speedup", *(["sensitivity", "transfer/shift", "every_rate/eval/loss"]
-                          if tuned else [])]
+                          if tuned else []), *(claims_ladder.METRICS if laddered else [])]
   if not ok:
     raise ConfigError(f"{where}: the sweep's runs do not log {metric!r}; it can read "
                       f"{valid or 'no such quantity'}.")
@@ -85,14 +86,23 @@ def check_sweep(record: SweepRecord) -> None:
   for claim in record.claims:
     where = f"claim {claim.id!r}"
     transfer = claims_transfer.handles(claim.metric)  # transfer/shift, every_rate/<metric>
-    # A shift names a variant: its point over every axis but the size axis.
-    named = axis_points(claims_transfer.check(record, claim, where)) if transfer else values
+    ladder = claims_ladder.handles(claim.metric)  # ladder/multiplier, ladder/trend
+    # A shift names a variant: its point over every axis but the size axis; a
+    # ladder's claim one over the declared axes.
+    declared = claims_ladder.check(record, claim, where) if ladder else []
+    named = (axis_points(claims_transfer.check(record, claim, where)) if transfer
+             else axis_points(declared) if ladder else values)
     for spec in claim.compare:
       if spec is not None:
-        find_point(spec, claim.context, named, where)
+        index = find_point(spec, claim.context, named, where)
+        if ladder and claims_ladder.names_base(declared, index):
+          raise ConfigError(f"{where}: {claim.metric} reads a variant over the base; "
+                            f"{spec!r} names the base itself (every declared axis at its "
+                            "base value).")
     if claim.requires is not None:
       find_point(claim.requires.point, claim.context, values, f"{where} (requires)")
     if transfer:
       _check_every_rate(claim, where)
-    else:
-      _check_metric(claim, list(dict.fromkeys(lengths)), evaluations, layer_stats, tuned)
+    elif not ladder:
+      _check_metric(claim, list(dict.fromkeys(lengths)), evaluations, layer_stats, tuned,
+                    record.ladder is not None)

@@ -43,7 +43,7 @@ from typing import Any, Literal, Mapping, Sequence
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.records.claims import Claim, Equivalent, Regime, Requires
 from tfx_jax.records.sweep import AxisRecord
-from tfx_jax.report import claims_transfer
+from tfx_jax.report import claims_ladder, claims_transfer
 from tfx_jax.report import stats, stats_sequential
 from tfx_jax.report.claim_test import Test, Untested
 from tfx_jax.report.context import DEFAULT_MARGINS
@@ -173,6 +173,8 @@ def band_of(claim: Claim, report: Report | None = None) -> float:
   optimum's, the sweep's transfer band (``claims_transfer.band``)."""
   if claims_transfer.reads_variant(claim.metric):
     return claims_transfer.band(claim, report)
+  if claims_ladder.handles(claim.metric):
+    return claims_ladder.band(claim, LOG_BAND)
   if isinstance(claim.expect, Equivalent):
     return float(claim.expect.band)
   if log_ratio(claim.metric):
@@ -188,7 +190,7 @@ def length_keys(metric: str) -> list[str]:
 
 def log_ratio(metric: str) -> bool:
   return ("/" in metric and metric.startswith("ppl@")) or metric.startswith(
-      ("layer_profile/", "speedup"))
+      ("layer_profile/", "speedup", claims_ladder.MULTIPLIER))
 
 
 def seed_value(seed: SeedResult, metric: str, split: str) -> float | None:
@@ -275,6 +277,8 @@ def test_claim(claim: Claim, report: Report, a: Point, b: Point | None) -> Test 
   band, metric = band_of(claim, report), claim.metric
   if claims_transfer.handles(metric):
     return claims_transfer.test(claim, report, a, b, band)
+  if claims_ladder.handles(metric):
+    return claims_ladder.test(claim, report, a, band)
   if metric.startswith("evaluation/"):
     _, how, length = metric.split("/")
     found = next((e for e in report.evaluation_effects
@@ -463,6 +467,10 @@ def evaluate(claims: Sequence[Claim], report: Report,
       found = claims_transfer.records(claim, report, where)
       t = found[find_point(claim.compare[0], claim.context, [r.variant for r in found], where)]
       (a, points), b = claims_transfer.variant(t, report), None
+    elif claims_ladder.handles(claim.metric):  # a variant: its points at every rung
+      found = claims_ladder.variants(report, where)
+      v = found[find_point(claim.compare[0], claim.context, [f.values for f in found], where)]
+      (a, points), b = claims_ladder.variant(v, report), None
     else:
       a = report.points[find_point(claim.compare[0], claim.context, values, where)]
       b = (None if claim.compare[1] is None else

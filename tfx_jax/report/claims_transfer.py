@@ -147,7 +147,7 @@ def _rows(point: Point) -> dict[float, Any]:
           if r.label in read and LEARNING_RATE in r.tuned}
 
 
-def _one_sided(iv: stats.Interval, expect: Any) -> float:
+def one_sided(iv: stats.Interval, expect: Any) -> float:
   """The one-sided p of the expected direction ("lower": H0 a - b >= 0);
   with no spread, 0 on the expected side and 1 otherwise (the se -> 0 limit)."""
   diff = iv.diff if expect == "higher" else -iv.diff  # > 0: on the paper's side
@@ -174,7 +174,7 @@ def _every_rate(claim: Claim, report: Report, a: Point, b: Point | None, band_: 
       continue
     iv = stats.compare({s: va[s] for s in pairs}, {s: vb[s] for s in pairs})
     eq = stats.tost(iv, band_, report.options.alpha).p_value
-    tested.append((rate, iv, eq if claim.equivalence else _one_sided(iv, claim.expect), eq))
+    tested.append((rate, iv, eq if claim.equivalence else one_sided(iv, claim.expect), eq))
   if not tested:
     return Untested(f"no learning rate that both ran with 2 seeds learned on each side "
                     f"({len(shared)} shared)")

@@ -118,15 +118,58 @@ def split_metrics(workdir: pathlib.Path, split: str) -> dict[str, float]:
           and k not in ("step", "num_examples", "beam_size")}
 
 
-def read_run(workdir: pathlib.Path, entry: RunEntry) -> RunSummary:
+def join_trunk(trunk: dict[str, list[tuple[int, float, float]]],
+               own: dict[str, list[tuple[int, float, float]]], branch_step: int
+               ) -> dict[str, list[tuple[int, float, float]]]:
+  """A branched budget's scalars as one run's: its trunk's up to the branch
+  step (the step-0 evaluation among them), then its own after it (its own
+  logs start at the branch step, where it restored the trunk's checkpoint)."""
+  out = {}
+  for tag in dict.fromkeys([*trunk, *own]):
+    out[tag] = ([p for p in trunk.get(tag, []) if p[0] <= branch_step]
+                + [p for p in own.get(tag, []) if p[0] > branch_step])
+  return out
+
+
+def branch_of(workdir: pathlib.Path, entry: RunEntry, status: status_lib.Status | None,
+              record: SweepRecord | None = None) -> tuple[pathlib.Path, int] | None:
+  """(the trunk's workdir, the branch step) of a branched budget's run; None:
+  it ran from scratch. status.json's ``branch_from`` and ``branch_step``
+  where the run wrote them (a status of a version before branching has
+  neither), else the record's: the entry's ``trunk`` (its workdir beside the
+  run's, also where a moved sweep directory no longer has status.json's
+  path), at its point's branch step in the ladder's plan or its
+  ``train.branch_step`` override."""
+  path, step = getattr(status, "branch_from", None), getattr(status, "branch_step", None)
+  trunk = pathlib.Path(path) if path else None
+  if entry.trunk and (trunk is None or not trunk.is_dir()):
+    trunk = workdir.parent / entry.trunk
+  if step is None:
+    count = (record.ladder.point(record.point_key(entry))
+             if record is not None and record.ladder is not None else None)
+    step = count.branch_step if count is not None else None
+    if step is None and entry.overrides.get("train.branch_step"):
+      step = int(entry.overrides["train.branch_step"])
+  return None if trunk is None or step is None else (trunk, int(step))
+
+
+def read_run(workdir: pathlib.Path, entry: RunEntry, record: SweepRecord | None = None
+             ) -> RunSummary:
   """The figures of one run that the report aggregates (``RunSummary``: what
-  each field holds), read from its workdir and its sweep.json entry."""
+  each field holds), read from its workdir and its sweep.json entry. A
+  branched budget of a ladder (``branch_of``) reads as a whole run: its
+  trunk's curves up to the branch step and the trunk's step-0 evaluation
+  joined to its own (``join_trunk``); its status, time and cost are its own."""
   status = status_lib.read_status(workdir)
-  scalars = read_scalars(workdir / "tensorboard")
+  own = read_scalars(workdir / "tensorboard")
+  scalars = own
+  branch = branch_of(workdir, entry, status, record)
+  if branch is not None:
+    scalars = join_trunk(read_scalars(branch[0] / "tensorboard"), own, branch[1])
   final = {tag: points[-1][1] for tag, points in scalars.items()
            if tag.startswith("eval/") or tag == "train/nll"}
   tps = [v for _, v, _ in scalars.get("train/tokens_per_sec", [])[1:]]
-  walls = [w for points in scalars.values() for _, _, w in points]
+  walls = [w for points in own.values() for _, _, w in points]  # its own time
   wall = entry.wall_seconds or ((max(walls) - min(walls)) if walls else None)
   lengths, window_tokens = {}, {}
   for row in latest_lengths(workdir) or []:
@@ -213,10 +256,12 @@ def as_trained(sweep_dir: pathlib.Path, record: SweepRecord) -> SweepRecord:
 
 def collect(sweep_dir: pathlib.Path) -> tuple[SweepRecord, dict[str, RunSummary]]:
   """(sweep.json's record, each run's values those it trained with
-  (``as_trained``); {run name: ``read_run``}) of a sweep directory."""
+  (``as_trained``); {run name: ``read_run``}, a branched ladder's trunk
+  runs too, whose cost is the ladder's) of a sweep directory."""
   record = sweep_record.read(sweep_dir)
   if record is None:
     raise FileNotFoundError(f"{sweep_dir / sweep_record.FILENAME} does not exist: not a "
                             "sweep directory.")
   as_trained(sweep_dir, record)
-  return record, {e.name: read_run(sweep_dir / e.name, e) for e in record.runs}
+  return record, {e.name: read_run(sweep_dir / e.name, e, record)
+                  for e in [*record.runs, *record.trunks]}

@@ -24,6 +24,7 @@ import dataclasses
 import functools
 from typing import Any, Callable, Mapping, TypeVar
 
+from tfx_jax.records.ladder import BUDGET_AXIS, RUNG_AXIS
 from tfx_jax.records.summary import RunSummaries
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import stats
@@ -85,6 +86,15 @@ def adjust(record: SweepRecord, pvalues: list[float | None]) -> list[float | Non
 def exploratory(record: SweepRecord) -> bool:
   """Whether the report's comparisons are exploratory (the sweep declares claims)."""
   return bool(record.claims)
+
+
+def context_axes(record: SweepRecord) -> frozenset[int]:
+  """The axes that are only contexts: their values are never compared with
+  one another, the other axes are compared within each of them. A ladder's
+  rung and budget axes (``records.ladder``): a larger model or a longer run
+  being better is no finding, so the variants are compared within each rung
+  and budget, and the ladder's own section reads the scale."""
+  return frozenset((RUNG_AXIS, BUDGET_AXIS)) if record.ladder is not None else frozenset()
 
 
 def lower_is_better(metric: str) -> bool:

@@ -74,6 +74,10 @@ class Range:
   high_beyond: bool = False
   level: float = scaling.LEVEL
   resamples: int = 0  # the resamples it was read from
+  # The standard error it was read with (of the log where the interval is a
+  # ratio's): sqrt(n / (n - 1)) sd of the finite resamples, n the seeds, as
+  # ``bootstrap.interval``'s "student" has it; a claim's test reads it.
+  se: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,11 +167,19 @@ def _range(fit: LadderFit, draws: np.ndarray, estimate: float, log: bool = False
   if found is None:
     return None
   low, high = found
-  used = int(np.sum(~np.isnan(draws)))
+  values = np.asarray(draws, float)
+  used = int(np.sum(~np.isnan(values)))
+  finite = values[np.isfinite(values)]
+  n = len(fit.seeds)
+  se = None
+  if len(finite) > 1 and n > 1 and (not log or np.all(finite > 0)):
+    with np.errstate(divide="ignore"):
+      spread = float(np.std(np.log(finite) if log else finite, ddof=1))
+    se = math.sqrt(n / (n - 1)) * spread
   if edges is None:
-    return Range(low, high, level=fit.level, resamples=used)
+    return Range(low, high, level=fit.level, resamples=used, se=se)
   return Range(max(low, edges[0]), min(high, edges[1]), low < edges[0], high > edges[1],
-               fit.level, used)
+               fit.level, used, se)
 
 
 def _means(rungs: Sequence[Rung]) -> dict[float, float]:
@@ -241,6 +253,9 @@ def _trend(fit: LadderFit, rungs: Sequence[RungMultiplier], rows_b, rows_v, span
                            "the base's measured compute")
   slopes = (np.log(c_eff[ok]) - x) @ xc / (xc @ xc)
   found = _range(fit, slopes, slope)
+  if found is None:  # one seed (or one fitted resample): nothing to read an interval from
+    return MultiplierTrend(slope, None, band, len(inside), "unresolved",
+                           "fewer than two seeds or resamples: no interval")
   if found.low > 0:
     label = "grows with scale"
   elif found.high < 0:

@@ -505,13 +505,20 @@ def _fit_ladder(ladder, form, resamples, seed, level, method, starts, alpha) -> 
       constants[variant] = point
       warm[variant] = optima[:WARM]
   edges: dict[str, dict[str, int]] = {v: {} for v in warm}  # {variant: {edge: resamples}}
+  # A draw's refit is a function of its seed counts alone: a ladder of n seeds
+  # has only C(2n - 1, n) distinct draws (10 at 3 seeds, 35 at 4), so each is
+  # fitted once and the resamples that repeat it read the same optimum.
+  refits: dict[tuple[str, bytes], np.ndarray] = {}
   for b, counts in enumerate(seed_draws(len(seeds), resamples, seed)):
     for variant, starts_v in warm.items():
       pts = data[variant]
       w = counts[pts.seed].astype(float)
       if len(np.unique(pts.group[w > 0])) < k + 1:
         continue
-      _, theta = min(_minimise(pts, w, np.array(starts_v)), key=lambda r: r[0])
+      key = (variant, counts.tobytes())
+      if key not in refits:
+        refits[key] = min(_minimise(pts, w, np.array(starts_v)), key=lambda r: r[0])[1]
+      theta = refits[key]
       edge = _edge(theta, pts, form)
       if edge:
         edges[variant][edge] = edges[variant].get(edge, 0) + 1

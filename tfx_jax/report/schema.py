@@ -50,6 +50,7 @@ from tfx_jax.records.compute import Compute
 from tfx_jax.records.speedup import Speedup
 from tfx_jax.records.sweep import Split, Tune, tune_grids
 from tfx_jax.report.effects import EvaluationEffect, LayerProfile
+from tfx_jax.report.ladder_schema import Ladder
 from tfx_jax.report.transfer_schema import Transfer
 
 FILENAME = "report.json"
@@ -443,9 +444,9 @@ class Sequential:
                       "sensitivity", "noise", "scale", "verdict_runs", "selection_biased",
                       "tuning_seeds", "confirmation_seeds", "sequential", "speedups",
                       "compute", "evaluation_effects", "layer_profiles",
-                      "stale_comparisons", "transfer"),
+                      "stale_comparisons", "transfer", "ladder"),
                derived={"selection_biased": lambda r: r.selection_biased},
-               omit_default=("stale_comparisons", "transfer"))
+               omit_default=("stale_comparisons", "transfer"), omit_none=("ladder",))
 @dataclasses.dataclass(frozen=True)
 class Report:
   """report.json."""
@@ -475,6 +476,7 @@ class Report:
   # Left out: a side's confirmation is stale (written where there is one).
   stale_comparisons: tuple[StaleComparison, ...] = ()
   transfer: tuple[Transfer, ...] = ()  # the optimum against size (``sections.transfer``)
+  ladder: Ladder | None = None  # fits and multipliers of a ladder (``sections.ladder``)
 
   def __post_init__(self):
     object.__setattr__(self, "tune", tune_grids(self.tune))

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tfx_jax.report import points as points_lib
+from tfx_jax.report.context import context_axes
 from tfx_jax.records.sweep import SweepRecord
 
 BASE_COLOUR = "#222222"
@@ -53,6 +54,7 @@ class Palette:
 
   def __init__(self, record: SweepRecord):
     self.axes = record.axes
+    self._contexts = context_axes(record)
     self._colours: dict[tuple[int, int], str] = {}
     i = 0
     for ai, axis in enumerate(self.axes):
@@ -76,8 +78,11 @@ class Palette:
     return text + " (base)" if base else text
 
   def colour_axis(self) -> int | None:
-    """The axis that colours a line per point: the first with two values."""
-    return next((ai for ai, a in enumerate(self.axes) if len(a.values) > 1), None)
+    """The axis that colours a line per point: the first with two values
+    that is compared (a ladder's variants, not its rungs: ``context_axes``),
+    else the first with two values."""
+    varied = [ai for ai, a in enumerate(self.axes) if len(a.values) > 1]
+    return next((ai for ai in varied if ai not in self._contexts), varied[0] if varied else None)
 
   def point_style(self, key: Sequence[int]) -> dict[str, Any]:
     """A point's line: the colour of its value on ``colour_axis``, a line

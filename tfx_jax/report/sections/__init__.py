@@ -32,6 +32,7 @@ from tfx_jax.report.sections import claims
 from tfx_jax.report.sections import comparisons
 from tfx_jax.report.sections import compute
 from tfx_jax.report.sections import evaluation_effects
+from tfx_jax.report.sections import ladder
 from tfx_jax.report.sections import layer_profiles
 from tfx_jax.report.sections import lengths
 from tfx_jax.report.sections import noise
@@ -62,6 +63,7 @@ SECTIONS = (
     comparisons,        # every value against its base, per axis
     sequential,         # the looks of adaptive seeds (report.json's ``sequential``)
     speedup,            # the effective speedup over AdamW
+    ladder,             # a ladder's fits per variant, the compute multiplier, the backtest
     noise,              # the noise floor and the smallest detectable difference
     scale,              # the effects against model size
     lengths,            # length extrapolation

@@ -22,8 +22,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from tfx_jax.records.sweep import AxisRecord, SweepRecord
 from tfx_jax.report import stats
 from tfx_jax.report import stats_sequential
-from tfx_jax.report.context import (Context, adjust, compared_at, compared_by, exploratory,
-                                    lower_is_better, margin_for, reserved_seed,
+from tfx_jax.report.context import (Context, adjust, compared_at, compared_by, context_axes,
+                                    exploratory, lower_is_better, margin_for, reserved_seed,
                                     sequential_design, tuned_key)
 from tfx_jax.report.points import context_label, contexts, value_label
 from tfx_jax.report.schema import (Comparison, Counts, FailedComparison, Look, Options, Point,
@@ -62,10 +62,11 @@ def _against_base(record: SweepRecord, points: Sequence[Point]
   """(axis index, axis, context, value index, base index, point, base point)
   for every value of every axis against the axis's base value, then for each
   pair the axis declares (``AxisRecord.comparisons``) its value against its
-  base, in each context."""
+  base, in each context; an axis that is only a context (``context_axes``:
+  a ladder's rungs and budgets) compares nothing."""
   by_key = _by_key(points)
   for ai, axis in enumerate(record.axes):
-    if len(axis.values) < 2:
+    if len(axis.values) < 2 or ai in context_axes(record):
       continue
     pairs = [(vi, axis.reference) for vi in range(len(axis.values)) if vi != axis.reference]
     for ctx in contexts(record.axes, ai):
@@ -349,6 +350,8 @@ def plots(ctx: Context, report: Report, sweep_dir, palette) -> dict[str, str]:
   from tfx_jax.report import plots as plots_lib  # pylint: disable=import-outside-toplevel
   out = {}
   for ai, axis in enumerate(ctx.record.axes):
+    if ai in context_axes(ctx.record):
+      continue  # compared along no axis of its own: no comparison's curves
     name = plots_lib.file_name("curves", axis.label)
     if plots_lib.curves_plot(sweep_dir / name, ctx.record, ctx.groups, ai, palette, report):
       out[f"curves:{ai}"] = name

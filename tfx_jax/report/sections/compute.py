@@ -1,7 +1,9 @@
 """The report's section "Compute": what the sweep's runs cost and where it went.
 
 Per point (every run of one combination of axis values: each tuned value,
-seed and confirmation seed) and in total:
+seed and confirmation seed), for the trunk runs of a branched ladder (no
+point's: the stable phases its budgets branch from) and in total (trunks
+included):
 
 - core-seconds: each run's wall time times the cores it had (status.json's
   ``cores``: CPU cores of its affinity, or its accelerators), summed. A run's
@@ -36,32 +38,49 @@ from tfx_jax.report.points import group_points, value_label
 from tfx_jax.report.schema import Report
 
 
+def core_seconds(entry: RunEntry, summary: RunSummary) -> float | None:
+  """A run's wall time times its cores (None: no time recorded: not
+  started, or written before it was)."""
+  seconds = summary.seconds or {}
+  if not seconds:
+    return None
+  # The sweep's own measure where it has one (a local run), else the phases'.
+  return float(entry.wall_seconds or sum(seconds.values())) * int(summary.cores or 1)
+
+
 def _row(key: tuple[int, ...] | None, runs_: list[tuple[RunEntry, RunSummary]]
          ) -> ComputeRow:
-  runs, core_seconds = 0, 0.0
+  runs, total = 0, 0.0
   phases = dict.fromkeys(status_lib.PHASES, 0.0)
   for entry, summary in runs_:
-    seconds = summary.seconds or {}
-    if not seconds:
-      continue  # no time recorded (not started, or written before it was)
-    cores = int(summary.cores or 1)
-    # The sweep's own measure where it has one (a local run), else the phases'.
-    wall = entry.wall_seconds or sum(seconds.values())
+    cost = core_seconds(entry, summary)
+    if cost is None:
+      continue
     runs += 1
-    core_seconds += float(wall) * cores
+    total += cost
     for phase in phases:
-      phases[phase] += float(seconds.get(phase) or 0.0) * cores
-  return ComputeRow(key, runs, core_seconds, phases)
+      phases[phase] += float(summary.seconds.get(phase) or 0.0) * int(summary.cores or 1)
+  return ComputeRow(key, runs, total, phases)
+
+
+def trunk_runs(record: SweepRecord, summaries: RunSummaries
+               ) -> list[tuple[RunEntry, RunSummary]]:
+  """The trunk runs of a branched ladder (``SweepRecord.trunks``) with their
+  summaries: no point's, the ladder's cost."""
+  return [(e, summaries[e.name]) for e in record.trunks if e.name in summaries]
 
 
 def costs(record: SweepRecord, summaries: RunSummaries) -> Compute | None:
-  """The section's numbers (None: no run recorded where its time went)."""
+  """The section's numbers (None: no run recorded where its time went): each
+  point's runs, the trunks of a branched ladder, and the total of both."""
   points = group_points(record, summaries)
   rows = tuple(_row(key, runs) for key, runs in points.items())
-  total = _row(None, [run for runs in points.values() for run in runs])
+  trunks = _row(None, trunk_runs(record, summaries))
+  total = _row(None, [run for runs in points.values() for run in runs]
+               + trunk_runs(record, summaries))
   if not total.runs:
     return None
-  return Compute(tuple(r for r in rows if r.runs), total)
+  return Compute(tuple(r for r in rows if r.runs), total, trunks if trunks.runs else None)
 
 
 def fmt_core_time(core_seconds: float) -> str:
@@ -94,6 +113,9 @@ def compute_table(record: SweepRecord, compute_: Compute) -> list[list[str]]:
   for row in compute_.points:
     rows.append([value_label(a.values[i], a) for a, i in zip(record.axes, row.key)]
                 + cells(row))
+  if compute_.trunks is not None:
+    rows.append(["trunks", *[""] * (len(names) - 1)] + cells(compute_.trunks)
+                if names else cells(compute_.trunks))
   rows.append(["**total**", *[""] * (len(names) - 1)] + cells(compute_.total)
               if names else cells(compute_.total))
   return rows
@@ -116,6 +138,10 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> list[str
   if total.eval_per_train_step is not None:
     share += (f"; evaluations took {100 * total.eval_per_train_step:.0f}% of the train "
               "steps' time")
+  trunks = report.compute.trunks
+  if trunks is not None:
+    share += (f"; {trunks.runs} of the runs are trunks, the stable phases the ladder's "
+              f"budgets branch from ({fmt_core_time(trunks.core_seconds)})")
   return ["## Compute", "",
           f"{total.runs} runs took {fmt_core_time(total.core_seconds)}{share}. "
           "Core time is each run's wall time (from its process's start, every attempt) "

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import stats
-from tfx_jax.report.context import Context, compared_by
+from tfx_jax.report.context import Context, compared_by, context_axes
 from tfx_jax.report.points import value_label
 from tfx_jax.report.schema import Comparison, Noise, Options, Point, Report
 from tfx_jax.report.sections import comparisons, selection
@@ -24,7 +24,7 @@ def compute(ctx: Context) -> dict[str, Any]:
 
 def noise_and_power(record: SweepRecord, points: Sequence[Point],
                     rows: Sequence[Comparison], options: Options) -> list[Noise]:
-  """Per axis: the base point's seed standard deviation (``compared_by``, report
+  """Per compared axis: the base point's seed standard deviation (``compared_by``, report
   split) and the smallest difference detectable at ``options.power``, by
   the test its comparisons have: at alpha, or with adaptive seeds at the
   current look's share of it (the smallest of the rows with fewest seeds)."""
@@ -32,6 +32,8 @@ def noise_and_power(record: SweepRecord, points: Sequence[Point],
   by_key = {p.key: p for p in points}
   out = []
   for ai, axis in enumerate(record.axes):
+    if ai in context_axes(record):
+      continue  # no comparisons along it (a ladder's rungs and budgets)
     base_points = [p for k, p in by_key.items() if k[ai] == axis.reference]
     values = [v[select_by] for p in base_points[:1] for v in p.compared.values()
               if select_by in v]

@@ -16,8 +16,9 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   base = " ".join(f"--config.{k}={v}" for k, v in record.overrides.items())
   counts = sum((p.counts for p in report.points), Counts())
   states: dict[str, int] = {}
-  for s in summaries.values():
-    states[s.state] = states.get(s.state, 0) + 1
+  for entry in record.runs:  # a ladder's trunk runs are counted in its compute
+    state = summaries[entry.name].state
+    states[state] = states.get(state, 0) + 1
   counts += sum((p.confirmation_counts for p in report.points), Counts())
   confirmation = (f"; confirmation seeds {list(record.confirmation_seeds())}"
                   if record.confirm else "")
