@@ -40,12 +40,15 @@ Variants:
   (the tests' end-to-end ladder).
 """
 
-from tfx_jax.sweep import Ladder, Sweep
+from tfx_jax.sweep import Claim, Equivalent, Ladder, Sweep
 
 RATES = [3.16e-3, 1e-2, 3.16e-2]
 WIDTHS = (32, 48, 64, 96)
 TOKENS_PER_PARAM = [8, 16]
 CONFIRM = 3
+# A multiplier is constant where its ln slope against ln compute lies within
+# +-0.02 per e-fold (the report's trend label, ``report.multiplier.BAND``).
+TREND_BAND = 0.02
 
 BASE = {
     "model.parametrization": "mup", "model.mup_base_d_model": 32,
@@ -71,21 +74,54 @@ def _sweep(name: str, description: str, axes, **changes) -> Sweep:
   return Sweep(**fields)
 
 
+MOE = {"model.ffn_type": "moe", "model.num_experts": 4, "model.experts_per_token": 1}
+
+
+def _claims(variant: str) -> list[Claim]:
+  """Each ladder's two claims: the variant's compute multiplier over the base
+  at every rung, and its trend with compute."""
+  if variant == "activations":
+    return [
+        Claim("swiglu_multiplier", "Shazeer 2020", "the gated SwiGLU FFN is worth more "
+              "training compute than GELU at matched parameters (a compute multiplier "
+              "above 1; T5-base: -0.039 nats at a fixed budget)",
+              compare=("swiglu", None), metric="ladder/multiplier", expect="higher"),
+        Claim("swiglu_multiplier_constant", "Shazeer 2020", "the gated FFN's gain is a "
+              "constant compute multiplier across model sizes (the paper measures one "
+              "size; later work uses it at every size)",
+              compare=("swiglu", None), metric="ladder/trend", expect=Equivalent(TREND_BAND))]
+  if variant == "optimizers":
+    return [
+        Claim("muon_multiplier", "Wen et al. 2025", "Muon reaches AdamW's loss with less "
+              "compute (about 1.4x at 0.1B parameters)",
+              compare=("muon", None), metric="ladder/multiplier", expect="higher"),
+        Claim("muon_multiplier_shrinks", "Wen et al. 2025", "Muon's speedup over AdamW "
+              "shrinks as models grow (1.4x at 0.1B to 1.1x at 1.2B)",
+              compare=("muon", None), metric="ladder/trend", expect="lower")]
+  return [
+      Claim("moe_multiplier", "Fedus et al. 2022", "a top-1 MoE FFN is worth more "
+            "training compute than the dense FFN at matched active parameters",
+            compare=(MOE, None), metric="ladder/multiplier", expect="higher"),
+      Claim("moe_multiplier_grows", "Krajewski et al. 2024", "the MoE's compute "
+            "multiplier over dense grows with the training compute (Clark et al. 2022 "
+            "found routing's gain diminishing with size)",
+            compare=(MOE, None), metric="ladder/trend", expect="higher")]
+
+
 def get_sweep(variant: str = "activations") -> Sweep:
   if variant == "activations":
     return _sweep("activations", "GELU vs SwiGLU at matched parameters on a ladder of "
                   "4 widths x 2 budgets (Shazeer 2020): the gated FFN's compute multiplier "
                   "and its trend.",
-                  axes=[{"model.activation": ["gelu", "swiglu"]}])
+                  axes=[{"model.activation": ["gelu", "swiglu"]}], claims=_claims(variant))
   if variant == "optimizers":
     return _sweep("optimizers", "AdamW vs Muon on a ladder of 4 widths x 2 budgets "
                   "(Wen et al. 2025: Muon's speedup shrinks with scale).",
-                  axes=[{"optim.optimizer": ["adamw", "muon"]}])
+                  axes=[{"optim.optimizer": ["adamw", "muon"]}], claims=_claims(variant))
   if variant == "moe":
-    moe = {"model.ffn_type": "moe", "model.num_experts": 4, "model.experts_per_token": 1}
     return _sweep("moe", "Dense vs a 4-expert top-1 MoE FFN at matched active parameters "
                   "on a ladder of 4 widths x 2 budgets: does the MoE's gain grow?",
-                  axes=[[{}, moe]])
+                  axes=[[{}, MOE]], claims=_claims(variant))
   if variant == "tiny":
     tiny = dict(BASE, **{"optim.warmup_steps": 5, "eval.every_steps": 40,
                          "checkpoint.every_steps": 40, "train.log_every_steps": 20,
