@@ -39,6 +39,11 @@ verdicts read those runs only.
   value chosen again later become the point's confirmation again.
 - **A point with no chosen value** (no tuning run learned) gets no
   confirmation run; the report counts it as failed.
+- **A transferred point** (``tune_at``) runs no transfer stage when the sweep
+  has confirmation seeds (``sweep.transfer``): it is confirmed at the value
+  chosen at its source proxy, its runs copies of its declaration at that
+  value (``transferred_points``), and it moves with its proxy's choice as a
+  tuning point moves with its own.
 """
 
 from __future__ import annotations
