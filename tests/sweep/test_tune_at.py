@@ -325,6 +325,8 @@ def test_with_confirmation_seeds_no_transfer_stage_runs_and_the_transferred_poin
   assert not report.stale_comparisons
   text = (sweep_dir / "report.md").read_text()
   assert "every other point ran its confirmation seeds (no transfer stage" in text
+  # The tuning-stage table: a transferred point ran no tuning run of its own.
+  assert "| d_model=128,num_heads=4 | learning_rate=0.01 | none (transferred) |" in text
   assert ("tuned values: d_model=64,num_heads=2 tuned here, d_model=128,num_heads=4 "
           "transferred from d_model=64 (transferred under sp: not expected to hold)") in text
   # --status: no transfer stage; each transferred point's confirmation.
