@@ -1,7 +1,9 @@
 """Tune small, transfer up (``Sweep(tune_at=...)``, ``--tune-at``): the tuning
 runs run only at the proxy sizes, every other point runs its declared seeds
-at the value chosen at the nearest proxy size below it (the transfer stage),
-and the report says where each point's value came from.
+at the value chosen at the nearest proxy size below it (the transfer stage;
+with confirmation seeds there is none: the confirmation stage runs those
+points at their proxies' values), and the report says where each point's
+value came from.
 
 Most tests plant the runs a sweep leaves (as tests/sweep/test_confirm.py
 does), so the stages and the report are checked in seconds; the last runs a
@@ -239,24 +241,222 @@ def test_a_choice_that_moves_supersedes_the_transferred_runs_and_moves_back(
       (name(d, CHOSEN, s), "transfer") for d in (32, 128) for s in (0, 1))
 
 
-def test_confirmation_runs_every_point_at_its_value_after_the_transfer_stage(
-    tmp_path, capsys):
-  sweep_dir = tmp_path / "runs" / "confirmed"
-  plant_sweep(sweep_dir, confirm_seeds=(2,))
-  args = [*SWEEP, "--tune-at", "model.d_model=64", "--confirm", "1", "--name",
-          "confirmed", "--workdir", tmp_path / "runs"]
+# With confirmation seeds: no transfer stage, the confirmation stage runs the
+# transferred points at their proxies' values.
+CONFIRMED = [*SWEEP, "--tune-at", "model.d_model=64", "--confirm", "2"]
+LOSS = {32: 2.55, 64: 2.41, 128: 2.35}
+
+
+def plant_tuning(sweep_dir) -> None:
+  """The proxy's tuning runs (d_model 64, every rate and seed), finished."""
+  for lr, per_seed in PROXY.items():
+    for seed, (validation, test) in enumerate(per_seed):
+      plant(sweep_dir / name(64, lr, seed), validation, test)
+
+
+def plant_confirmation(sweep_dir, lr=CHOSEN, seeds=(2, 3)) -> None:
+  """Every point's confirmation seeds at ``lr``, finished."""
+  for d_model, loss in LOSS.items():
+    for seed in seeds:
+      plant(sweep_dir / name(d_model, lr, seed), loss + 0.01 * seed, loss + 0.005 * seed)
+
+
+def confirmed_sweep(tmp_path, capsys, name_: str = "confirmed"):
+  """The sweep with --confirm 2 run once on its planted runs: (args, its dir)."""
+  sweep_dir = tmp_path / "runs" / name_
+  plant_tuning(sweep_dir)
+  plant_confirmation(sweep_dir)
+  args = [*CONFIRMED, "--name", name_, "--workdir", tmp_path / "runs"]
   code, out, err = sweep_in_process(args, capsys)
   assert code == 0, out + err
-  lines = out.splitlines()
-  transfer = next(i for i, l in enumerate(lines) if "transfer stage: 4 run(s)" in l)
-  confirmation = next(i for i, l in enumerate(lines) if "confirmation stage: 3 run(s)" in l)
-  assert transfer < confirmation
+  return args, sweep_dir, out
+
+
+def test_with_confirmation_seeds_no_transfer_stage_runs_and_the_transferred_points_confirm(
+    tmp_path, capsys):
+  """--confirm 2: no ``transfer`` run is ever added; every transferred point
+  runs its 2 confirmation seeds at the value its proxy chose, copies of its
+  declaration at that value, and the report reads them as before."""
+  code, out, err = sweep_in_process([*CONFIRMED, "--workdir", tmp_path, "--dry-run"], capsys)
+  assert code == 0, out + err
+  assert ("no transfer-stage runs (confirm > 0): the confirmation stage runs the 2 "
+          "transferred points at their proxies' values") in out
+  assert "then the transfer stage" not in out
+  assert ("then the confirmation stage: 3 points x 2 seeds (2, 3), each point at the tuned "
+          "values its tuning stage chose, the transferred points at their proxies' values") in out
+  args, sweep_dir, out = confirmed_sweep(tmp_path, capsys)
+  assert "transfer stage:" not in out
+  assert "confirmation stage: 6 run(s), seeds 2, 3 at each point's chosen value" in out
   record = sweep_record.read(sweep_dir)
-  assert sorted((e.name, e.stage) for e in record.runs if e.seed == 2) == sorted(
-      (name(d, CHOSEN, 2), "confirm") for d in (32, 64, 128))
+  assert not [e for e in record.runs if e.stage in ("transfer", "superseded_transfer")]
+  assert sorted((e.name, e.stage) for e in record.runs if e.stage != "tune") == sorted(
+      (name(d, CHOSEN, s), "confirm") for d in (32, 64, 128) for s in (2, 3))
+  # Each a copy of its point's declaration at the chosen value (a transferred
+  # point's candidate, the proxy's tuning run).
+  assert {(a.name, a.like, a.stage) for a in record.added} == {
+      (name(d, CHOSEN, s), name(d, CHOSEN, 0), "confirm") for d in (32, 64, 128)
+      for s in (2, 3)}
+  for entry in record.runs:
+    if entry.stage == "confirm":
+      spec = run_spec.of_entry(record, entry, True)
+      assert spec.overrides["optim.learning_rate"] == CHOSEN
+      assert spec.seed == entry.seed
+      assert spec.overrides["model.d_model"] == entry.values[0]["model.d_model"]
+  assert {e.state for e in record.runs} == {"finished"}
+  # The report: each transferred point at its proxy's value, compared on its
+  # confirmation seeds; its provenance says where the value came from.
   report = schema.read(sweep_dir)
   assert report.verdict_runs == "confirmation"
-  assert {tuple(sorted(p.compared)) for p in report.points} == {(2,)}
+  points = {p.key: p for p in report.points}
+  assert sorted(points) == [(0,), (1,), (2,)]
+  for key, point in points.items():
+    assert point.chosen == {"optim.learning_rate": CHOSEN} and not point.stale
+    assert point.confirmed == point.chosen and sorted(point.compared) == [2, 3]
+    assert point.tuned == () if key != (1,) else len(point.tuned) == 2
+  prov = {tuple(p["key"]): p for p in
+          json.loads((sweep_dir / "report.json").read_text())["provenance"]}
+  assert prov[(1,)]["source"] == "tuned"
+  for key in ((0,), (2,)):
+    assert prov[key]["source"] == "transferred" and prov[key]["source_size"] == "d_model=64"
+    assert prov[key]["value"] == prov[key]["source_value"] == {"optim.learning_rate": CHOSEN}
+    assert prov[key]["expected_to_hold"] is False
+  rows = [c for c in report.comparisons if c.metric == report.select_by]
+  assert rows and all(c.seeds == (2, 3) and c.base_seeds == (2, 3) for c in rows)
+  assert not report.stale_comparisons
+  text = (sweep_dir / "report.md").read_text()
+  assert "every other point ran its confirmation seeds (no transfer stage" in text
+  # The tuning-stage table: a transferred point ran no tuning run of its own.
+  assert "| d_model=128,num_heads=4 | learning_rate=0.01 | none (transferred) |" in text
+  assert ("tuned values: d_model=64,num_heads=2 tuned here, d_model=128,num_heads=4 "
+          "transferred from d_model=64 (transferred under sp: not expected to hold)") in text
+  # --status: no transfer stage; each transferred point's confirmation.
+  code, out, _ = sweep_in_process([*args, "--status"], capsys)
+  assert code == 0
+  assert "transfer stage: no runs (confirm > 0)" in out
+  assert ("point model.d_model=128,model.num_heads=4: from d_model=64 (chosen there: "
+          "learning_rate=0.01); confirmation runs at learning_rate=0.01") in out
+  assert "confirmation stage (seeds 2, 3, each point at its chosen value): 6 finished" in out
+  # The same command again: the added runs rebuilt from sweep.json, none twice.
+  code, out, err = sweep_in_process(args, capsys)
+  assert code == 0, out + err
+  assert "run(s), seeds" not in out
+  again = sweep_record.read(sweep_dir)
+  assert [(e.name, e.stage) for e in again.runs] == [(e.name, e.stage) for e in record.runs]
+
+
+def test_a_sweep_dir_whose_transferred_points_ran_a_transfer_stage_reports_the_same(
+    tmp_path, capsys):
+  """A sweep directory of the earlier version (the transferred points' declared
+  seeds run, then every point's confirmation): its report's choices,
+  provenance, comparisons and transfer check are those of the same sweep
+  without the transfer stage, and running it again adds nothing."""
+  _, new_dir, _ = confirmed_sweep(tmp_path, capsys)
+  old_dir = tmp_path / "old" / "confirmed"
+  plant_tuning(old_dir)
+  plant_confirmation(old_dir)
+  record = sweep_record.read(new_dir)
+  _, candidates = declared("--tune-at", "model.d_model=64", "--confirm", "2")
+  ran = [dataclasses.replace(e, stage="transfer") for e in candidates
+         if e.tuned == {"optim.learning_rate": CHOSEN}]
+  for entry in ran:
+    plant(old_dir / entry.name, LOSS[entry.values[0]["model.d_model"]] + 0.01 * entry.seed,
+          LOSS[entry.values[0]["model.d_model"]])
+  tuning = [e for e in record.runs if e.stage == "tune"]
+  record.runs[:] = [*tuning, *ran, *(e for e in record.runs if e.stage != "tune")]
+  record.added[:] = [*(sweep_record.AddedRun(e.name, e.seed, e.name, "transfer") for e in ran),
+                     *record.added]
+  state_lib.refresh(old_dir, record)
+  sweep_record.write(old_dir, record)
+  from tfx_jax.report import assemble  # pylint: disable=import-outside-toplevel
+  assemble.write_report(old_dir)
+  old, new = schema.read(old_dir), schema.read(new_dir)
+
+  def read(sweep_dir):
+    report = schema.read(sweep_dir)
+    return ([(p.key, p.chosen, p.confirmed, p.compared, p.stale) for p in report.points],
+            json.loads((sweep_dir / "report.json").read_text())["provenance"],
+            [(c.metric, c.value_index, c.base_index, c.context_key, c.verdict, c.seeds,
+              c.base_seeds, c.interval, c.chosen, c.base_chosen, c.counts, c.base_counts,
+              c.text, c.design) for c in report.comparisons],
+            [(t.variant, t.label, t.shift, [(o.key, o.learning_rate) for o in t.optima])
+             for t in report.transfer])
+  assert read(old_dir) == read(new_dir)
+  # The old one's transferred points ran one value each, the new one's none.
+  assert [len(p.tuned) for p in old.points] == [2, 1, 1]
+  assert [len(p.tuned) for p in new.points] == [2, 0, 0]
+  code, out, err = sweep_in_process([*CONFIRMED, "--name", "confirmed", "--workdir",
+                                     tmp_path / "old"], capsys)
+  assert code == 0, out + err
+  assert "run(s)," not in out and "transfer stage:" not in out
+  after = sweep_record.read(old_dir)
+  assert [(e.name, e.stage) for e in after.runs] == [(e.name, e.stage) for e in record.runs]
+  assert read(old_dir) == read(new_dir)
+
+
+def test_with_confirmation_seeds_a_choice_that_moves_reconfirms_the_transferred_points(
+    tmp_path, capsys):
+  """The proxy's grid widened to 3e-2, which it chooses: every point's
+  confirmation runs at 1e-2, the transferred points' too, become
+  ``superseded`` and each re-confirms at 3e-2, still with no transfer-stage
+  run; back to the first grid, the runs at 1e-2 are the confirmation again."""
+  args, sweep_dir, _ = confirmed_sweep(tmp_path, capsys, "moving")
+  for seed in (0, 1):
+    plant(sweep_dir / name(64, 3e-2, seed), 2.30, 2.30)
+  plant_confirmation(sweep_dir, lr=3e-2)
+  widened = [str(a).replace("1e-3,1e-2", "1e-3,1e-2,3e-2") for a in args]
+  code, out, err = sweep_in_process(widened, capsys)
+  assert code == 0, out + err
+  assert out.count("is stale: confirmed at learning_rate=0.01, learning_rate=0.03 is chosen "
+                   "now") == 3, out
+  record = sweep_record.read(sweep_dir)
+  assert sorted((e.name, e.stage) for e in record.runs if e.stage != "tune") == sorted(
+      [*((name(d, CHOSEN, s), "superseded") for d in (32, 64, 128) for s in (2, 3)),
+       *((name(d, 3e-2, s), "confirm") for d in (32, 64, 128) for s in (2, 3))])
+  report = schema.read(sweep_dir)
+  assert {p.key: p.chosen_label for p in report.points} == {
+      k: "learning_rate=0.03" for k in ((0,), (1,), (2,))}
+  assert not any(p.stale for p in report.points) and not report.stale_comparisons
+  assert {json.dumps(p["value"]) for p in
+          json.loads((sweep_dir / "report.json").read_text())["provenance"]} == {
+      json.dumps({"optim.learning_rate": 3e-2})}
+  code, out, err = sweep_in_process(args, capsys)
+  assert code == 0, out + err
+  record = sweep_record.read(sweep_dir)
+  assert sorted((e.name, e.stage) for e in record.runs if e.stage != "tune") == sorted(
+      (name(d, CHOSEN, s), "confirm") for d in (32, 64, 128) for s in (2, 3))
+  assert {p.chosen_label for p in schema.read(sweep_dir).points} == {"learning_rate=0.01"}
+
+
+FAKE_SBATCH = """#!/bin/sh
+n=$(ls "$FAKE_SLURM" | grep -c '^submitted-')
+cp "$2" "$FAKE_SLURM/submitted-$n.sbatch"
+echo $((100 + n))
+"""
+
+
+def test_slurm_submits_the_transferred_points_confirmation_without_a_transfer_stage(
+    tmp_path, capsys, monkeypatch):
+  """With an sbatch stand-in: once the tuning stage is done, the next
+  invocation submits every point's confirmation seeds, the transferred
+  points' at the proxy's value, and no transfer-stage run."""
+  fake = tmp_path / "slurm"
+  fake.mkdir()
+  for command, text in (("sbatch", FAKE_SBATCH), ("squeue", "#!/bin/sh\nexit 0\n")):
+    (fake / command).write_text(text)
+    (fake / command).chmod(0o700)
+  monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+  monkeypatch.setenv("FAKE_SLURM", str(fake))
+  sweep_dir = tmp_path / "runs" / "queued"
+  plant_tuning(sweep_dir)
+  args = [*CONFIRMED, "--name", "queued", "--workdir", tmp_path / "runs", "--executor", "slurm"]
+  code, out, err = sweep_in_process(args, capsys)
+  assert code == 0 and out.strip().endswith("100"), out + err
+  assert "transfer stage" not in out
+  assert "confirmation stage: 6 run(s), seeds 2, 3 at each point's chosen value" in out
+  script = (fake / "submitted-0.sbatch").read_text()
+  assert sorted(re.findall(r"# (d_model\S+)", script)) == sorted(
+      name(d, CHOSEN, s) for d in (32, 64, 128) for s in (2, 3))
+  assert {e.stage for e in sweep_record.read(sweep_dir).runs} == {"tune", "confirm"}
 
 
 def test_two_proxy_sizes_each_point_from_the_nearest_below(tmp_path, capsys):

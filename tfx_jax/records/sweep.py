@@ -68,7 +68,8 @@ Split = Literal["test", "validation"]
 # in this record, never run again, read by no verdict (``sweep.confirm``).
 # ``transfer``: a point of a sweep with ``tune_at`` that is not a proxy size,
 # at the value its proxy's tuning stage chose, on the declared seeds
-# (``sweep.transfer``); ``superseded_transfer``: such runs at a value the
+# (``sweep.transfer``; none on a sweep with confirmation seeds, whose
+# confirmation stage runs such a point); ``superseded_transfer``: such runs at a value the
 # proxy no longer chooses (kept, never run again, read by no verdict).
 Stage = Literal["tune", "confirm", "superseded", "transfer", "superseded_transfer"]
 # The stages whose runs are kept but never run again nor read by a verdict.

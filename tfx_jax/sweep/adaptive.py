@@ -58,7 +58,9 @@ def restore_added(record: SweepRecord, previous: SweepRecord | None,
   """Re-adds the runs an earlier invocation added (their bookkeeping kept), in
   the order they were added. A transferred point's own runs (``like`` their
   own name) are rebuilt from ``candidates`` ({name: the sweep's declaration
-  of a transferred point at one value and seed}, ``cli.candidate_entries``)."""
+  of a transferred point at one value and seed}, ``cli.candidate_entries``),
+  and so are its confirmation runs where they copy one of those (``like`` a
+  candidate's name: a sweep with confirmation seeds runs no transfer stage)."""
   by_name = {e.name: e for e in record.runs}
   old = {e.name: e for e in previous.runs} if previous else {}
   record.added.clear()
@@ -73,6 +75,10 @@ def restore_added(record: SweepRecord, previous: SweepRecord | None,
                                   tuned=dict(found.tuned), stage=added.stage)
     else:
       template = by_name.get(added.like)
+      if template is None and record.tune_at:
+        # A transferred point's confirmation run copies its declaration at
+        # its proxy's value (no transfer-stage run: ``confirm.add_confirmation``).
+        template = (candidates or {}).get(added.like)
       if template is None or (added.stage in ("confirm", "superseded")
                               and not record.confirm):
         continue  # the declaration changed: the added run no longer belongs to it

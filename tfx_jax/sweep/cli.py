@@ -339,7 +339,8 @@ def build_record(sweep: spec_lib.Sweep, axes: Sequence[spec_lib.Axis],
   over from ``previous``. ``notes``: {run name: what validation noted};
   ``until_resolved``: the MAX_SEEDS kept (``until_resolved_budget``).
   ``runs`` of stage ``transfer`` (a sweep with ``tune_at``) are not the
-  record's runs: the transfer stage adds the ones it runs
+  record's runs: the transfer stage adds the ones it runs, or, with
+  confirmation seeds, the confirmation stage copies them
   (``candidate_entries``, ``sweep.transfer``)."""
   fields = [f for a in axes for f in a.fields if f != ladder_record.BUDGET_FIELD]
   base = validate.base_values(sweep.config, sweep.overrides, fields)
@@ -389,7 +390,8 @@ def candidate_entries(sweep: spec_lib.Sweep, runs: Sequence[spec_lib.Run],
                       notes: Mapping[str, Sequence[str]] | None = None) -> list[RunEntry]:
   """The record's entries of ``runs`` (pending): the declared runs, or a
   transferred point's runs at every value of its grid, of which the transfer
-  stage adds those at its proxy's choice (stage ``transfer``)."""
+  stage adds those at its proxy's choice (stage ``transfer``; with
+  confirmation seeds, the confirmation stage's runs copy them instead)."""
   evaluations = tuple(spec_lib.normalize_evaluation(e) for e in sweep.evaluations)
   return [RunEntry(name=run.name, seed=run.seed, values=tuple(dict(v) for v in run.values),
                    overrides=dict(run.overrides), tuned=dict(run.tuned),
@@ -505,7 +507,9 @@ def _sweep(argv: list[str]) -> int:
     n_points = math.prod(len(a.values) for a in axes)
     stages += (f"\n  then the confirmation stage: {n_points} points x {record.confirm} "
               f"seeds ({confirm.seeds_text(record.confirmation_seeds())}), each point at "
-              "the tuned values its tuning stage chose; the verdicts read these runs only")
+              "the tuned values its tuning stage chose"
+              + (", the transferred points at their proxies' values" if record.tune_at
+                 else "") + "; the verdicts read these runs only")
   if record.ladder is not None:
     from tfx_jax.sweep import branching  # pylint: disable=import-outside-toplevel
     stages += "\n" + "\n".join(ladder_plan.table(record.ladder))

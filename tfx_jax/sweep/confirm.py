@@ -39,13 +39,19 @@ verdicts read those runs only.
   value chosen again later become the point's confirmation again.
 - **A point with no chosen value** (no tuning run learned) gets no
   confirmation run; the report counts it as failed.
+- **A transferred point** (``tune_at``) runs no transfer stage when the sweep
+  has confirmation seeds (``sweep.transfer``): it is confirmed at the value
+  chosen at its source proxy, its runs copies of its declaration at that
+  value (``transferred_points``), and it moves with its proxy's choice as a
+  tuning point moves with its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping, Sequence
 
+from tfx_jax.records import transfer as transfer_lib
 from tfx_jax.sweep import adaptive
 from tfx_jax.sweep import state as state_lib
 from tfx_jax.records.sweep import DECLARED, AddedRun, RunEntry, Stage, SweepRecord
@@ -127,27 +133,38 @@ def move_stage(record: SweepRecord, key: tuple[int, ...], value: dict | None,
                      for a in record.added]
 
 
-def add_confirmation(record: SweepRecord, report: Report) -> list[RunEntry]:
+def add_confirmation(record: SweepRecord, report: Report,
+                     candidates: Sequence[RunEntry] = ()) -> list[RunEntry]:
   """Adds each point's missing confirmation seeds (``confirmation_seeds``)
   once the tuning stage is done, at the value ``report`` chose on the tuning
   seeds, first moving its confirmation there (``move_confirmation``: a stale
   one superseded, superseded runs at that value its confirmation again);
-  returns the new runs (already in ``record``; none while ``waiting``)."""
+  returns the new runs (already in ``record``; none while ``waiting``).
+
+  ``candidates`` (a sweep with ``tune_at``: ``cli.candidate_entries``, the
+  transferred points' runs at every value of their grids): a transferred
+  point without transfer-stage runs (with confirmation seeds the transfer
+  stage runs none: ``sweep.transfer``) is confirmed at the value chosen at
+  its source proxy, its runs copies of its candidate at that value."""
   if not record.confirm or waiting(record) is not None:
     return []
-  for point in report.points:
-    move_confirmation(record, point.key, point.chosen)
+  values = {p.key: p.chosen for p in report.points}
+  pools = {key: [e for e in record.runs if record.point_key(e) == key and e.stage in DECLARED]
+           for key in values}
+  for key, (value, entries) in transferred_points(record, values, candidates).items():
+    values[key], pools[key] = value, entries
+  for key, value in values.items():
+    move_confirmation(record, key, value)
   templates, have = {}, set()
-  for point in report.points:
-    value = point.chosen
+  for key, value in values.items():
     if value is None:
       continue  # no tuning run learned: nothing to confirm (a failed verdict)
-    runs = [e for e in record.runs if record.point_key(e) == point.key]
-    have |= {(point.key, e.seed) for e in runs if e.stage == "confirm"}
-    template = min((e for e in runs if e.stage in DECLARED and e.tuned == value),
+    have |= {(key, e.seed) for e in record.runs
+             if e.stage == "confirm" and record.point_key(e) == key}
+    template = min((e for e in pools[key] if e.tuned == value),
                    key=lambda e: e.seed, default=None)
     if template is not None:  # None: a value no longer in the declared grid
-      templates[point.key] = template
+      templates[key] = template
   new = []
   # Seeds outermost, as the declared runs: a stage stopped half-way has every
   # point's first confirmation seeds, paired.
@@ -159,6 +176,25 @@ def add_confirmation(record: SweepRecord, report: Report) -> list[RunEntry]:
         record.added.append(AddedRun(entry.name, seed, template.name, "confirm"))
         new.append(entry)
   return new
+
+
+def transferred_points(record: SweepRecord, chosen: Mapping[tuple[int, ...], dict | None],
+                       candidates: Sequence[RunEntry]
+                       ) -> dict[tuple[int, ...], tuple[dict | None, list[RunEntry]]]:
+  """{point key: (the value ``chosen`` at its source, its candidates)} of each
+  transferred point among ``candidates`` that has no transfer-stage run: its
+  value is its proxy's, and its candidates at that value are the templates of
+  its confirmation runs. A point with transfer-stage runs (a sweep directory
+  of an earlier version, which ran them before confirming) is confirmed at
+  the value those runs choose, as a tuning point at its tuning runs'."""
+  plan = transfer_lib.record_sources(record)
+  ran = {record.point_key(e) for e in record.runs if e.stage == "transfer"}
+  out: dict[tuple[int, ...], tuple[dict | None, list[RunEntry]]] = {}
+  for entry in candidates:
+    key = record.point_key(entry)
+    if key not in ran:
+      out.setdefault(key, (chosen.get(transfer_lib.source_key(plan, key)), []))[1].append(entry)
+  return out
 
 
 def stage_counts(record: SweepRecord, stage: Stage) -> str:

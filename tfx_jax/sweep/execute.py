@@ -10,12 +10,14 @@ runs resume from their checkpoints, so the same command is both "run" and
 
 Stages (``transfer``, ``confirm``): the local executor runs the tuning
 stage, writes the report (each point's chosen value), adds and runs the
-transfer stage (a sweep with ``tune_at``) and writes the report again, adds
-and runs the confirmation stage,
-writes the report again, then ``--until-resolved``'s rounds. The SLURM
-executor submits, per invocation, what the finished stages allow: the
-tuning stage; once it is done, the transfer stage; then the confirmation stage; once that is done,
-one ``--until-resolved`` round.
+transfer stage (a sweep with ``tune_at`` and no confirmation seeds) and
+writes the report again, adds and runs the confirmation stage (with
+``tune_at``, the transferred points at their proxies' values: they run no
+transfer stage, ``sweep.transfer``), writes the report again, then
+``--until-resolved``'s rounds. The SLURM executor submits, per invocation,
+what the finished stages allow: the tuning stage; once it is done, the
+transfer stage or the confirmation stage; once that is done, one
+``--until-resolved`` round.
 """
 
 from __future__ import annotations
@@ -106,7 +108,8 @@ def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
   """Runs what is left of the sweep; returns the process exit code.
   ``candidates``: a sweep with ``tune_at``'s transferred points at every
   value of their grids (``cli.candidate_entries``), of which the transfer
-  stage runs those at the values their proxies chose."""
+  stage runs those at the values their proxies chose (the confirmation
+  stage copies them, on a sweep with confirmation seeds)."""
   def save():
     sweep_record.write(sweep_dir, record)
 
@@ -131,7 +134,8 @@ def execute(args, sweep_dir: pathlib.Path, record: SweepRecord, header: str,
     if code:
       return code
   if record.confirm and report is not None:
-    code, report = _confirmation_stage(args, sweep_dir, record, report, save, user_env)
+    code, report = _confirmation_stage(args, sweep_dir, record, report, save, user_env,
+                                       candidates)
     if code:
       return code
   while args.until_resolved and report is not None:
@@ -159,14 +163,15 @@ def _failed(record: SweepRecord) -> list[RunEntry]:
           and e.stage not in sweep_record.SUPERSEDED]
 
 
-def _confirmation_stage(args, sweep_dir, record, report, save, user_env
+def _confirmation_stage(args, sweep_dir, record, report, save, user_env, candidates=()
                         ) -> tuple[int, Report | None]:
   """Adds the confirmation runs the finished tuning stage allows and runs
-  them; (exit code, the report written after them)."""
+  them (``candidates``: the transferred points', as ``execute``'s); (exit
+  code, the report written after them)."""
   from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
   _print_stale(record, report)
   before = _stages(record)
-  added = with_trunks(record, confirm.add_confirmation(record, report))
+  added = with_trunks(record, confirm.add_confirmation(record, report, candidates))
   moved = _stages(record) != before
   if not added:
     reason = confirm.waiting(record)
@@ -198,7 +203,7 @@ def _transfer_stage(args, sweep_dir, record, report, save, user_env, candidates
   moved = _stages(record) != before
   if not added:
     reason = transfer.waiting(record)
-    if reason:
+    if reason and not transfer.runs_none(record):  # else the confirmation stage says it
       print(f"  transfer stage: {reason}", flush=True)
     if moved:
       save()
@@ -280,7 +285,9 @@ def _submit(args, sweep_dir, record, todo, save, env, candidates=()) -> int:
   if queued:
     print(f"  {len(queued)} run(s) already queued or running in SLURM: not resubmitted")
   if not todo and not queued and record.tune_at:
-    # The tuning stage is done: its report chooses the values to transfer.
+    # The tuning stage is done: its report chooses the values to transfer
+    # (with confirmation seeds none is run: the confirmation stage below runs
+    # the transferred points; the move keeps an earlier version's runs in step).
     from tfx_jax.sweep import transfer  # pylint: disable=import-outside-toplevel
     report = _write_report(sweep_dir)
     before = _stages(record)
@@ -291,7 +298,7 @@ def _submit(args, sweep_dir, record, todo, save, env, candidates=()) -> int:
     if todo:
       print(f"  transfer stage: {len(todo)} run(s) at the values chosen at the proxy "
             "sizes; run the same command again once they are done")
-    elif transfer.waiting(record):
+    elif transfer.waiting(record) and not transfer.runs_none(record):
       print(f"  transfer stage: {transfer.waiting(record)}")
   if not todo and not queued and record.confirm:
     # The tuning stage is done: its report chooses the values to confirm.
@@ -300,7 +307,8 @@ def _submit(args, sweep_dir, record, todo, save, env, candidates=()) -> int:
     if report:
       _print_stale(record, report)
     before = _stages(record)
-    todo = with_trunks(record, confirm.add_confirmation(record, report) if report else [])
+    todo = with_trunks(record, confirm.add_confirmation(record, report, candidates)
+                       if report else [])
     if todo or _stages(record) != before:
       save()
     if todo:

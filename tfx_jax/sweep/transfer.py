@@ -5,9 +5,20 @@ The tuning stage runs only at the proxy sizes (``records.transfer``: which
 points tune and where every other point takes its value from). Once it is
 done, the report chooses each proxy point's value, and every other point
 runs its declared seeds at the value chosen at its source, the nearest
-proxy size below it; with ``confirm=N`` the confirmation stage then runs
-every point's confirmation seeds at its value, the transferred points'
-included (it waits for the transfer stage as it waits for tuning).
+proxy size below it: the transfer stage, whose runs the verdicts read.
+
+With ``confirm=N`` there is no transfer stage (``runs_none``): the verdicts
+read the confirmation runs only, so a transferred point's declared seeds
+would be read by none, and at the largest sizes of a ladder they are its
+dearest runs. Once the tuning stage is done, the confirmation stage runs
+every point's confirmation seeds at its value, a transferred point at the
+value chosen at its source, each run a copy of the point's declaration at
+that value (``confirm.add_confirmation``); where the proxy's choice moves,
+the point's confirmation runs at the old value become ``superseded`` and it
+is confirmed again at the new one, as a tuning point is. A sweep directory
+of an earlier version, whose transferred points ran a transfer stage before
+their confirmation, keeps its runs: they are moved with the choice as below,
+and a point confirms at the value they choose.
 
 The stage keeps confirmation's guarantees (``sweep.confirm``):
 
@@ -72,7 +83,9 @@ def add_transfer(record: SweepRecord, report: Report, candidates: Sequence[RunEn
   ``report`` chose at its source (``candidates``: the transferred points'
   runs at every value of their grids), first moving its runs there
   (``move``); returns the new runs (already in ``record``; none while
-  ``waiting``)."""
+  ``waiting``, none on a sweep with confirmation seeds: the confirmation
+  stage runs those points, ``confirm.add_confirmation``, and the move only
+  keeps a sweep directory's earlier transfer-stage runs in step)."""
   if not record.tune_at or waiting(record) is not None:
     return []
   chosen = {p.key: p.chosen for p in report.points}
@@ -82,6 +95,8 @@ def add_transfer(record: SweepRecord, report: Report, candidates: Sequence[RunEn
   targets = sources(record, by_point)
   for key, source in targets.items():
     move(record, key, chosen.get(source))
+  if runs_none(record):
+    return []
   have = {(record.point_key(e), e.seed) for e in record.runs if e.stage == "transfer"}
   names = {e.name for e in record.runs}
   new = []
@@ -103,6 +118,14 @@ def add_transfer(record: SweepRecord, report: Report, candidates: Sequence[RunEn
   return new
 
 
+def runs_none(record: SweepRecord) -> bool:
+  """Whether the transfer stage adds no run: with confirmation seeds the
+  verdicts read the confirmation runs only, so a transferred point's declared
+  seeds would be read by none (and at the largest sizes they are a sweep's
+  dearest runs); the confirmation stage runs its seeds at its proxy's value."""
+  return bool(record.confirm)
+
+
 def plan_text(record: SweepRecord, candidates: Sequence[RunEntry]) -> str:
   """``--dry-run``'s and the header's lines: which points tune, which take a
   transferred value, from where and by which rule."""
@@ -119,8 +142,13 @@ def plan_text(record: SweepRecord, candidates: Sequence[RunEntry]) -> str:
     lines.append(f"    point {_label(record, key)}: takes the value chosen at "
                  f"{transfer_lib.size_label(record, source)} ({_label(record, source)}), "
                  f"{rule}")
-  lines.append(f"  then the transfer stage: {len(targets)} points x {len(record.seeds)} "
-               f"seeds ({confirm.seeds_text(record.seeds)}), once the tuning stage is done")
+  if runs_none(record):
+    lines.append(f"  no transfer-stage runs (confirm > 0): the confirmation stage runs the "
+                 f"{len(targets)} transferred points at their proxies' values, once the "
+                 "tuning stage is done")
+  else:
+    lines.append(f"  then the transfer stage: {len(targets)} points x {len(record.seeds)} "
+                 f"seeds ({confirm.seeds_text(record.seeds)}), once the tuning stage is done")
   return "\n".join(lines)
 
 
@@ -133,7 +161,8 @@ def _label(record: SweepRecord, key: tuple[int, ...]) -> str:
 
 def status_lines(record: SweepRecord, report: Report | None) -> list[str]:
   """For ``--status`` of a sweep with ``tune_at``: the transfer stage (waiting
-  for tuning, running, done) and each transferred point's value and source."""
+  for tuning, running, done; none with confirmation seeds) and each
+  transferred point's value and source."""
   keys = list(dict.fromkeys(record.point_key(e) for e in record.runs))
   runs = [e for e in record.runs if e.stage == "transfer"]
   reason = waiting(record)
@@ -143,14 +172,21 @@ def status_lines(record: SweepRecord, report: Report | None) -> list[str]:
     state = f"running ({confirm.stage_counts(record, 'transfer')})"
   else:
     state = f"waiting for tuning: {reason}" if reason else "not added yet"
-  lines = [f"transfer stage (seeds {confirm.seeds_text(record.seeds)}, each transferred "
-           f"point at its proxy's chosen value): {state}"]
+  if runs_none(record) and not runs:
+    lines = ["transfer stage: no runs (confirm > 0): the confirmation stage runs each "
+             "transferred point's confirmation seeds at its proxy's chosen value"]
+  else:
+    lines = [f"transfer stage (seeds {confirm.seeds_text(record.seeds)}, each transferred "
+             f"point at its proxy's chosen value): {state}"]
   chosen = {p.key: p.chosen_label for p in report.points} if report is not None else {}
   for key, source in sources(record, keys).items():
     at = sorted({_tuned(e.tuned) for e in runs if record.point_key(e) == key})
+    confirmed = sorted({_tuned(e.tuned) for e in record.runs
+                        if e.stage == "confirm" and record.point_key(e) == key})
     lines.append(f"  point {_label(record, key)}: from {transfer_lib.size_label(record, source)}"
                  f" (chosen there: {chosen.get(source) or 'not yet'})"
-                 + (f"; runs at {', '.join(at)}" if at else ""))
+                 + (f"; runs at {', '.join(at)}" if at else "")
+                 + (f"; confirmation runs at {', '.join(confirmed)}" if confirmed else ""))
   return lines
 
 

@@ -24,6 +24,8 @@ from tfx_jax.report.sections import selection
 from tfx_jax.report.tables import Lines, markdown_table
 
 SP_FLAG = "transferred under sp: not expected to hold"
+# The stages of a transfer stage's runs.
+TRANSFER_STAGES = ("transfer", "superseded_transfer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +35,9 @@ class Provenance:
   ``source``: ``tuned`` (its own tuning runs chose them) or ``transferred``
   (the value chosen at ``source_key``, the proxy point of size
   ``source_size``, e.g. ``d_model=64``, carried over by ``rule``). ``value``:
-  the tuned values the point's runs ran at (None: none yet, or nothing
-  chosen); ``source_value``: what its proxy chooses now (a transferred
+  the tuned values the point's runs ran at, its transfer-stage runs' or, on
+  a sweep with confirmation seeds (no transfer stage), its confirmation
+  runs' (None: none yet, or nothing chosen); ``source_value``: what its proxy chooses now (a transferred
   point's runs at another value are stale until the sweep runs again).
   ``expected_to_hold``: False under ``sp`` (a plain copy), True under muP and
   CompleteP (their rules), None where the point tunes."""
@@ -77,7 +80,9 @@ def provenance(record: SweepRecord, points: Sequence[Point]) -> list[Provenance]
       out.append(Provenance(point=point.values, key=point.key, source="tuned",
                             value=point.chosen, parametrization=form))
       continue
-    ran = next((dict(e.tuned) for e in entries if e.stage in DECLARED), None)
+    # Its transfer-stage runs' value, else (a sweep with confirmation seeds
+    # runs no transfer stage) its confirmation runs'.
+    ran = next((dict(e.tuned) for e in entries if e.stage in DECLARED), point.confirmed)
     proxy = by_key.get(source)
     out.append(Provenance(
         point=point.values, key=point.key, source="transferred", value=ran,
@@ -146,9 +151,14 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
                    _value(p.source_value) + (" (stale: rerun the sweep)" if stale else "")])
   sizes = ", ".join(f"`{field}` = {', '.join(fmt_value(v) for v in values)}"
                     for field, values in record.tune_at)
+  # With confirmation seeds a transferred point runs no transfer stage (a
+  # sweep of an earlier version ran one, and its report says so still).
+  seeds = ("declared seeds" if any(e.stage in TRANSFER_STAGES for e in record.runs)
+           or not record.confirm else "confirmation seeds (no transfer stage: the "
+           "verdicts read the confirmation runs only)")
   out = ["## Where the tuned values came from", "",
-         f"Tuned at the proxy sizes only ({sizes}): every other point ran its declared "
-         "seeds at the value chosen at the nearest proxy size below it. Under `mup` and "
+         f"Tuned at the proxy sizes only ({sizes}): every other point ran its {seeds} "
+         "at the value chosen at the nearest proxy size below it. Under `mup` and "
          "`completep` the learning rate is in base units, so the same number is the "
          "transferred value their rules prescribe; under `sp` it is a plain copy, which "
          "nothing makes hold as the model grows (the optimum moves with width: Yang et "

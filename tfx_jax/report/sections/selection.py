@@ -160,16 +160,51 @@ def _seed_result(entry: RunEntry, summary: RunSummary, baseline: Baseline, split
       num_params=summary.num_params, training=dict(summary.training))
 
 
+def _tuned_rows(record: SweepRecord, by_tuned: Mapping[str, tuple[dict, list]],
+                baselines: Mapping[str, Baseline], options: Options, l0: float | None
+                ) -> list[TunedValue]:
+  """A point's runs at each of its tuned values (``_point_runs``), with their
+  outcomes and what chooses among them (``_selection_score``)."""
+  select_by, split = record.select_by, record.report_split
+  reserved = reserved_seed(record)
+  declared = set(record.seeds)
+  rows = []
+  for label, (tuned, runs) in by_tuned.items():
+    seeds = {entry.seed: _seed_result(entry, summary, baselines[entry.name], split, options)
+             for entry, summary in runs}
+    # The declared seeds only (every tuned value has them; seeds added by
+    # --until-resolved run at the chosen value alone).
+    choosing = [s for seed, s in seeds.items()
+                if seed in declared and (reserved is None or seed == reserved)]
+    selection = [s.validation[select_by] for s in choosing
+                 if s.outcome == "learned" and select_by in s.validation]
+    failed = sum(s.outcome in ("stalled", "diverged") for s in choosing)
+    rows.append(TunedValue(
+        tuned=tuned, label=label, seeds=seeds,
+        counts=Counts.of(s.outcome for s in seeds.values()),
+        selection_mean=stats.mean_std(selection)[0] if selection else None,
+        selection_failed=failed,
+        selection_score=_selection_score(
+            [(s.outcome, s.validation.get(select_by)) for s in choosing
+             if s.outcome is not None], l0, select_by)))
+  return rows
+
+
 def analyze_points(record: SweepRecord, summaries: RunSummaries,
                    baselines: Mapping[str, Baseline], options: Options) -> list[Point]:
   """Each point: its runs per tuned value with outcomes and metrics, its chosen
   tuned value, its confirmation runs (stage ``confirm``: superseded runs are
   no point's), and the per-seed metrics it is compared on (the learned
   confirmation runs on a sweep with confirmation seeds, none where they are
-  stale, else the learned runs at the chosen value)."""
-  select_by, split = record.select_by, record.report_split
+  stale, else the learned runs at the chosen value).
+
+  A transferred point (``tune_at``) of a sweep with confirmation seeds runs
+  no transfer stage (``sweep.transfer``): its runs are its confirmation runs,
+  it has no tuned values of its own, and its chosen value is the one chosen
+  at its source proxy. One with transfer-stage runs (a sweep of an earlier
+  version) chooses among those, its one tuned value."""
+  split = record.report_split
   reserved = reserved_seed(record)
-  declared = set(record.seeds)
   confirmation_runs: dict[tuple[int, ...], list[RunEntry]] = {}
   for entry in record.runs:
     if entry.stage == "confirm":
@@ -178,30 +213,19 @@ def analyze_points(record: SweepRecord, summaries: RunSummaries,
   plan = transfer_lib.record_sources(record)
   transferred = {k for k in {record.point_key(e) for e in record.runs}
                  if transfer_lib.source_key(plan, k) != k}
+  by_point = _point_runs(record, summaries)
+  rows: dict[tuple[int, ...], list[TunedValue]] = {}
+  picks: dict[tuple[int, ...], TunedValue | None] = {}
+  for key, by_tuned in by_point.items():
+    rows[key] = _tuned_rows(record, by_tuned, baselines, options,
+                            None if l0s[key] is None else l0s[key].value)
+    candidates = [r for r in rows[key] if r.selection_score is not None]
+    picks[key] = min(candidates, key=lambda r: r.selection_score) if candidates else None
   points = []
-  for key, by_tuned in _point_runs(record, summaries).items():
-    l0 = None if l0s[key] is None else l0s[key].value
-    tuned_rows = []
-    for label, (tuned, runs) in by_tuned.items():
-      seeds = {entry.seed: _seed_result(entry, summary, baselines[entry.name], split, options)
-               for entry, summary in runs}
-      # The declared seeds only (every tuned value has them; seeds added by
-      # --until-resolved run at the chosen value alone).
-      choosing = [s for seed, s in seeds.items()
-                  if seed in declared and (reserved is None or seed == reserved)]
-      selection = [s.validation[select_by] for s in choosing
-                   if s.outcome == "learned" and select_by in s.validation]
-      failed = sum(s.outcome in ("stalled", "diverged") for s in choosing)
-      tuned_rows.append(TunedValue(
-          tuned=tuned, label=label, seeds=seeds,
-          counts=Counts.of(s.outcome for s in seeds.values()),
-          selection_mean=stats.mean_std(selection)[0] if selection else None,
-          selection_failed=failed,
-          selection_score=_selection_score(
-              [(s.outcome, s.validation.get(select_by)) for s in choosing
-               if s.outcome is not None], l0, select_by)))
-    candidates = [r for r in tuned_rows if r.selection_score is not None]
-    chosen = min(candidates, key=lambda r: r.selection_score) if candidates else None
+  for key in [*by_point, *(k for k in confirmation_runs if k not in by_point)]:
+    tuned_rows = rows.get(key, [])
+    # Its own choice, or (confirmation runs only) its source proxy's.
+    chosen = picks.get(key if key in by_point else transfer_lib.source_key(plan, key))
     confirming = confirmation_runs.get(key, [])
     confirmation = {e.seed: _seed_result(e, summaries[e.name], baselines[e.name], split,
                                          options) for e in confirming}
@@ -217,6 +241,8 @@ def analyze_points(record: SweepRecord, summaries: RunSummaries,
         if s.outcome == "learned" and seed != reserved:
           compared[seed] = {**s.on(split), **s.lengths}
     params = [s.num_params for r in tuned_rows for s in r.seeds.values() if s.num_params]
+    if not tuned_rows:
+      params = [s.num_params for s in confirmation.values() if s.num_params]
     points.append(Point(
         key=key,
         values={a.label: value_label(a.values[i], a) for a, i in zip(record.axes, key)},

@@ -31,7 +31,10 @@ def tuning_stage_table(record: SweepRecord, report: Report) -> list[list[str]]:
     kept = f" (confirmed at {compared_at(point)}, chosen before)" if point.stale else ""
     rows.append(list(point.values.values())
                 + [(point.chosen_label or "none learned") + kept,
-                   f"{len(learned)} of {len(row.seeds) if row else 0}",
+                   # No tuning run of its own: a transferred point's value
+                   # came from its proxy (``sections.provenance``).
+                   f"{len(learned)} of {len(row.seeds) if row else 0}" if point.tuned
+                   else "none (transferred)",
                    pm([s.validation[metric] for s in learned if metric in s.validation]),
                    pm([s.on(split)[metric] for s in learned if metric in s.on(split)]),
                    pm(confirmed)])
