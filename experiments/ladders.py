@@ -43,7 +43,7 @@ Variants:
 from tfx_jax.sweep import Claim, Equivalent, Ladder, Sweep
 
 RATES = [3.16e-3, 1e-2, 3.16e-2]
-WIDTHS = (32, 48, 64, 96)
+WIDTHS = (32, 48, 64, 96, 128)
 TOKENS_PER_PARAM = [8, 16]
 CONFIRM = 3
 # A multiplier is constant where its ln slope against ln compute lies within

@@ -27,6 +27,9 @@ K = 1.5                      # the constant multiplier planted
 SHRINK = 22.3                # m(C) = SHRINK C^-0.1: 1.97x at the smallest rung, 0.83x at
                              # the largest
 RUNGS = [{"model.d_model": d, "model.num_layers": 2} for d in (32, 64, 128, 256)]
+# Five sizes: at each budget, the backtest's fit without the largest has 4
+# rungs for 3 free parameters (with 3 it is not identifiable).
+RUNGS5 = [*RUNGS, {"model.d_model": 512, "model.num_layers": 2}]
 BUDGETS = [10.0, 20.0]
 VARIANTS = {"model.activation": ["gelu", "swiglu"]}
 UNIGRAM = 8.0
@@ -77,7 +80,7 @@ def planted(kind, rungs=RUNGS, budgets=BUDGETS, claims_=(), branch=True):
 
 @pytest.fixture(scope="module")
 def constant():
-  return planted("constant", claims_=[
+  return planted("constant", rungs=RUNGS5, claims_=[
       Claim("worth_more", "planted", "swiglu is worth more than its compute of gelu",
             ("swiglu", None), "ladder/multiplier", "higher"),
       Claim("constant", "planted", "the multiplier is constant", ("swiglu", None),
@@ -86,7 +89,7 @@ def constant():
 
 @pytest.fixture(scope="module")
 def shrinking():
-  return planted("shrinking", claims_=[
+  return planted("shrinking", rungs=RUNGS5, claims_=[
       Claim("shrinks", "planted", "the multiplier shrinks with scale", ("swiglu", None),
             "ladder/trend", "lower"),
       Claim("worth_more", "planted", "swiglu is worth more at every rung", ("swiglu", None),
@@ -96,47 +99,59 @@ def shrinking():
 def test_a_constant_multiplier_is_recovered_and_labelled_constant(constant):
   _, _, report = constant
   ladder = report.ladder
-  assert ladder.base == "gelu" and [v.variant for v in ladder.variants] == ["gelu", "swiglu"]
-  gelu, swiglu = ladder.variants
-  assert gelu.fit.usable and swiglu.fit.usable and gelu.multiplier is None
-  assert gelu.fit.value("alpha") == pytest.approx(ALPHA, abs=0.01)
-  e = next(p for p in gelu.fit.parameters if p.name == "E")
-  assert e.low < E < e.high
-  m = swiglu.multiplier
-  read = [r for r in m.rungs if r.multiplier is not None]
-  assert len(read) >= 6
-  for row in read:
-    assert row.multiplier == pytest.approx(K, rel=0.03)
-  # Each a 95% interval: all but one of the seven hold K (they do at 95% each
-  # with a chance of 0.96 where they are independent; here they are not).
-  assert sum(r.interval.low <= K <= r.interval.high for r in read) >= len(read) - 1
-  # The largest compute times 1.5 lies past the base's largest rung: a bound.
-  assert m.rungs[-1].bound == "more than"
-  assert m.trend.label == "constant" and -mult.BAND < m.trend.interval.low
-  assert m.trend.interval.high < mult.BAND
-  assert m.crossover is None
-  # Two budgets at four sizes: the (N, D) form too.
-  assert swiglu.params_tokens.form == "params_tokens" and swiglu.params_tokens.identifiable
-  # The backtest holds out every budget of the largest size and covers it.
-  held = swiglu.backtest.held_out
-  assert len(held) == 2 and all(h.covered for h in held) and all(abs(h.error) < 0.02 for h in held)
+  # Two budgets: L(C) along the rungs at each (pooled, one compute's runs
+  # would split it differently between N and D).
+  assert ladder.base == "gelu"
+  assert [(v.variant, v.budget) for v in ladder.variants] == [
+      ("gelu", 0), ("swiglu", 0), ("gelu", 1), ("swiglu", 1)]
+  for budget, tokens_per_param in enumerate(BUDGETS):
+    gelu, swiglu = ladder.variant("gelu", budget), ladder.variant("swiglu", budget)
+    assert swiglu.tokens_per_param == tokens_per_param
+    assert swiglu.series == f"swiglu @ {tokens_per_param:g} tokens/param"
+    assert gelu.fit.usable and swiglu.fit.usable and gelu.multiplier is None
+    assert gelu.fit.value("alpha") == pytest.approx(ALPHA, abs=0.02)
+    e = next(p for p in gelu.fit.parameters if p.name == "E")
+    assert e.low < E < e.high
+    m = swiglu.multiplier
+    read = [r for r in m.rungs if r.multiplier is not None]
+    assert len(read) == 4
+    for row in read:
+      assert row.multiplier == pytest.approx(K, rel=0.03)
+    # Each a 95% interval: all but one of a budget's four hold K.
+    assert sum(r.interval.low <= K <= r.interval.high for r in read) >= len(read) - 1
+    # The largest compute times 1.5 lies past the base's largest rung: a bound.
+    assert m.rungs[-1].bound == "more than"
+    assert m.trend.label in ("constant", "unresolved")
+    assert m.trend.interval.low < 0.0 < m.trend.interval.high
+    assert m.crossover is None
+    # Two budgets at four sizes: the (N, D) form too, one fit over both.
+    assert swiglu.params_tokens.form == "params_tokens" and swiglu.params_tokens.identifiable
+    # The backtest holds out the largest size and covers it.
+    held = swiglu.backtest.held_out
+    assert len(held) == 1 and all(h.covered for h in held) and all(abs(h.error) < 0.02 for h in held)
+  assert ladder.variant("swiglu", 0).params_tokens == ladder.variant("swiglu", 1).params_tokens
 
 
 def test_a_shrinking_multiplier_is_labelled_and_its_crossover_found(shrinking):
   _, _, report = shrinking
-  m = report.ladder.variant("swiglu").multiplier
-  assert m.trend.label == "shrinks with scale"
-  assert m.trend.interval.low < -0.1 < m.trend.interval.high  # d ln m / d ln C = -0.1
-  held = [r.interval.low < SHRINK * r.compute ** -0.1 < r.interval.high for r in m.rungs]
-  assert len(held) == 8 and sum(held) >= len(held) - 1  # as for the constant one
-  # The curves cross where the multiplier is 1: C = SHRINK^10.
-  assert m.crossover.interval.low < SHRINK ** 10 < m.crossover.interval.high
+  crossings = []
+  for budget in range(len(BUDGETS)):
+    m = report.ladder.variant("swiglu", budget).multiplier
+    assert m.trend.label in ("shrinks with scale", "unresolved")
+    assert m.trend.interval.low < -0.1 < m.trend.interval.high  # d ln m / d ln C = -0.1
+    assert m.trend.slope < 0
+    held = [r.interval.low < SHRINK * r.compute ** -0.1 < r.interval.high for r in m.rungs]
+    assert len(held) == 5 and sum(held) >= len(held) - 1  # as for the constant one
+    if m.crossover is not None:
+      crossings.append(m.crossover)
+  # The curves cross where the multiplier is 1: C = SHRINK^10, inside a budget's range.
+  assert crossings and all(c.interval.low < SHRINK ** 10 < c.interval.high for c in crossings)
 
 
 def test_the_rows_state_counts_tokens_flops_epochs_and_cost(constant):
   record, _, report = constant
   rows = report.ladder.rows
-  assert len(rows) == 4 * 2 * 2
+  assert len(rows) == 5 * 2 * 2
   row = next(r for r in rows if r.key == (1, 1, 1))
   count = record.ladder.point((1, 1, 1))
   assert (row.non_embedding_params, row.params, row.tokens) == (
@@ -153,8 +168,8 @@ def test_the_ladders_axes_are_contexts_never_compared(constant):
   loss = [c for c in report.comparisons if c.metric == "eval/loss"]
   assert {c.axis_index for c in report.comparisons} == {2}
   assert {c.axis for c in report.comparisons} == {"model.activation"}
-  # swiglu against gelu within each of the 4 rungs x 2 budgets.
-  assert sorted(c.context_key[:2] for c in loss) == [(r, b) for r in range(4) for b in range(2)]
+  # swiglu against gelu within each of the 5 rungs x 2 budgets.
+  assert sorted(c.context_key[:2] for c in loss) == [(r, b) for r in range(5) for b in range(2)]
   assert all(c.verdict == "better" for c in loss)
   assert [n.axis for n in report.noise] == ["model.activation"]
 
@@ -185,7 +200,7 @@ def test_the_markdown_has_the_tables_and_states_the_range(constant):
   assert "### Fitted constants" in md and "L = E + A N^-α + B D^-β" in md
   assert "**constant**" in md and "more than 1x (outside the base's measured compute)" in md
   assert "### Backtest: the largest rung predicted without it" in md
-  assert "Nothing past the largest rung is claimed" in md and "(64x)" in md
+  assert "Nothing past the largest rung is claimed" in md and "(256x)" in md
   assert "![loss against training compute per variant](ladder.png)" in md
 
 
@@ -249,9 +264,9 @@ def test_the_ladder_claims_are_checked_before_a_run(constant):
 def test_the_trunks_cost_is_in_the_compute_total(constant):
   _, _, report = constant
   compute = report.compute
-  assert compute.trunks.runs == 4 * 2 * 3 and compute.trunks.core_seconds == pytest.approx(240.0)
-  assert compute.total.runs == 4 * 2 * 2 * 3 + 24
-  assert compute.total.core_seconds == pytest.approx(480.0 + 240.0)
+  assert compute.trunks.runs == 5 * 2 * 3 and compute.trunks.core_seconds == pytest.approx(300.0)
+  assert compute.total.runs == 5 * 2 * 2 * 3 + 30
+  assert compute.total.core_seconds == pytest.approx(600.0 + 300.0)
   assert sum(r.core_seconds for r in compute.points) == pytest.approx(480.0)
 
 

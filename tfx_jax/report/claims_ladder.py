@@ -70,7 +70,13 @@ def variants(report: Report, where: str) -> list[LadderVariant]:
   if report.ladder is None:
     raise ConfigError(f"{where}: {', '.join(METRICS)} read a ladder; the sweep has none "
                       "(Sweep(ladder=Ladder(...))).")
-  return [v for v in report.ladder.variants if v.variant != report.ladder.base]
+  # One per variant: a ladder of several budgets has a curve per budget, all
+  # of one variant (``_of`` finds them all).
+  seen: dict[str, LadderVariant] = {}
+  for v in report.ladder.variants:
+    if v.variant != report.ladder.base:
+      seen.setdefault(v.variant, v)
+  return list(seen.values())
 
 
 def variant(v: LadderVariant, report: Report) -> tuple[Point, list[Point]]:
@@ -81,9 +87,10 @@ def variant(v: LadderVariant, report: Report) -> tuple[Point, list[Point]]:
   return dataclasses.replace(points[0], values=dict(v.values)), points
 
 
-def _of(report: Report, a: Point) -> LadderVariant | None:
-  return next((v for v in (report.ladder.variants if report.ladder else ())
-               if v.values == a.values), None)
+def _of(report: Report, a: Point) -> list[LadderVariant]:
+  """The variant's curves: one, or one per budget where each has its own."""
+  return [v for v in (report.ladder.variants if report.ladder else ())
+          if v.values == a.values]
 
 
 def _interval(estimate: float, low: float, high: float, se: float, seeds: int,
@@ -99,15 +106,29 @@ def test(claim: Claim, report: Report, a: Point, band_: float) -> Test | Unteste
   """The claim's estimate and raw tests (``claims.test_claim``), or why none."""
   if claim.metric not in METRICS:
     return Untested(f"{claim.metric} is not a ladder's quantity: {', '.join(METRICS)}")
-  v = _of(report, a)
-  if v is None or v.multiplier is None:
+  found = _of(report, a)
+  if not found or any(v.multiplier is None for v in found):
     return Untested(f"no multiplier of {', '.join(a.values.values())} over the base")
-  m, seeds = v.multiplier, len(report.ladder.seeds)
-  if m.note:
-    return Untested(m.note)
+  seeds = len(report.ladder.seeds)
+  noted = next((v for v in found if v.multiplier.note), None)
+  if noted is not None:
+    return Untested(noted.multiplier.note)
   if claim.metric == TREND:
-    return _trend(m, seeds, band_, report)
-  return _multiplier(claim, m, seeds, band_, report)
+    # One trend per budget: the claim holds where it holds at each
+    # (intersection-union), resting on the least favourable budget's.
+    tests = [(v, _trend(v.multiplier, seeds, band_, report)) for v in found]
+    untested = next((t for _, t in tests if isinstance(t, Untested)), None)
+    if untested is not None:
+      return untested
+    worst = max(tests, key=lambda vt: (vt[1].p_equivalence if claim.equivalence
+                                       else one_sided(vt[1].interval, claim.expect)))
+    v, t = worst
+    if len(found) > 1:
+      t = dataclasses.replace(t, how=f"{t.how}; at {v.tokens_per_param:g} tokens per "
+                              f"parameter, the least favourable of {len(found)} budgets' "
+                              "trends (intersection-union)")
+    return t
+  return _multiplier(claim, [v.multiplier for v in found], seeds, band_, report)
 
 
 def _trend(m: mult.Multiplier, seeds: int, band_: float, report: Report) -> Test | Untested:
@@ -123,10 +144,11 @@ def _trend(m: mult.Multiplier, seeds: int, band_: float, report: Report) -> Test
               "rungs, paired bootstrap over seeds")
 
 
-def _multiplier(claim: Claim, m: mult.Multiplier, seeds: int, band_: float, report: Report
-                ) -> Test | Untested:
+def _multiplier(claim: Claim, ms: Sequence[mult.Multiplier], seeds: int, band_: float,
+                report: Report) -> Test | Untested:
   tested, left_out = [], []
-  for row in m.rungs:
+  m = ms[0]
+  for row in (row for m_ in ms for row in m_.rungs):
     iv_ = row.interval
     if row.multiplier is None or iv_ is None or iv_.se is None:
       left_out.append(row)

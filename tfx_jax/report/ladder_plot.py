@@ -32,27 +32,37 @@ def _plain_log(ax) -> None:
 
 def _colours(ladder: Ladder) -> dict[str, str]:
   """The base in the base colour, the other variants in the palette's order."""
-  others = [v.variant for v in ladder.variants if v.variant != ladder.base]
+  others = list(dict.fromkeys(v.variant for v in ladder.variants if v.variant != ladder.base))
   return {ladder.base: style.BASE_COLOUR,
           **{v: style.COLOURS[i % len(style.COLOURS)] for i, v in enumerate(others)}}
 
 
-def _loss_panel(ax, ladder: Ladder, fit: scaling.LadderFit, colours) -> bool:
+# A budget's curve's line style (a ladder of several budgets has one per budget).
+BUDGET_STYLES = ("-", "-.", ":", (0, (5, 1)))
+MARKERS = ("o", "s", "^", "D")
+
+
+def _loss_panel(ax, ladder: Ladder, fits: dict, colours) -> bool:
   drawn = projected = False
   for v in ladder.variants:
     colour = colours[v.variant]
-    rows = [r for r in ladder.rows if r.variant == v.variant and r.losses]
+    fit = fits[v.budget]
+    which = 0 if v.budget is None else v.budget
+    rows = [r for r in ladder.rows if r.variant == v.variant and r.losses
+            and (v.budget is None or r.budget == v.budget)]
     xs = [r.flops for r in rows for _ in r.losses]
     ys = [loss for r in rows for loss in r.losses.values()]
-    name = v.variant + (" (base)" if v.variant == ladder.base else "")
-    ax.scatter(xs, ys, s=14, color=colour, alpha=0.7, label=name, zorder=3)
+    name = v.series + (" (base)" if v.variant == ladder.base else "")
+    ax.scatter(xs, ys, s=14, color=colour, alpha=0.7, label=name, zorder=3,
+               marker=MARKERS[which % len(MARKERS)])
     drawn = drawn or bool(xs)
     if not v.fit.usable:
       continue
     lo, hi = v.fit.compute_range
     inside = np.geomspace(lo, hi, GRID)
     curve = scaling.band(fit, v.variant, inside)
-    ax.plot(inside, curve[0], color=colour, linewidth=1.5)
+    ax.plot(inside, curve[0], color=colour, linewidth=1.5,
+            linestyle=BUDGET_STYLES[which % len(BUDGET_STYLES)])
     if np.isfinite(curve[1]).any():
       ax.fill_between(inside, curve[1], curve[2], color=colour, alpha=style.SEED_ALPHA,
                       linewidth=0)
@@ -78,10 +88,12 @@ def _multiplier_panel(ax, ladder: Ladder, colours) -> None:
     if m is None or m.note:
       continue
     colour = colours[v.variant]
+    which = 0 if v.budget is None else v.budget
     inside = [r for r in m.rungs if r.multiplier is not None]
     xs = [r.compute for r in inside]
-    ax.plot(xs, [r.multiplier for r in inside], marker="o", color=colour, linewidth=1.2,
-            label=f"{v.variant}: {m.trend.label}" if m.trend else v.variant)
+    ax.plot(xs, [r.multiplier for r in inside], marker=MARKERS[which % len(MARKERS)],
+            color=colour, linewidth=1.2, linestyle=BUDGET_STYLES[which % len(BUDGET_STYLES)],
+            label=f"{v.series}: {m.trend.label}" if m.trend else v.series)
     banded = [r for r in inside if r.interval is not None]
     if banded:
       ax.fill_between([r.compute for r in banded], [r.interval.low for r in banded],
@@ -102,13 +114,14 @@ def _multiplier_panel(ax, ladder: Ladder, colours) -> None:
     ax.legend(fontsize=8)
 
 
-def ladder_plot(path: pathlib.Path, ladder: Ladder, fit: scaling.LadderFit) -> bool:
-  """Writes the figure (False: nothing to draw)."""
+def ladder_plot(path: pathlib.Path, ladder: Ladder, fits: dict) -> bool:
+  """Writes the figure (False: nothing to draw); ``fits``: {budget (None:
+  every budget): the compute form's fit}."""
   plt = style.pyplot()
   fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 6.5), sharex=True,
                                     gridspec_kw={"height_ratios": [2, 1]})
   colours = _colours(ladder)
-  drawn = _loss_panel(top, ladder, fit, colours)
+  drawn = _loss_panel(top, ladder, fits, colours)
   _multiplier_panel(bottom, ladder, colours)
   fig.tight_layout()
   return style.save(plt, fig, path, drawn)

@@ -48,7 +48,8 @@ class LadderRow:
   losses: dict[int, float]      # {seed: the loss the fit reads}
 
 
-@serial.layout(omit_none=("params_tokens", "multiplier", "backtest"))
+@serial.layout(omit_none=("params_tokens", "multiplier", "backtest", "budget",
+                          "tokens_per_param"))
 @dataclasses.dataclass(frozen=True)
 class LadderVariant:
   """One variant (a combination of the declared axes' values) along the ladder."""
@@ -59,6 +60,18 @@ class LadderVariant:
   params_tokens: CurveFit | None = None  # L(N, D); None: the ladder cannot fit it
   multiplier: Multiplier | None = None   # over the base; None: the base itself
   backtest: Backtest | None = None       # the largest rung held out; None: no fit
+  # A ladder of several budgets fits L(C) along the rungs at each budget (a
+  # curve's points then differ in size, not in how compute is split between
+  # N and D): the budget's index and tokens per parameter; None: every run.
+  budget: int | None = None
+  tokens_per_param: float | None = None
+
+  @property
+  def series(self) -> str:
+    """The curve's label: the variant, and its budget where each has its own."""
+    if self.tokens_per_param is None:
+      return self.variant
+    return f"{self.variant} @ {self.tokens_per_param:g} tokens/param"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,5 +92,8 @@ class Ladder:
   variants: tuple[LadderVariant, ...]
   note: str = ""                # why nothing is fitted ("": fitted)
 
-  def variant(self, label: str) -> LadderVariant | None:
-    return next((v for v in self.variants if v.variant == label), None)
+  def variant(self, label: str, budget: int | None = None) -> LadderVariant | None:
+    """The variant's curve (at ``budget`` where each budget has its own; None:
+    its first)."""
+    return next((v for v in self.variants if v.variant == label
+                 and (budget is None or v.budget == budget)), None)

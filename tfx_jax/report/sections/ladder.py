@@ -67,9 +67,10 @@ def compute(ctx: Context) -> dict[str, Any]:
   return {"ladder": None if found is None else found[0]}
 
 
-def analysis(ctx: Context) -> tuple[Ladder, scaling.LadderFit | None] | None:
-  """(the section's record, the compute form's fit in memory, which the
-  figure's bands read), computed once per report; None without a ladder."""
+def analysis(ctx: Context) -> tuple[Ladder, dict | None] | None:
+  """(the section's record, the compute form's fits in memory, {budget (None:
+  every budget): fit}, which the figure's bands read), computed once per
+  report; None without a ladder."""
   if ctx.record.ladder is None:
     return None
   return ctx.once("ladder", lambda: analyze(ctx.record, selection.points(ctx), ctx.summaries))
@@ -134,18 +135,20 @@ def rows(record: SweepRecord, points: Sequence[Point], summaries: RunSummaries
   return out
 
 
-def _rungs(table: Sequence[LadderRow]) -> dict[str, list[scaling.Rung]]:
-  """{variant: its rungs as the fitter reads them}, the rows with a loss."""
+def _rungs(table: Sequence[LadderRow], budget: int | None = None
+           ) -> dict[str, list[scaling.Rung]]:
+  """{variant: its rungs as the fitter reads them}, the rows with a loss (at
+  ``budget``; None: every budget)."""
   out: dict[str, list[scaling.Rung]] = {}
   for row in table:
-    if row.losses:
+    if row.losses and (budget is None or row.budget == budget):
       out.setdefault(row.variant, []).append(scaling.Rung(
           row.flops, dict(row.losses), float(row.non_embedding_params), float(row.tokens)))
   return out
 
 
 def analyze(record: SweepRecord, points: Sequence[Point], summaries: RunSummaries
-            ) -> tuple[Ladder, scaling.LadderFit | None]:
+            ) -> tuple[Ladder, dict | None]:
   """The section's record and its compute-form fit (module docstring)."""
   metric = compared_by(record)
   table = rows(record, points, summaries)
@@ -165,22 +168,33 @@ def analyze(record: SweepRecord, points: Sequence[Point], summaries: RunSummarie
     note = (f"{metric} is not a loss: the ladder fits a loss" if not lower_is_better(metric)
             else "no rung has a learned run yet")
     return Ladder(**common, **spans, seeds=tuple(seeds), variants=(), note=note), None
-  fit = scaling.fit_ladder(ladder, "compute", resamples=RESAMPLES, starts=STARTS["compute"])
   nd = scaling.fit_ladder(ladder, "params_tokens", resamples=RESAMPLES,
                           starts=STARTS["params_tokens"])
-  multipliers = mult.multipliers(fit, base) if base in fit.curves else {}
-  sizes = {v: {r.params for r in rungs} for v, rungs in ladder.items()}
-  tests = (mult.backtest(fit, base if base in fit.curves else None, RESAMPLES,
-                         starts=STARTS["compute"])
-           if all(len(s) > 1 for s in sizes.values()) else {})
+  # L(C) along the rungs at each budget: pooled over budgets, the runs of one
+  # compute split it differently between N and D, and no L(C) fits them.
+  budgets = sorted({r.budget for r in measured})
+  plan = record.ladder
+  fits: dict[int | None, scaling.LadderFit] = {}
   variants = []
-  for label in ladder:
-    keys = tuple(r.key for r in table if r.variant == label)
-    values = {record.axes[i].label: value_label(record.axes[i].values[keys[0][i]],
-                                                record.axes[i]) for i in declared_axes(record)}
-    variants.append(LadderVariant(label, values, keys, fit.curves[label], nd.curves[label],
-                                  multipliers.get(label), tests.get(label)))
-  return Ladder(**common, **spans, seeds=tuple(seeds), variants=tuple(variants)), fit
+  for budget in budgets if len(budgets) > 1 else [None]:
+    series = _rungs(table, budget)
+    fit = scaling.fit_ladder(series, "compute", resamples=RESAMPLES, starts=STARTS["compute"])
+    fits[budget] = fit
+    multipliers = mult.multipliers(fit, base) if base in fit.curves else {}
+    sizes = {v: {r.params for r in rungs} for v, rungs in series.items()}
+    tests = (mult.backtest(fit, base if base in fit.curves else None, RESAMPLES,
+                           starts=STARTS["compute"])
+             if all(len(s) > 1 for s in sizes.values()) else {})
+    for label in series:
+      keys = tuple(r.key for r in table if r.variant == label
+                   and (budget is None or r.budget == budget))
+      values = {record.axes[i].label: value_label(record.axes[i].values[keys[0][i]],
+                                                  record.axes[i]) for i in declared_axes(record)}
+      variants.append(LadderVariant(
+          label, values, keys, fit.curves[label], nd.curves[label], multipliers.get(label),
+          tests.get(label), budget=budget,
+          tokens_per_param=None if budget is None else plan.tokens_per_param[budget]))
+  return Ladder(**common, **spans, seeds=tuple(seeds), variants=tuple(variants)), fits
 
 
 # ------------------------------------------------------------------ report.md
@@ -241,8 +255,10 @@ def constants_table(ladder: Ladder) -> list[list[str]]:
       constants = ", ".join(f"{p.name} {_parameter(p)}" for p in curve.parameters) or "-"
       if not curve.identifiable and curve.parameters:
         constants = f"(refused optimum) {constants}"
-      out.append([v.variant, form, constants, f"{curve.distinct} ({curve.points})",
-                  _status(curve)])
+      if curve.form != "compute" and v.budget not in (None, 0):
+        continue  # L(N, D) is one fit over every budget: listed once
+      out.append([v.variant if curve.form != "compute" else v.series, form, constants,
+                  f"{curve.distinct} ({curve.points})", _status(curve)])
   return out
 
 
@@ -264,9 +280,9 @@ def trend_line(v: LadderVariant, ladder: Ladder) -> str:
   if m is None:
     return ""
   if m.note:
-    return f"- **{v.variant}**: no multiplier: {m.note}."
+    return f"- **{v.series}**: no multiplier: {m.note}."
   t = m.trend
-  text = f"- **{v.variant}** over {ladder.base}: d ln(multiplier) / d ln C = "
+  text = f"- **{v.series}** over {ladder.base}: d ln(multiplier) / d ln C = "
   if t.slope is None:
     text += f"none; **{t.label}** ({t.reason})"
   else:
@@ -291,7 +307,7 @@ def multipliers_table(ladder: Ladder) -> list[list[str]]:
     if v.multiplier is None or v.multiplier.note:
       continue
     for row in v.multiplier.rungs:
-      out.append([v.variant, f"{row.compute:.3g}", f"{row.loss:.4f} / {row.fitted_loss:.4f}",
+      out.append([v.series, f"{row.compute:.3g}", f"{row.loss:.4f} / {row.fitted_loss:.4f}",
                   _multiplier_cell(row)])
   return out
 
@@ -305,7 +321,7 @@ def backtest_table(ladder: Ladder) -> list[list[str]]:
     if b is None:
       continue
     if b.note:
-      out.append([v.variant, "-", "-", f"no fit without the largest rung: {b.note}", "-", "-",
+      out.append([v.series, "-", "-", f"no fit without the largest rung: {b.note}", "-", "-",
                   "-"])
       continue
     at = {m.compute: m for m in b.multiplier}
@@ -319,7 +335,7 @@ def backtest_table(ladder: Ladder) -> list[list[str]]:
                else f" [{_ratio(m.interval.low)}, {_ratio(m.interval.high)}]")
         mcell = f"{_ratio(m.predicted)}x{miv} / " + (
             "a bound" if m.full is None else f"{m.full:.3g}x")
-      out.append([v.variant, f"{h.compute:.3g}", f"{h.measured:.4f}{se}",
+      out.append([v.series, f"{h.compute:.3g}", f"{h.measured:.4f}{se}",
                   f"{h.predicted:.4f}{iv}", f"{h.error:+.4f}",
                   "-" if h.covered is None else ("yes" if h.covered else "**no**"), mcell])
   return out
@@ -347,7 +363,9 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
          f"{len({r.variant for r in ladder.rows})} variants; `{ladder.metric}` on the "
          f"{ladder.split} split of the runs the verdicts read ({ladder.runs}; seeds "
          f"{', '.join(map(str, ladder.seeds)) or '-'}). Per variant, L(C) = E + A C^-α over "
-         "every run (C: tokens x training FLOPs per token), Chinchilla's approach 3 (Huber on "
+         "its runs along the rungs, at each budget where the ladder has several (C: tokens x "
+         "training FLOPs per token; pooled over budgets, runs of one compute split it "
+         "differently between N and D), Chinchilla's approach 3 (Huber on "
          "log L, L-BFGS-B from a grid of starts), and L(N, D) in the non-embedding parameters "
          "and tokens where the ladder has two budgets at three sizes; intervals at "
          f"{ladder.level:.0%} from a paired bootstrap over seeds ({ladder.resamples} "
@@ -358,7 +376,7 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
   if ladder.note:
     return out + [f"No fit: {ladder.note}.", ""]
   out += ["### Fitted constants", "", markdown_table(constants_table(ladder)), ""]
-  refused = [v.variant for v in ladder.variants if not v.fit.usable]
+  refused = [v.series for v in ladder.variants if not v.fit.usable]
   if refused:
     out += [f"The compute curve of {', '.join(refused)} is not read (refused, or the form "
             "does not fit): only the per-rung comparisons speak for "
