@@ -100,9 +100,7 @@ E_GRID = (-1.0, -0.5, 0.0, 0.5, 1.0)
 COEFFICIENT_GRID = (0.0, 5.0, 10.0, 15.0, 20.0, 25.0)
 EXPONENT_MAX = 5.0
 LOG_FLOOR = math.log(1e4)  # a term below 1e-4 of every loss is not measurable
-# Grid starts L-BFGS-B runs from, the lowest objectives first (the L(C) grid's
-# 150 all; the L(N, D) grid's best 150 of 4,500: ``_screened``).
-SCREEN = 150
+SCREEN = 150  # grid starts L-BFGS-B runs from, the lowest objectives (``_screened``)
 WARM = 5                  # distinct full-data optima a resample starts from
 EDGE_TOL = 1e-7
 
@@ -347,9 +345,8 @@ def _minimise(pts: _Points, w: np.ndarray, starts: np.ndarray) -> list[tuple[flo
 
 def _screened(starts: np.ndarray, pts: _Points) -> np.ndarray:
   """The ``SCREEN`` starts of the grid with the lowest objective, where it has
-  more (the N, D form's 4,500): L-BFGS-B from each of them took minutes per
-  variant, and a start whose objective is among the worst of the grid leads to
-  no optimum the best ones miss (the fit's optima are listed, ``optima``)."""
+  more (the L(C) grid's 150: all; the L(N, D) grid's 4,500, from each of which
+  L-BFGS-B took minutes per variant: its best 150)."""
   if len(starts) <= SCREEN:
     return starts
   w = np.ones(len(pts.y))
