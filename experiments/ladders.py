@@ -38,6 +38,7 @@ Intermediate evaluations read 4 batches of the fixed evaluation shuffle
 split (``eval.final_batches=0``), as the tuning choice needs.
 
 Variants:
+- ``default``: the ``activations`` ladder.
 - ``activations``: GELU vs SwiGLU at matched parameters (Shazeer 2020): is the
   gated FFN a constant compute multiplier?
 - ``optimizers``: AdamW vs Muon (Jordan et al. 2024; Wen et al. 2025 measure
@@ -116,7 +117,9 @@ def _claims(variant: str) -> list[Claim]:
             compare=(MOE, None), metric="ladder/trend", expect="higher")]
 
 
-def get_sweep(variant: str = "activations") -> Sweep:
+def get_sweep(variant: str = "default") -> Sweep:
+  if variant == "default":
+    variant = "activations"
   if variant == "activations":
     return _sweep("activations", "GELU vs SwiGLU at matched parameters on a ladder of "
                   "5 widths x 2 budgets (Shazeer 2020): the gated FFN's compute multiplier "
@@ -137,5 +140,5 @@ def get_sweep(variant: str = "activations") -> Sweep:
     return Sweep(name="ladder_tiny", config="configs/lm.py:tiny", overrides=tiny,
                  axes=[{"model.activation": ["gelu", "swiglu"]}],
                  ladder=_ladder(widths=(32, 48), tokens_per_param=[1, 2]), seeds=[0])
-  raise ValueError(f"unknown variant {variant!r}: choose activations, optimizers, moe or "
-                   "tiny.")
+  raise ValueError(f"unknown variant {variant!r}: choose default (= activations), "
+                   "activations, optimizers, moe or tiny.")
