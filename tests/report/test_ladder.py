@@ -246,6 +246,18 @@ def test_the_claims_on_the_multiplier_are_labelled_by_the_rule(constant, shrinki
   assert got["worth_more"].estimate < 0
 
 
+def test_a_ladder_without_curves_yet_leaves_its_claims_untested(constant):
+  """The tuning stage's report (the confirmation runs, which the curves read,
+  not yet run) labels the ladder's claims instead of failing: the sweep reads
+  that report to start its confirmation stage."""
+  record, _, report = constant
+  pending = dataclasses.replace(report, ladder=dataclasses.replace(
+      report.ladder, variants=(), note="no rung has a learned run yet"))
+  for row in claims.evaluate(record.claims, pending):
+    assert row.label == "not tested here" and row.point_a == "swiglu"
+    assert row.reason == "the ladder has no curves yet: no rung has a learned run yet"
+
+
 def test_the_ladder_claims_are_checked_before_a_run(constant):
   record, _, _ = constant
   claim_checks.check_sweep(record)

@@ -469,6 +469,11 @@ def evaluate(claims: Sequence[Claim], report: Report,
       (a, points), b = claims_transfer.variant(t, report), None
     elif claims_ladder.handles(claim.metric):  # a variant: its points at every rung
       found = claims_ladder.variants(report, where)
+      if not found:  # no curves yet (the tuning stage's report): nothing to read
+        a, b, points = claims_ladder.named(claim, report), None, []
+        prepared.append((claim, a, b, points, Untested(
+            f"the ladder has no curves yet: {report.ladder.note or 'no variant was measured'}")))
+        continue
       v = found[find_point(claim.compare[0], claim.context, [f.values for f in found], where)]
       (a, points), b = claims_ladder.variant(v, report), None
     else:

@@ -87,6 +87,16 @@ def variant(v: LadderVariant, report: Report) -> tuple[Point, list[Point]]:
   return dataclasses.replace(points[0], values=dict(v.values)), points
 
 
+def named(claim: Claim, report: Report) -> Point:
+  """The claim's variant as a point while the ladder has no curves (its
+  confirmation runs not yet run): the report's first point, labelled by the
+  claim's own words for the variant."""
+  spec = claim.compare[0]
+  values = ({"variant": spec} if isinstance(spec, str)
+            else {field: str(value) for field, value in dict(spec).items()})
+  return dataclasses.replace(report.points[0], values=values)
+
+
 def _of(report: Report, a: Point) -> list[LadderVariant]:
   """The variant's curves: one, or one per budget where each has its own."""
   return [v for v in (report.ladder.variants if report.ladder else ())
