@@ -33,17 +33,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import runpy
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
+
+import sweep_cost  # benchmarks/: the sweep command runner and the phases
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PHASES = ("startup", "compile", "train_steps", "evaluations", "checkpointing")
+PHASES = sweep_cost.PHASES
 ARMS = {
     "per-rung": ["--no-branch"],
     "transfer": ["--tune-at", "{smallest}", "--no-branch"],
@@ -62,9 +61,6 @@ def _base_flags() -> list[str]:
 
 def run_arm(arm: str, args, workdir: pathlib.Path) -> dict:
   """Runs one arm; its record (processes, core-seconds, phases)."""
-  env = {k: v for k, v in os.environ.items()
-         if k not in ("JAX_COMPILATION_CACHE_DIR", "TFX_JAX_COMPILATION_CACHE")}
-  env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
   widths = args.rungs.split(",")
   name = f"ladder_{arm.replace('-', '_')}"
   flags = [f.replace("{smallest}", f"model.d_model={widths[0]}") for f in ARMS[arm]]
@@ -75,13 +71,7 @@ def run_arm(arm: str, args, workdir: pathlib.Path) -> dict:
              "--tune", f"optim.learning_rate={args.rates}", "--seeds", "0",
              "--confirm", str(args.confirm), "--name", name, "--workdir", str(workdir),
              "--parallel", str(args.parallel), *_base_flags(), *args.overrides, *flags]
-  print(f"[{arm}] {' '.join(command[3:])}", flush=True)
-  start = time.time()
-  proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-  elapsed = time.time() - start
-  if proc.returncode != 0:
-    raise SystemExit(f"the sweep failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                     f"{proc.stderr[-3000:]}")
+  _, elapsed = sweep_cost.run_command(command, arm)
   sweep_dir = workdir / name
   record = json.loads((sweep_dir / "sweep.json").read_text())
   phases = dict.fromkeys(PHASES, 0.0)

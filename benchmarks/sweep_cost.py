@@ -76,23 +76,30 @@ def train_step_programs(cache: pathlib.Path) -> int:
              if p.name.startswith("jit_train_step-") and not p.name.endswith("-atime"))
 
 
-def run_sweep(name: str, mode: str, args, workdir: pathlib.Path) -> dict:
-  """Runs one sweep in ``workdir``; its record (times, phases, programs)."""
+def run_command(command: list[str], label: str) -> tuple[subprocess.CompletedProcess, float]:
+  """Runs one sweep command from the repository with no compilation cache
+  (each arm compiles its own programs); (the process, its wall seconds)."""
   env = {k: v for k, v in os.environ.items()
          if k not in ("JAX_COMPILATION_CACHE_DIR", "TFX_JAX_COMPILATION_CACHE")}
   env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-  sweep_name = f"{name}_{mode}"
-  command = [sys.executable, "-m", "tfx_jax.sweep", "--config", "configs/lm.py:tiny",
-             *AXIS, *SWEEPS[name], "--name", sweep_name, "--workdir", str(workdir),
-             "--parallel", str(args.parallel), f"--config.train.num_steps={args.steps}",
-             *args.overrides, *MODES[mode]]
-  print(f"[{name}, {mode}] {' '.join(command[1:])}", flush=True)
+  print(f"[{label}] {' '.join(command[1:])}", flush=True)
   start = time.time()
   proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
   elapsed = time.time() - start
   if proc.returncode != 0:
     raise SystemExit(f"the sweep failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
                      f"{proc.stderr[-3000:]}")
+  return proc, elapsed
+
+
+def run_sweep(name: str, mode: str, args, workdir: pathlib.Path) -> dict:
+  """Runs one sweep in ``workdir``; its record (times, phases, programs)."""
+  sweep_name = f"{name}_{mode}"
+  command = [sys.executable, "-m", "tfx_jax.sweep", "--config", "configs/lm.py:tiny",
+             *AXIS, *SWEEPS[name], "--name", sweep_name, "--workdir", str(workdir),
+             "--parallel", str(args.parallel), f"--config.train.num_steps={args.steps}",
+             *args.overrides, *MODES[mode]]
+  proc, elapsed = run_command(command, f"{name}, {mode}")
   sweep_dir = workdir / sweep_name
   record = json.loads((sweep_dir / "sweep.json").read_text())
   runs = {}

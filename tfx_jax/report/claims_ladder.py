@@ -41,7 +41,7 @@ from tfx_jax.records.sweep import AxisRecord, SweepRecord
 from tfx_jax.report import multiplier as mult
 from tfx_jax.report import stats
 from tfx_jax.report.claim_test import Test, Untested
-from tfx_jax.report.claims_transfer import one_sided
+from tfx_jax.report.claims_transfer import one_sided, weakest
 from tfx_jax.report.ladder_schema import LadderVariant
 from tfx_jax.report.schema import Point, Report
 
@@ -163,23 +163,19 @@ def _multiplier(claim: Claim, ms: Sequence[mult.Multiplier], seeds: int, band_: 
     if row.multiplier is None or iv_ is None or iv_.se is None:
       left_out.append(row)
       continue
-    iv = _interval(math.log(row.multiplier), math.log(iv_.low), math.log(iv_.high), iv_.se,
-                   seeds, iv_.level)
-    eq = stats.tost(iv, band_, report.options.alpha).p_value
-    tested.append((row, iv, eq if claim.equivalence else one_sided(iv, claim.expect), eq))
+    tested.append((row, _interval(math.log(row.multiplier), math.log(iv_.low),
+                                  math.log(iv_.high), iv_.se, seeds, iv_.level)))
   if not tested:
     bounds = [f"{r.bound} {r.bound_value:.3g}x" for r in left_out if r.bound is not None]
     return Untested(f"no rung's multiplier over {m.base} is read inside its measured compute",
                     ", ".join(bounds) or None)
-  row, iv, worst, eq = max(tested, key=lambda r: r[2])
+  row, iv, p_eq = weakest(claim, tested, band_, report.options.alpha)
   how = (f"ln multiplier over {m.base} at each of {len(tested)} rungs, paired bootstrap over "
          f"seeds; intersection-union over the rungs, resting on C = {row.compute:.3g}")
   if left_out:
     how += (f" ({', '.join(f'{r.compute:.3g}' for r in left_out)} left out: a bound outside "
             "the base's measured compute, or no interval)")
-  if claim.equivalence:
-    return Test(iv, iv.p_value, worst, seeds, how)
-  return Test(iv, iv.p_value, eq, seeds, how)
+  return Test(iv, iv.p_value, p_eq, seeds, how)
 
 
 # ------------------------------------------------------------ before a run

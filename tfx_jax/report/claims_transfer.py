@@ -156,6 +156,21 @@ def one_sided(iv: stats.Interval, expect: Any) -> float:
   return stats.t_sf(diff / iv.se, iv.df)
 
 
+def weakest(claim: Claim, tested: Sequence[tuple[Any, stats.Interval]], band_: float,
+            alpha: float) -> tuple[Any, stats.Interval, float]:
+  """The intersection-union test over places (rates, rungs): the claim holds
+  at every place only if it holds at the least favourable one, whose
+  one-sided p in the claim's direction (TOST's for an equivalence claim) is
+  the largest. (that place, its interval, the test's p: TOST's where the
+  claim is an equivalence, else the TOST p the Test carries beside it)."""
+  scored = []
+  for place, iv in tested:
+    eq = stats.tost(iv, band_, alpha).p_value
+    scored.append((place, iv, eq if claim.equivalence else one_sided(iv, claim.expect), eq))
+  place, iv, worst, eq = max(scored, key=lambda r: r[2])
+  return place, iv, worst if claim.equivalence else eq
+
+
 def _every_rate(claim: Claim, report: Report, a: Point, b: Point | None, band_: float
                 ) -> Test | Untested:
   metric = claim.metric[len(EVERY_RATE):]
@@ -172,21 +187,18 @@ def _every_rate(claim: Claim, report: Report, a: Point, b: Point | None, band_: 
     if len(pairs) < 2:
       left_out.append(rate)
       continue
-    iv = stats.compare({s: va[s] for s in pairs}, {s: vb[s] for s in pairs})
-    eq = stats.tost(iv, band_, report.options.alpha).p_value
-    tested.append((rate, iv, eq if claim.equivalence else one_sided(iv, claim.expect), eq))
+    tested.append((rate, stats.compare({s: va[s] for s in pairs}, {s: vb[s] for s in pairs})))
   if not tested:
     return Untested(f"no learning rate that both ran with 2 seeds learned on each side "
                     f"({len(shared)} shared)")
-  rate, iv, worst, eq = max(tested, key=lambda r: r[2])
+
+  rate, iv, p_eq = weakest(claim, tested, band_, report.options.alpha)
   how = (f"{metric} on validation at each of the {len(tested)} learning rates both ran, paired "
          f"by seed; intersection-union over the rates, resting on {rate:g}")
   if left_out:
     how += (f" ({', '.join(f'{r:g}' for r in left_out)} left out: fewer than 2 seeds learned "
             "on both sides)")
-  if claim.equivalence:
-    return Test(iv, iv.p_value, worst, iv.n_a, how)
-  return Test(iv, iv.p_value, eq, iv.n_a, how)
+  return Test(iv, iv.p_value, p_eq, iv.n_a, how)
 
 
 # ------------------------------------------------------------ before a run
