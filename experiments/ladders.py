@@ -28,10 +28,10 @@ confirmation seeds at its rate (the transferred rungs straight away, with
 no transfer-stage run); the fits, multipliers and verdicts read those only.
 
 Measured on a 2-core Intel Xeon (Sapphire Rapids class), ``--parallel 2``:
-the four smaller rungs of ``activations`` took 39 minutes (4,173 core-seconds
-over 80 runs and 40 trunks; evaluations 14% of the train steps' time), those
-of ``optimizers`` 29 minutes of training (5,019 core-seconds); the d_model 128
-rung adds about an hour to each.
+``activations`` took 53 minutes (4 of tuning, 49 of confirmation): 126 runs,
+42 of them trunks, 1.77 core-hours, evaluations 8% of the train steps' time
+(docs/results.md); ``optimizers`` (Muon's Newton-Schulz steps) and ``moe``
+cost more per step.
 
 Intermediate evaluations read 4 batches of the fixed evaluation shuffle
 (``eval.num_batches``); the last one and the test pass read the whole

@@ -258,6 +258,31 @@ def test_a_ladder_without_curves_yet_leaves_its_claims_untested(constant):
     assert row.reason == "the ladder has no curves yet: no rung has a learned run yet"
 
 
+def test_the_results_page_may_quote_the_ladders_numbers(constant, tmp_path):
+  """docs/results.md's check (``results_check``) knows a ladder's numbers: a
+  rung's multiplier and its trend as report.md prints them, the fitted
+  constants; a multiplier the report does not hold is a mismatch."""
+  from tfx_jax.report import results_check, results_doc  # pylint: disable=import-outside-toplevel
+  _, _, report = constant
+  found = results_doc.Committed("ladder", tmp_path / "report.json", report, ())
+  quoted = {t.what: t for t in results_check.triples(found)}
+  v = next(v for v in report.ladder.variants if v.multiplier is not None
+           and any(r.multiplier is not None and r.interval is not None
+                   for r in v.multiplier.rungs))
+  row = next(r for r in v.multiplier.rungs if r.multiplier is not None and r.interval)
+  name = f"{v.variant} @ {v.tokens_per_param:g} tokens/param"
+  t = quoted[f"ladder: ladder {name} multiplier at C = {row.compute:.3g}"]
+  assert (t.estimate, t.low, t.high, t.ratio) == (row.multiplier, row.interval.low,
+                                                   row.interval.high, True)
+  alpha = next(c for c in v.fit.parameters if c.name == "alpha")
+  assert quoted[f"ladder: ladder {name} compute alpha"].estimate == alpha.value
+  text = (f"## `ladder`: planted\n\nIts multiplier {row.multiplier:.3f}x "
+          f"[{row.interval.low:.3f}, {row.interval.high:.3f}]; off "
+          f"{row.multiplier + 0.002:.3f}x [{row.interval.low:.3f}, {row.interval.high:.3f}].\n")
+  mismatches = results_check.check(text, [found])
+  assert [m.quoted.split("x")[0] for m in mismatches] == [f"{row.multiplier + 0.002:.3f}"]
+
+
 def test_the_ladder_claims_are_checked_before_a_run(constant):
   record, _, _ = constant
   claim_checks.check_sweep(record)

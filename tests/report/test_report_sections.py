@@ -25,9 +25,11 @@ import types
 
 import pytest
 
+from tfx_jax.records import serial
 from tfx_jax.report import assemble, collect, schema, sections
 from tfx_jax.report.sections import (comparisons, compute, evaluation_effects,
-                                     layer_profiles, noise, speedup, tuned, tuning_stage)
+                                     layer_profiles, noise, provenance, speedup, tuned,
+                                     tuning_stage)
 from tfx_jax.report.tables import markdown_table
 
 import fakes
@@ -74,7 +76,12 @@ def test_a_committed_report_json_renders_the_numbers_of_its_report_md(path):
   if report.layer_profiles:
     blocks.append(markdown_table(layer_profiles.layer_trends_table(report)))
   if report.tune:
-    blocks.append(markdown_table(tuned.tuned_table(_labels_record(report), report)))
+    # A sweep with tune_at: where each point's value came from (report.json's
+    # provenance, the section's own record).
+    sources = {tuple(row["key"]): serial.from_json(provenance.Provenance, row, str(path)).text
+               for row in json.loads(path.read_text()).get("provenance", ())}
+    blocks.append(markdown_table(tuned.tuned_table(_labels_record(report), report,
+                                                   sources or None)))
   if report.verdict_runs == "confirmation":
     blocks.append(markdown_table(tuning_stage.tuning_stage_table(_labels_record(report),
                                                                  report)))

@@ -105,7 +105,30 @@ def triples(found: Committed) -> list[Triple]:
     if s.speedup is not None and s.interval is not None:
       add(f"speedup {s.optimizer} ({s.context})", s.speedup, s.interval.low, s.interval.high,
           ratio=True, low_bound=s.interval.low_beyond, high_bound=s.interval.high_beyond)
+  for v in report.ladder.variants if report.ladder is not None else ():
+    _ladder_triples(v, add)
   return out
+
+
+def _ladder_triples(v, add) -> None:
+  """A ladder variant's quoted numbers: its fitted constants, its multiplier
+  at each rung and its trend, and its backtest's predictions."""
+  name = v.variant if v.budget is None else f"{v.variant} @ {v.tokens_per_param:g} tokens/param"
+  for fit in (v.fit, v.params_tokens):
+    for c in (fit.parameters if fit is not None and fit.identifiable else ()):
+      add(f"ladder {name} {fit.form} {c.name}", c.value, c.low, c.high)
+  m = v.multiplier
+  for row in m.rungs if m is not None else ():
+    if row.multiplier is not None and row.interval is not None:
+      add(f"ladder {name} multiplier at C = {row.compute:.3g}", row.multiplier,
+          row.interval.low, row.interval.high, ratio=True,
+          low_bound=row.interval.low_beyond, high_bound=row.interval.high_beyond)
+  if m is not None and m.trend is not None and m.trend.interval is not None:
+    add(f"ladder {name} trend", m.trend.slope, m.trend.interval.low, m.trend.interval.high)
+  for held in v.backtest.held_out if v.backtest is not None else ():
+    if held.interval is not None:
+      add(f"ladder {name} backtest at C = {held.compute:.3g}", held.predicted,
+          held.interval.low, held.interval.high)
 
 
 def spreads(found: Committed) -> list[tuple[str, float, float]]:
