@@ -64,6 +64,11 @@ WITH_VALUE = {
     # multipliers are not the identity.
     ("parametrization", "mup"): dict(mup_base_d_model=4),
     ("parametrization", "completep"): dict(mup_base_d_model=4, mup_base_layers=1),
+    # A second layer: the value residual mixes layer 1's values into layer 2's, and
+    # nope_every=2 makes layer 2 the one without RoPE.
+    ("value_residual", "fixed"): dict(num_layers=2),
+    ("value_residual", "learned"): dict(num_layers=2),
+    ("nope_every", 2): dict(num_layers=2),
 }
 
 # Literal and bool fields of ModelConfig that are not axes of the design, each

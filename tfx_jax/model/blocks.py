@@ -41,7 +41,8 @@ from tfx_jax.model.layers.attention import Attention, AttentionSpec
 from tfx_jax.model.layers import probes
 from tfx_jax.model.layers.ffn import FeedForward
 from tfx_jax.model.layers.moe import MixtureOfExperts, MoeSpec
-from tfx_jax.model.config import is_moe_layer, is_windowed
+from tfx_jax.model.config import is_moe_layer, is_nope_layer, is_windowed
+from tfx_jax.model.layers import value_residual as vres
 
 
 # ------------------------------------------------------------- norm placement
@@ -127,10 +128,18 @@ class LayerSpec:
   # CompleteP's m_L^-alpha on every residual branch (model/parametrization.py);
   # 1.0: none.
   branch_multiplier: float = 1.0
+  # ---- model.nope_every, model.value_residual ----
+  nope_every: int = 0  # layers k, 2k, ... (1-based) skip RoPE; 0: none
+  # V_n mixed with the first layer's values (layers/value_residual.py); None: off.
+  value_residual: vres.ValueResidualSpec | None = None
 
   def windowed(self, layer: int) -> bool:
     """Whether self-attention of layer ``layer`` (0-based) is windowed."""
     return is_windowed(layer, self.attention_window, self.global_every)
+
+  def nope(self, layer: int) -> bool:
+    """Whether self-attention of layer ``layer`` (0-based) skips RoPE."""
+    return is_nope_layer(layer, self.nope_every)
 
 
 def residual_for(norm_position: str):
@@ -151,6 +160,10 @@ class TransformerLayer(nn.Module):
   without ``model.attention_window``); ``windowed`` says whether this layer
   uses it (a bool, or a scanned boolean when the layers alternate). Returns
   (output, router statistics): ``RouterStats`` in a MoE layer, None else.
+
+  ``nope`` (``model.nope_every``): this layer's self-attention has no RoPE.
+  With ``model.value_residual`` the first argument and output is the pair
+  (x, V_1) (layers/value_residual.py) and ``first`` says this is layer 1.
   """
   spec: LayerSpec
   use_cache: bool = False
@@ -159,8 +172,15 @@ class TransformerLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD, cross_mask,
-               cache_index, window_mask=None, segment_ids_BL=None, windowed=False):
+               cache_index, window_mask=None, segment_ids_BL=None, windowed=False,
+               nope=False, first=False):
     s = self.spec
+    # model.value_residual: the values of layer 1 travel with the stream.
+    value_hook, carried = None, {}
+    if s.value_residual is not None:
+      x_BLD, first_BLNK = x_BLD
+      lambdas = vres.value_lambdas(self, s.value_residual)
+      value_hook = lambda v: vres.mix_values(v, first_BLNK, first, lambdas, carried)
     drop = lambda y: nn.Dropout(s.dropout)(y, deterministic=self.deterministic)
 
     def attention(name, spec):
@@ -176,7 +196,8 @@ class TransformerLayer(nn.Module):
     # window): a kernel may then rebuild it from them (model/layers/tpu_attention.py).
     sublayers = [("self_attention", lambda y: self_attn(
         y, mask=self_mask, bias=bias, positions_BL=positions_BL, cache_index=cache_index,
-        segment_ids_BL=segment_ids_BL if window_mask is None else None))]
+        segment_ids_BL=segment_ids_BL if window_mask is None else None, nope=nope,
+        value_hook=value_hook))]
     if s.cross_attention is not None:
       cross_attn = attention("cross_attention", s.cross_attention)
       sublayers.append(("cross_attention",
@@ -197,6 +218,8 @@ class TransformerLayer(nn.Module):
     else:
       branches = [s.parallel_branch(x_BLD, f, s.norm, drop, name) for name, f in sublayers]
       x_BLD = x_BLD + sum(branches)
+    if s.value_residual is not None:
+      return (x_BLD.astype(s.dtype), carried["first"]), stats.get("router")
     return x_BLD.astype(s.dtype), stats.get("router")
 
   def _ffn(self, mask):
@@ -259,29 +282,41 @@ class Stack(nn.Module):
     moe = [self.spec.ffn.is_moe(i) for i in range(self.num_layers)]
     if window_mask is None:
       windowed = [False] * self.num_layers
+    # Per-layer flags (windowed, nope, first) and the carry: x, or (x, V_1)
+    # with model.value_residual.
+    flags = [windowed, [self.spec.nope(i) for i in range(self.num_layers)],
+             [i == 0 and self.spec.value_residual is not None
+              for i in range(self.num_layers)]]
+    carry = x_BLD
+    if self.spec.value_residual is not None:
+      a = self.spec.attention
+      carry = (x_BLD, vres.initial_values(x_BLD, a.num_kv_heads, a.head_dim, a.dtype))
     args = (mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index, window_mask,
             segment_ids_BL)
     if self.scan_layers:
-      same = len(set(windowed)) == 1
+      same = [len(set(flag)) == 1 for flag in flags]
       scanned = nn.scan(
           layer_cls, variable_axes={"params": 0, "cache": 0, "intermediates": 0,
                                      probes.COLLECTION: 0},
           split_rngs={"params": True, "dropout": True},
-          in_axes=(nn.broadcast,) * (len(args) + same) + ((0,) if not same else ()),
+          in_axes=(nn.broadcast,) * len(args) + tuple(
+              nn.broadcast if alike else 0 for alike in same),
           length=self.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
       # Layers alike: one Python bool for all; alternating: one bool per layer.
-      kind = windowed[0] if same else jnp.asarray(windowed)
+      kinds = [flag[0] if alike else jnp.asarray(flag) for flag, alike in zip(flags, same)]
       # model_config: a scanned stack's layers are all MoE or all dense.
-      x_BLD, stats = scanned(self.spec, self.use_cache, self.deterministic, moe[0],
-                             name="layers")(x_BLD, *args, kind)
+      carry, stats = scanned(self.spec, self.use_cache, self.deterministic, moe[0],
+                             name="layers")(carry, *args, *kinds)
     else:
       per_layer = []
       for i in range(self.num_layers):
-        x_BLD, layer_stats = layer_cls(self.spec, self.use_cache, self.deterministic,
-                                       moe[i], name=f"layer_{i}")(x_BLD, *args, windowed[i])
+        carry, layer_stats = layer_cls(self.spec, self.use_cache, self.deterministic,
+                                       moe[i], name=f"layer_{i}")(
+                                           carry, *args, *(flag[i] for flag in flags))
         per_layer.append(layer_stats)
       per_layer = [st for st in per_layer if st is not None]
       stats = jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer) if per_layer else None
+    x_BLD = carry[0] if self.spec.value_residual is not None else carry
     if self.spec.final_norm:
       x_BLD = self.spec.norm(name="final_norm")(x_BLD)
     return x_BLD, ({} if stats is None else stats)

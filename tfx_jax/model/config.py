@@ -61,6 +61,9 @@ Router = Literal["softmax", "sigmoid"]
 # Load balancing: the auxiliary loss (Switch / GShard; its weight is
 # train.moe_aux_loss), the auxiliary-loss-free bias (DeepSeek-V3), or none.
 MoeBalance = Literal["aux_loss", "bias", "none"]
+# ResFormer's value residual (model/layers/value_residual.py): none, V_n <- 0.5
+# V_n + 0.5 V_1 (fixed), or two learned weights per layer (learned).
+ValueResidual = Literal["none", "fixed", "learned"]
 
 
 
@@ -76,6 +79,7 @@ Window = Annotated[int, Samples((0, 2))]  # sliding-window width; 0 = full atten
 GlobalEvery = Annotated[int, Samples((0, 2))]  # every k-th layer full; 0 = none
 # Expert capacity C = ceil(factor * tokens * k / experts); 0 = dropless.
 CapacityFactor = Annotated[float, Samples((0.0, 2.0))]
+NopeEvery = Annotated[int, Samples((0, 2))]  # layers k, 2k, ... without RoPE; 0 = none
 
 # Norm placements whose norms sit inside each sublayer's branch: the ones a
 # parallel block can use (post and deepnorm normalise the sum itself).
@@ -173,6 +177,12 @@ class ModelConfig:
   depth_alpha: float = 1.0  # completep: branches x m_L^-alpha (0.5: depth-muP)
   mup_output_multiplier: float = 1.0  # the readout's alpha_out (MuReadout's output_mult)
   mup_attention_scale: float = 0.0  # logits q.k x scale / d_head; 0 = sqrt(base head width)
+  # ---- attention sinks, value residual, interleaved NoPE (docs/axes.md) ----
+  # A learned logit per query head in every softmax's denominator (gpt-oss).
+  attention_sinks: bool = False
+  value_residual: ValueResidual = "none"
+  nope_every: NopeEvery = 0  # with rope: layers k, 2k, ... (1-based) have none (Llama 4: 4)
+  nope_temperature: bool = False  # Llama 4's query temperature on those layers
 
   # ---- derived quantities -------------------------------------------------
   @property
@@ -253,6 +263,13 @@ def is_windowed(layer: int, attention_window: int, global_every: int) -> bool:
   every layer when ``global_every`` is 0, else all but layers k, 2k, ... (1-based),
   which attend fully (Gemma 2: k = 2, layer 0 windowed). False without a window."""
   return bool(attention_window) and not (global_every and (layer + 1) % global_every == 0)
+
+
+def is_nope_layer(layer: int, nope_every: int) -> bool:
+  """Whether layer ``layer`` (0-based) has no RoPE (``model.nope_every`` k):
+  layers k, 2k, ... (1-based), Llama 4's ``no_rope_layers`` at interval 4,
+  (i + 1) % 4 == 0."""
+  return bool(nope_every) and (layer + 1) % nope_every == 0
 
 
 def is_moe_layer(layer: int, ffn_type: str, moe_every: int, first_dense_layers: int) -> bool:
@@ -422,6 +439,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         f"own norm: model.norm_position must be one of {', '.join(PARALLEL_NORM_POSITIONS)}"
         f" (got {cfg.norm_position!r}, which normalises the residual stream itself).")
   _validate_moe(cfg)
+  _validate_attention_2026(cfg)
   parametrization.validate(cfg)
   capacity = position_capacity(cfg)
   if seq_len is not None and capacity is not None and seq_len > capacity:
@@ -486,6 +504,39 @@ def _validate_moe(cfg: ModelConfig) -> None:
           f"be alike; model.moe_every={cfg.moe_every} and model.first_dense_layers="
           f"{cfg.first_dense_layers} mix dense and MoE layers: set model.scan_layers="
           "False, or moe_every=1 and first_dense_layers=0.")
+
+
+def _validate_attention_2026(cfg: ModelConfig) -> None:
+  """model.value_residual, model.nope_every and model.nope_temperature: in
+  range, and set only where they change the model (model.attention_sinks
+  composes with every setting)."""
+  stacks = {"decoder_only": (cfg.decoder_layers,), "encoder_only": (cfg.encoder_layers,),
+            "encoder_decoder": (cfg.encoder_layers, cfg.decoder_layers)}[cfg.family]
+  if cfg.value_residual != "none" and min(stacks) < 2:
+    raise ConfigError(
+        f"model.value_residual={cfg.value_residual!r} mixes the first layer's values "
+        f"into layers 2, 3, ...; a stack of this model has {min(stacks)} layer, so it "
+        "would change nothing: use at least 2 layers per stack, or "
+        f"model.value_residual='none' (choices: {', '.join(get_args(ValueResidual))}).")
+  if cfg.nope_every < 0:
+    raise ConfigError(f"model.nope_every must be >= 0 (0 = off), got {cfg.nope_every}.")
+  if cfg.nope_every and cfg.position != "rope":
+    raise InactiveSetting(
+        "model.nope_every", 0,
+        f"model.nope_every={cfg.nope_every} removes RoPE from layers k, 2k, ...; "
+        f"model.position is {cfg.position!r}, which has no RoPE: leave it at 0 or use "
+        f"model.position='rope' (choices: {', '.join(get_args(Position))}).")
+  if cfg.nope_every > max(stacks):
+    raise ConfigError(
+        f"model.nope_every={cfg.nope_every} is more than the {max(stacks)} layers of "
+        "every stack, so no layer would be without RoPE: choose k in 1.."
+        f"{max(stacks)}, or 0 (off).")
+  if cfg.nope_temperature and not cfg.nope_every:
+    raise InactiveSetting(
+        "model.nope_temperature", False,
+        "model.nope_temperature=True scales the queries of the layers without RoPE; "
+        "model.nope_every is 0, so there are none: set model.nope_every > 0 (Llama 4: "
+        "4) or leave it at False.")
 
 
 def model_config_from_dict(d: Mapping[str, Any] | Any, *,

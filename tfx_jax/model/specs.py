@@ -20,6 +20,7 @@ from tfx_jax.model.layers.ffn import activation_fn
 from tfx_jax.model.layers.moe import moe_spec
 from tfx_jax.model.layers.norms import JointHeads, norm_factory
 from tfx_jax.model.layers.positions import RotarySpec, rotary_spec
+from tfx_jax.model.layers.value_residual import ValueResidualSpec
 from tfx_jax.model import parametrization
 from tfx_jax.model.config import ModelConfig, deepnorm_constants
 
@@ -142,7 +143,9 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool,
       causal=stack == "decoder", qk_norm=qk_norm_for(cfg),
       logit_softcap=cfg.attention_logit_softcap,
       gate_width=_GATE_WIDTHS[cfg.attention_gate](cfg.attention_head_dim),
-      platform=platform, query_scale=parametrization.query_scale(cfg))
+      platform=platform, query_scale=parametrization.query_scale(cfg),
+      # model.attention_sinks, model.nope_temperature
+      sinks=cfg.attention_sinks, nope_temperature=cfg.nope_temperature)
   ffn = FfnSpec(
       d_ff=cfg.ffn_dim, act=act, gated=gated, use_bias=cfg.use_bias, dropout=cfg.dropout,
       vo_gain=beta, vo_distribution=dist, dtype=dtype, platform=platform,
@@ -159,4 +162,12 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool,
       parallel_branch=parallel_branch_for(cfg.block, cfg.norm_position),
       attention_window=cfg.attention_window, global_every=cfg.global_every,
       branch_multiplier=parametrization.branch_multiplier(
-          cfg, cfg.encoder_layers if stack == "encoder" else cfg.decoder_layers))
+          cfg, cfg.encoder_layers if stack == "encoder" else cfg.decoder_layers),
+      # model.nope_every, model.value_residual
+      nope_every=cfg.nope_every, value_residual=value_residual_spec(cfg))
+
+
+def value_residual_spec(cfg: ModelConfig) -> ValueResidualSpec | None:
+  """The one dispatch point of ``model.value_residual``."""
+  return {"none": None, "fixed": ValueResidualSpec(learned=False),
+          "learned": ValueResidualSpec(learned=True)}[cfg.value_residual]

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from tfx_jax.model.layers import probes
 from tfx_jax.model.layers import products
 from tfx_jax.model.layers import tpu_attention
-from tfx_jax.model.layers.positions import RotarySpec, rope
+from tfx_jax.model.layers.positions import RotarySpec, nope_temperature, rope
 
 Initializer = Callable[..., jax.Array]
 
@@ -43,10 +43,16 @@ def softcap(logits, cap: float):
   return cap * jnp.tanh(logits / cap)
 
 
+def sink_logits(sinks_H, N: int, G: int):
+  """One sink logit per query head, [H] -> [1, N, G, 1, 1] float32 (grouped heads)."""
+  return sinks_H.astype(jnp.float32).reshape(1, N, G, 1, 1)
+
+
 def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None,
                           *, dropout_rng=None, dropout: float = 0.0,
                           deterministic: bool = True, dtype=jnp.float32,
-                          scale_logits: bool = True, logit_softcap: float = 0.0):
+                          scale_logits: bool = True, logit_softcap: float = 0.0,
+                          sinks_H=None):
   """softmax(cap(Q K^T / sqrt(d_k)) + bias) V with grouped key/value heads.
 
   ``scale_logits=False`` drops the 1/sqrt(d_k) (T5 folds it into its init).
@@ -55,6 +61,13 @@ def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None
 
   ``mask`` is boolean, True where attention is allowed; ``mask`` and ``bias``
   broadcast over heads when their head dim is 1. Logits and softmax are float32.
+
+  ``sinks_H`` (``model.attention_sinks``; gpt-oss, HF ``eager_attention_forward``):
+  head h's learned logit appended to every row and dropped after the softmax,
+  p_ij = exp(s_ij) / (exp(sink_h) + sum_j' exp(s_ij')), so a row sums to less
+  than 1 and the sink carries no value. It is appended after the cap, the bias
+  and the mask, as HF appends it after the mask: the sink is never capped, and
+  a row with every key masked (a padding query) gives 0, not NaN.
   """
   B, L, H, K = q_BLHK.shape
   N = k_BSNK.shape[2]
@@ -76,7 +89,12 @@ def dot_product_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None
     logits_BNGLS = logits_BNGLS + grouped(bias_BhLS).astype(jnp.float32)
   if mask_BhLS is not None:
     logits_BNGLS = jnp.where(grouped(mask_BhLS), logits_BNGLS, NEG_INF)
-  probs = jax.nn.softmax(logits_BNGLS, axis=-1)
+  if sinks_H is None:
+    probs = jax.nn.softmax(logits_BNGLS, axis=-1)
+  else:
+    sink_BNGL1 = jnp.broadcast_to(sink_logits(sinks_H, N, G), (*logits_BNGLS.shape[:-1], 1))
+    probs = jax.nn.softmax(jnp.concatenate([logits_BNGLS, sink_BNGL1], axis=-1),
+                           axis=-1)[..., :-1]
   if not deterministic and dropout > 0.0:
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout, probs.shape)
     probs = jnp.where(keep, probs / (1.0 - dropout), 0.0)
@@ -93,14 +111,15 @@ def _grouped(x_BhLS, N, G):
 
 def fast_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None, *,
                    dtype=jnp.float32, scale_logits: bool = True,
-                   logit_softcap: float = 0.0):
+                   logit_softcap: float = 0.0, sinks_H=None):
   """``dot_product_attention`` without dropout, with fewer passes over [L, S].
 
   The same formula, arranged for speed on CPU: 1/sqrt(d_k) scales the queries
   ([L, K]) instead of the logits ([L, S]); the row maximum is a constant
   (its gradient is zero); and the softmax denominator divides the output
   ([L, K]) instead of the probabilities, as FlashAttention does. Equal to the
-  reference to float32 rounding (tested).
+  reference to float32 rounding (tested). A sink (``sinks_H``) takes part in
+  the row maximum and adds exp(sink - max) to the denominator.
   """
   B, L, H, K = q_BLHK.shape
   N = k_BSNK.shape[2]
@@ -115,9 +134,16 @@ def fast_attention(q_BLHK, k_BSNK, v_BSNK, mask_BhLS=None, bias_BhLS=None, *,
     logits_BNGLS = logits_BNGLS + _grouped(bias_BhLS, N, G).astype(jnp.float32)
   if mask_BhLS is not None:
     logits_BNGLS = jnp.where(_grouped(mask_BhLS, N, G), logits_BNGLS, NEG_INF)
-  max_BNGL1 = jax.lax.stop_gradient(jnp.max(logits_BNGLS, axis=-1, keepdims=True))
+  max_BNGL1 = jnp.max(logits_BNGLS, axis=-1, keepdims=True)
+  if sinks_H is not None:
+    sink_1NG11 = sink_logits(sinks_H, N, G)
+    max_BNGL1 = jnp.maximum(max_BNGL1, sink_1NG11)
+  max_BNGL1 = jax.lax.stop_gradient(max_BNGL1)
   unnorm_BNGLS = jnp.exp(logits_BNGLS - max_BNGL1)
-  denom_BLNG = jnp.sum(unnorm_BNGLS, axis=-1).transpose(0, 3, 1, 2)
+  denom_BNGL = jnp.sum(unnorm_BNGLS, axis=-1)
+  if sinks_H is not None:
+    denom_BNGL = denom_BNGL + jnp.exp(sink_1NG11 - max_BNGL1)[..., 0]
+  denom_BLNG = denom_BNGL.transpose(0, 3, 1, 2)
   out_BLNGK = jnp.einsum("bngls,bsnk->blngk", unnorm_BNGLS.astype(dtype), v_BSNK,
                          preferred_element_type=jnp.float32)
   out_BLNGK = out_BLNGK / denom_BLNG[..., None]
@@ -156,7 +182,8 @@ def gpu_attention_implementation(dtype, head_dim: int) -> str:
 
 
 def causal_blocked_attention(q_BLHK, k_BLNK, v_BLNK, mask_BhLL=None, bias_BhLL=None, *,
-                             block: int, dtype=jnp.float32, scale_logits: bool = True):
+                             block: int, dtype=jnp.float32, scale_logits: bool = True,
+                             sinks_H=None):
   """Self-attention whose mask is causal (or stricter), by query blocks.
 
   Query block [i, i + block) attends to keys [0, i + block) only: the key
@@ -171,6 +198,9 @@ def causal_blocked_attention(q_BLHK, k_BLNK, v_BLNK, mask_BhLL=None, bias_BhLL=N
   Heads-first inside, with its own backward (``_blocked_core``): the
   FlashAttention gradient from each block's saved probabilities, with the
   key and value gradients added into place rather than padded and summed.
+  With sinks (``sinks_H``, see ``dot_product_attention``) a padding query
+  gets 0, as the reference does, and each sink's gradient is
+  -sum_{b,l} p_sink * rowsum(dO * O), p_sink = exp(sink) / denominator.
   """
   B, L, H, K = q_BLHK.shape
   N = k_BLNK.shape[2]
@@ -181,8 +211,9 @@ def causal_blocked_attention(q_BLHK, k_BLNK, v_BLNK, mask_BhLL=None, bias_BhLL=N
   k_BNLK = k_BLNK.transpose(0, 2, 1, 3)
   v_BNLK = v_BLNK.transpose(0, 2, 1, 3)
   grouped = lambda x: None if x is None else _grouped(x, N, G)
+  sink = None if sinks_H is None else sink_logits(sinks_H, N, G)
   out_BNGLK = _blocked_core(q_BNGLK, k_BNLK, v_BNLK, grouped(mask_BhLL),
-                            grouped(bias_BhLL), block, jnp.dtype(dtype))
+                            grouped(bias_BhLL), sink, block, jnp.dtype(dtype))
   return out_BNGLK.astype(dtype).transpose(0, 3, 1, 2, 4).reshape(B, L, H, K)
 
 
@@ -190,9 +221,10 @@ def _blocks(length: int, block: int):
   return [(start, min(start + block, length)) for start in range(0, length, block)]
 
 
-def _blocked_forward(q, k, v, mask, bias, block, dtype):
-  """(output [B, N, G, L, K] f32, each block's probabilities [B, N, G, b, end])."""
-  outs, probs = [], []
+def _blocked_forward(q, k, v, mask, bias, sink, block, dtype):
+  """(output [B, N, G, L, K] f32, each block's probabilities [B, N, G, b, end],
+  each block's sink probability [B, N, G, b, 1], empty without a sink)."""
+  outs, probs, sink_probs = [], [], []
   for start, end in _blocks(q.shape[3], block):
     s = jnp.einsum("bngld,bnsd->bngls", q[:, :, :, start:end], k[:, :, :end],
                    preferred_element_type=jnp.float32)
@@ -200,38 +232,50 @@ def _blocked_forward(q, k, v, mask, bias, block, dtype):
       s = s + bias[..., start:end, :end].astype(jnp.float32)
     if mask is not None:
       s = jnp.where(mask[..., start:end, :end], s, NEG_INF)
-    e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+    row_max = jnp.max(s, axis=-1, keepdims=True)
+    if sink is not None:
+      row_max = jnp.maximum(row_max, sink)
+    e = jnp.exp(s - row_max)
     denom = jnp.sum(e, axis=-1, keepdims=True)
+    if sink is not None:
+      e_sink = jnp.exp(sink - row_max)
+      denom = denom + e_sink
+      sink_probs.append(e_sink / denom)
     outs.append(jnp.einsum("bngls,bnsd->bngld", e.astype(dtype), v[:, :, :end],
                            preferred_element_type=jnp.float32) / denom)
     probs.append(e / denom)
-  return jnp.concatenate(outs, axis=3), probs
+  return jnp.concatenate(outs, axis=3), probs, sink_probs
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _blocked_core(q, k, v, mask, bias, block, dtype):
-  return _blocked_forward(q, k, v, mask, bias, block, dtype)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _blocked_core(q, k, v, mask, bias, sink, block, dtype):
+  return _blocked_forward(q, k, v, mask, bias, sink, block, dtype)[0]
 
 
-def _blocked_core_fwd(q, k, v, mask, bias, block, dtype):
-  out, probs = _blocked_forward(q, k, v, mask, bias, block, dtype)
-  return out, (q, k, v, mask, bias, out, probs)
+def _blocked_core_fwd(q, k, v, mask, bias, sink, block, dtype):
+  out, probs, sink_probs = _blocked_forward(q, k, v, mask, bias, sink, block, dtype)
+  return out, (q, k, v, mask, bias, sink, out, probs, sink_probs)
 
 
 def _blocked_core_bwd(block, dtype, residuals, d_out):
   """dS = P * (dP - rowsum(dO * O)) per block (the row maximum is a constant:
-  its gradient through the softmax is zero)."""
-  q, k, v, mask, bias, out, probs = residuals
+  its gradient through the softmax is zero). A sink leaves dS as it is (O is
+  still sum_j P_j V_j) and has d sink = -sum p_sink rowsum(dO * O)."""
+  q, k, v, mask, bias, sink, out, probs, sink_probs = residuals
   f32 = jnp.float32
   dq, dk, dv = [], jnp.zeros(k.shape, f32), jnp.zeros(v.shape, f32)
   dbias = None if bias is None else jnp.zeros(bias.shape, f32)
-  for (start, end), p in zip(_blocks(q.shape[3], block), probs):
+  dsink = None if sink is None else jnp.zeros(sink.shape, f32)
+  for b, ((start, end), p) in enumerate(zip(_blocks(q.shape[3], block), probs)):
     do = d_out[:, :, :, start:end].astype(f32)
     dv = dv.at[:, :, :end].add(jnp.einsum("bngls,bngld->bnsd", p.astype(dtype),
                                           do.astype(dtype), preferred_element_type=f32))
     dp = jnp.einsum("bngld,bnsd->bngls", do.astype(dtype), v[:, :, :end],
                     preferred_element_type=f32)
-    ds = p * (dp - jnp.sum(do * out[:, :, :, start:end], axis=-1, keepdims=True))
+    row_dot = jnp.sum(do * out[:, :, :, start:end], axis=-1, keepdims=True)
+    ds = p * (dp - row_dot)
+    if sink is not None:  # summed over the batch and the block's queries
+      dsink = dsink - jnp.sum(sink_probs[b] * row_dot, axis=(0, 3), keepdims=True)
     dq.append(jnp.einsum("bngls,bnsd->bngld", ds.astype(dtype), k[:, :, :end],
                          preferred_element_type=f32))
     dk = dk.at[:, :, :end].add(jnp.einsum("bngls,bngld->bnsd", ds.astype(dtype),
@@ -240,7 +284,8 @@ def _blocked_core_bwd(block, dtype, residuals, d_out):
       axes = tuple(i for i in range(3) if bias.shape[i] == 1 and ds.shape[i] != 1)
       dbias = dbias.at[..., start:end, :end].add(jnp.sum(ds, axis=axes, keepdims=True))
   return (jnp.concatenate(dq, axis=3).astype(q.dtype), dk.astype(k.dtype),
-          dv.astype(v.dtype), None, None if bias is None else dbias.astype(bias.dtype))
+          dv.astype(v.dtype), None, None if bias is None else dbias.astype(bias.dtype),
+          dsink)
 
 
 _blocked_core.defvjp(_blocked_core_fwd, _blocked_core_bwd)
@@ -342,6 +387,12 @@ class AttentionSpec:
   # A factor on the queries after RoPE: muP's logits q.k x alpha / d_head in
   # place of q.k / sqrt(d_head) (model/parametrization.py); 1.0: none.
   query_scale: float = 1.0
+  # model.attention_sinks: a learned logit per query head in every softmax's
+  # denominator (``sinks``, [H], N(0, 0.02^2) as HF's gpt-oss initialises it).
+  sinks: bool = False
+  # model.nope_temperature: Llama 4's query temperature (``nope_temperature``)
+  # on the layers without RoPE (the ``nope`` flag of the call).
+  nope_temperature: bool = False
 
 
 class Attention(nn.Module):
@@ -368,10 +419,16 @@ class Attention(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, positions_BL=None,
-               cache_index=None, segment_ids_BL=None):
+               cache_index=None, segment_ids_BL=None, nope=False, value_hook=None):
     """``segment_ids_BL`` (self-attention), when given, says that ``mask`` is
     exactly "same segment of these ids, key not padding" (and causal with
-    ``causal``), which lets a kernel rebuild the mask from the ids (TPU)."""
+    ``causal``), which lets a kernel rebuild the mask from the ids (TPU).
+
+    ``nope`` (``model.nope_every``): this layer skips RoPE (and takes the query
+    temperature with ``spec.nope_temperature``); a Python bool, or a traced one
+    when a scanned stack mixes the layers. ``value_hook`` maps the projected
+    values before they are cached or attended (``model.value_residual``,
+    blocks.py)."""
     s = self.spec
     D = x_BLD.shape[-1]
     is_self = kv_BSD is None
@@ -402,15 +459,25 @@ class Attention(nn.Module):
     else:
       k = unflat(proj("key", s.num_kv_heads, s.qk_init)(flat(kv_BSD)), kv_BSD)
       v = unflat(proj("value", s.num_kv_heads, vo_in)(flat(kv_BSD)), kv_BSD)
+      if value_hook is not None:
+        v = value_hook(v)
       if s.qk_norm is not None:
         k = s.qk_norm(name="key_norm")(k)
       if (self.use_cache and not is_self and not self.is_initializing()
           and self.is_mutable_collection("cache")):
         self.put_variable("cache", "cross_key", k)
         self.put_variable("cache", "cross_value", v)
-    if s.rotary is not None:
-      q = rope(q, positions_BL, s.rotary)
-      k = rope(k, positions_BL, s.rotary)
+    if s.rotary is not None and nope is not True:
+      rotated = lambda x: rope(x, positions_BL, s.rotary)
+      if nope is False:
+        q, k = rotated(q), rotated(k)
+      else:  # model.nope_every under nn.scan: this layer's flag
+        q, k = jnp.where(nope, q, rotated(q)), jnp.where(nope, k, rotated(k))
+    if s.nope_temperature and nope is not False:
+      temperature_BL = nope_temperature(positions_BL)
+      if nope is not True:
+        temperature_BL = jnp.where(nope, temperature_BL, 1.0)
+      q = q * temperature_BL[:, :, None, None].astype(q.dtype)
 
     if s.query_scale != 1.0:
       q = q * jnp.asarray(s.query_scale, q.dtype)
@@ -423,14 +490,19 @@ class Attention(nn.Module):
       self.sow(probes.COLLECTION, "logit_rms",
                attention_logit_rms(q, k, mask, scale_logits=s.scale_logits))
 
+    sinks_H = None
+    if s.sinks:
+      sinks_H = self.param("sinks", nn.with_logical_partitioning(
+          nn.initializers.normal(0.02), ("heads",)), (s.num_heads,), jnp.float32)
     if not self.deterministic and s.dropout > 0.0:
       out_BLHK = dot_product_attention(
           q, k, v, mask, bias, dropout_rng=self.make_rng("dropout"),
           dropout=s.dropout, deterministic=False, dtype=s.dtype,
-          scale_logits=s.scale_logits, logit_softcap=s.logit_softcap)
+          scale_logits=s.scale_logits, logit_softcap=s.logit_softcap, sinks_H=sinks_H)
     else:
       out_BLHK = self._attend(q, k, v, mask, bias,
-                              segment_ids_BL if is_self and not self.use_cache else None)
+                              segment_ids_BL if is_self and not self.use_cache else None,
+                              sinks_H)
     if s.gate_width:
       gate = proj("gate", s.num_heads, s.qk_init, s.gate_width)(flat(x_BLD))
       out_BLHK = out_BLHK * jax.nn.sigmoid(
@@ -445,24 +517,27 @@ class Attention(nn.Module):
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
     )(out_BLHK.reshape(B * L, *out_BLHK.shape[2:])).reshape(B, L, D)
 
-  def _attend(self, q_BLHK, k_BSNK, v_BSNK, mask, bias, segment_ids_BL=None):
+  def _attend(self, q_BLHK, k_BSNK, v_BSNK, mask, bias, segment_ids_BL=None,
+              sinks_H=None):
     """The attention path for the target backend and shape (no dropout).
 
     TPU: the splash kernel (``tpu_attention``: FlashAttention, O(L) memory)
     where the mask is segments (and causal) and there is no position bias.
     GPU: ``fused_attention`` (cuDNN's flash attention where it applies; no
     soft-cap there). CPU: the causal blocked path, else ``fast_attention``.
+    Neither fused kernel takes sinks: with ``sinks_H`` the accelerators take
+    ``fast_attention`` (XLA), which does.
     """
     s = self.spec
     L, S = q_BLHK.shape[1], k_BSNK.shape[1]
     platform = s.platform
     if (platform == "tpu" and segment_ids_BL is not None and bias is None
-        and tpu_attention.splash_applies(L, S)):
+        and sinks_H is None and tpu_attention.splash_applies(L, S)):
       return tpu_attention.splash_attention(
           q_BLHK, k_BSNK, v_BSNK, segment_ids_BL, causal=s.causal,
           scale_logits=s.scale_logits, logit_softcap=s.logit_softcap,
           dtype=s.dtype)
-    if platform == "gpu" and not s.logit_softcap:
+    if platform == "gpu" and not s.logit_softcap and sinks_H is None:
       return fused_attention(
           q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=s.dtype,
           scale_logits=s.scale_logits, causal=s.causal and L == S,
@@ -472,10 +547,11 @@ class Attention(nn.Module):
     # fast path.
     if s.causal and L == S and block and block < L and not s.logit_softcap:
       return causal_blocked_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, block=block,
-                                      dtype=s.dtype, scale_logits=s.scale_logits)
+                                      dtype=s.dtype, scale_logits=s.scale_logits,
+                                      sinks_H=sinks_H)
     return fast_attention(q_BLHK, k_BSNK, v_BSNK, mask, bias, dtype=s.dtype,
                           scale_logits=s.scale_logits,
-                          logit_softcap=s.logit_softcap)
+                          logit_softcap=s.logit_softcap, sinks_H=sinks_H)
 
   def _update_cache(self, k_BLNK, v_BLNK, cache_index):
     """Writes the new keys/values at ``cache_index``; returns the whole cache.

@@ -217,6 +217,23 @@ def _rotate_bwd(residuals, d_out):
 _rotate.defvjp(_rotate_fwd, _rotate_bwd)
 
 
+# ------------------------------------------------------- interleaved NoPE
+# Llama 4's query temperature on its NoPE layers (HF ``Llama4TextAttention``,
+# ``attn_temperature_tuning``; its config's ``floor_scale`` and ``attn_scale``).
+NOPE_FLOOR_SCALE = 8192
+NOPE_ATTN_SCALE = 0.1
+
+
+def nope_temperature(positions_BL: jax.Array) -> jax.Array:
+  """1 + attn_scale ln(1 + floor((pos + 1) / floor_scale)) per query, [B, L]
+  float32: Llama 4 multiplies the queries of its layers without RoPE
+  (``model.nope_every``) by it, so that attention sharpens as the context grows
+  (the temperature tuning HF cites, Nakanishi 2025, arXiv 2501.19399). 1 for
+  positions below floor_scale - 1 = 8191."""
+  steps = jnp.floor((positions_BL.astype(jnp.float32) + 1.0) / NOPE_FLOOR_SCALE)
+  return 1.0 + NOPE_ATTN_SCALE * jnp.log1p(steps)
+
+
 # --------------------------------------------------------------------- ALiBi
 def alibi_slopes(num_heads: int) -> np.ndarray:
   """Head slopes of ALiBi (Press et al. 2022).
