@@ -133,9 +133,10 @@ def _step(config):
   run = run_config.resolve(config)
   setup = run_setup.ShardedRun(run, run.model)
   state = setup.init_state()
+  before = jax.device_get(state)  # the step donates the state
   new, metrics = setup.train_step()(state, sharding.global_batch(_batch(), setup.mesh),
                                     setup.step_hparams())
-  return run, state, jax.device_get(new), jax.device_get(metrics)
+  return run, before, jax.device_get(new), jax.device_get(metrics)
 
 
 def test_the_train_step_clips_after_a_muon_update_under_scan_with_grouped_keys():
