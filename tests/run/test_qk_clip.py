@@ -194,6 +194,12 @@ def test_the_fraction_is_logged(tmp_path):
   scalars = metrics.read_scalars(workdir / "tensorboard")
   # tau this small clips every head at every step.
   assert [v for _, v in scalars["train/qk_clip_fraction"]] == [1.0, 1.0]
+  # The run records its budgets beside its parameter count (the report's points table).
+  from tfx_jax.records import status  # pylint: disable=import-outside-toplevel
+  recorded = status.read_status(workdir)
+  assert recorded.budgets["params"] == recorded.num_params
+  # helpers.TINY: 1 layer, 2 heads of 16, float32.
+  assert recorded.budgets["kv_bytes_per_token"] == 2 * 2 * 16 * 1 * 4
 
 
 # argv[1]: JSON list of (mesh, devices), each taking 2 clipped steps from the same init.

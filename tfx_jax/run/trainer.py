@@ -28,7 +28,7 @@ import time
 from typing import Sequence
 
 from absl import logging
-import flax
+from flax import traverse_util
 import jax
 import ml_collections
 import numpy as np
@@ -266,7 +266,7 @@ class _TrainingLoop:
     self._show_parameter_groups()
     self.num_params = sum(int(np.prod(x.shape))
                           for x in jax.tree.leaves(sharded.abstract_state.params))
-    shapes = flax.traverse_util.flatten_dict(sharded.abstract_state.params, sep="/")
+    shapes = traverse_util.flatten_dict(sharded.abstract_state.params, sep="/")
     self.budgets = footprint.budgets(self.model_cfg, config.train.seq_len, shapes)
     self.eval_step = sharded.eval_step()
     self.sample_inputs = (self.task.sample_inputs(config)
