@@ -13,10 +13,22 @@ parameters, for a sweep axis of dense vs MoE (experiments/moe.py):
 
   python -m tfx_jax.summary --config configs/lm.py:tiny --config.model.ffn_type=moe \
       --config.model.expert_d_ff=254     # = moe_variant("tiny")["model.expert_d_ff"]
+
+``matched(preset, match, **variant)`` gives the overrides that turn a preset
+into ``variant`` at the preset's budget (``match``: parameters, training FLOPs
+per token, or KV-cache bytes per token), the FFN width (or the KV heads)
+adjusted; an axis of a sweep is matched by building its values with it:
+
+  axes=[[{}, lm.matched("tiny", "params", activation="swiglu"),
+         lm.matched("tiny", "params", num_kv_heads=1)]]
 """
 
-from tfx_jax.run.config_base import apply_preset, base_config, select_preset
-from tfx_jax.model.config import model_config_from_dict
+import dataclasses
+import functools
+
+from tfx_jax.core.errors import ConfigError
+from tfx_jax.run.config_base import apply_overrides, apply_preset, base_config, select_preset
+from tfx_jax.model.config import ModelConfig, model_config_from_dict
 
 # Every preset starts from these; a row overrides what its paper does differently.
 # No embedding scaling: GPT-2 and LLaMA add positions to E[id] as it is.
@@ -125,3 +137,123 @@ def moe_variant(preset: str = "tiny", *, num_experts: int = 8, experts_per_token
   return {"model.ffn_type": "moe", "model.num_experts": num_experts,
           "model.experts_per_token": experts_per_token,
           "model.shared_experts": shared_experts, "model.expert_d_ff": width}
+
+
+# What ``matched`` holds equal, by ``match``; within this fraction of the preset.
+MATCHES = ("params", "flops", "kv")
+MATCH_TOLERANCE = 0.01
+_MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelConfig)}
+
+
+def _path(key: str) -> str:
+  """A variant's key as a config path: a model field by its name (``activation``),
+  anything else by its dotted path (``train.seq_len``) or top-level name."""
+  return f"model.{key}" if "." not in key and key in _MODEL_FIELDS else key
+
+
+def _resolved(preset: str, overrides: dict):
+  from tfx_jax.run import config as run_config  # pylint: disable=import-outside-toplevel
+  config = get_config(preset)
+  apply_overrides(config, overrides)
+  return run_config.resolve(config)
+
+
+@functools.lru_cache(maxsize=64)
+def _shapes(model_cfg: ModelConfig):
+  from tfx_jax.run import footprint  # pylint: disable=import-outside-toplevel
+  return footprint.param_shapes(model_cfg)
+
+
+def _budget(run, match: str) -> int:
+  """The budget ``match`` of a resolved run (``footprint.budgets``)."""
+  from tfx_jax.model import budgets  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run import footprint  # pylint: disable=import-outside-toplevel
+  if match == "kv":
+    return budgets.kv_cache_bytes_per_token(run.model)
+  return footprint.budgets(run.model, run.train.seq_len,
+                           _shapes(run.model))[footprint.BUDGET_KEYS[match]]
+
+
+# The field ``match="kv"`` adjusts, by the variant's attention kind
+# (``budgets.layer_kinds``), and the values it may take.
+_KV_KNOBS = {
+    "attention": ("num_kv_heads", lambda cfg: [n for n in range(1, cfg.num_heads + 1)
+                                               if cfg.num_heads % n == 0]),
+    "mla": ("mla_kv_rank", lambda cfg: range(1, 4 * cfg.d_model + 1)),
+}
+
+
+def _within(value: int, target: int) -> bool:
+  return abs(value - target) <= MATCH_TOLERANCE * target
+
+
+def matched(preset: str = "tiny", match: str = "params", *, common=None, **variant) -> dict:
+  """The overrides that turn ``preset`` into ``variant`` (model fields by name,
+  other fields by dotted path, e.g. ``**{"train.seq_len": 128}``) with one
+  field adjusted so that the variant's budget equals the preset's within 1%
+  (``MATCH_TOLERANCE``); ``common``: overrides applied to both (a sweep's).
+
+  ``match``: ``"params"`` (total parameters) or ``"flops"`` (training FLOPs per
+  token at train.seq_len), both as ``python -m tfx_jax.summary`` counts them,
+  adjust the FFN width: ``model.d_ff`` of a plain FFN, ``model.gated_d_ff``
+  of a gated one (``ModelConfig.ffn_dim``). Both counts are affine in the
+  width, so it is solved from the variant at its own width and at a wider
+  one, rounded to an integer and checked. ``"kv"`` (the KV cache's bytes per
+  token, ``model/budgets.py``) adjusts the KV heads (``model.num_kv_heads``, a
+  divisor of num_heads), or an MLA variant's latent rank
+  (``model.mla_kv_rank``): the closest value. A ConfigError where the variant
+  sets the adjusted field itself, or no value comes within 1%.
+  """
+  if match not in MATCHES:
+    raise ConfigError(f"matched(match={match!r}): choose one of {', '.join(MATCHES)}.")
+  common = {_path(k): v for k, v in (common or {}).items()}
+  overrides = {_path(k): v for k, v in variant.items()}
+  target = _budget(_resolved(preset, common), match)
+  run = _resolved(preset, {**common, **overrides})
+  if match == "kv":
+    field, value = _match_kv(preset, run.model, target, overrides)
+  else:
+    field, value = _match_width(preset, match, run, target, {**common, **overrides})
+  out = {**overrides, f"model.{field}": value}
+  got = _budget(_resolved(preset, {**common, **out}), match)
+  if not _within(got, target):
+    raise ConfigError(
+        f"matched({preset!r}, {match!r}, {variant}): model.{field}={value} gives {got:,} "
+        f"against the preset's {target:,}, {100 * abs(got / target - 1):.2f}% away; no "
+        f"value of model.{field} comes within {100 * MATCH_TOLERANCE:g}%.")
+  return out
+
+
+def _match_width(preset, match, run, target, overrides) -> tuple[str, int]:
+  field = "gated_d_ff" if run.model.gated else "d_ff"
+  if f"model.{field}" in overrides:
+    raise ConfigError(f"matched adjusts model.{field} (the FFN width) to match {match}: "
+                      "leave it out of the variant.")
+  width = run.model.ffn_dim
+  step = max(8, width // 4)
+  b0 = _budget(run, match)
+  b1 = _budget(_resolved(preset, {**overrides, f"model.{field}": width + step}), match)
+  if b1 == b0:
+    raise ConfigError(f"matched({preset!r}, {match!r}): model.{field} does not change "
+                      f"this variant's {match} (its FFN width is not the dense FFN's).")
+  value = round(width + (target - b0) * step / (b1 - b0))
+  if value < 1:
+    raise ConfigError(
+        f"matched({preset!r}, {match!r}): the variant's {match} at FFN width 1 is already "
+        f"above the preset's {target:,}: no model.{field} matches it.")
+  return field, value
+
+
+def _match_kv(preset, model_cfg, target, overrides) -> tuple[str, int]:
+  from tfx_jax.model import budgets  # pylint: disable=import-outside-toplevel
+  kinds = [k for k in _KV_KNOBS if k in budgets.layer_kinds(model_cfg)]
+  if not target or not kinds:
+    raise ConfigError(f"matched({preset!r}, 'kv'): the preset or the variant caches no "
+                      "keys and values per token (no attention layer that decodes).")
+  field, values = _KV_KNOBS[kinds[-1]]
+  if f"model.{field}" in overrides:
+    raise ConfigError(f"matched adjusts model.{field} to match the KV cache: leave it out "
+                      "of the variant.")
+  best = min(values(model_cfg), key=lambda v: abs(budgets.kv_cache_bytes_per_token(
+      dataclasses.replace(model_cfg, **{field: v})) - target))
+  return field, best

@@ -8,7 +8,11 @@ in seconds. The table ends with ``params: <total>``, then ``active params``
 (those one token computes with: of a mixture of experts' routed experts, the k
 it is sent to) and the FLOPs per token of a forward and of a training step
 (``flops_per_token``), which a comparison of dense and MoE models at matched
-active or total parameters reads (configs/lm.py, ``moe_variant``), and the size of
+active or total parameters reads (configs/lm.py, ``moe_variant``), the budgets
+a comparison can hold equal (``budgets:`` total and non-embedding parameters,
+training FLOPs per token at train.seq_len, and the KV cache's bytes per token
+in the compute dtype, with a recurrent layer's state per sequence:
+configs/lm.py's ``matched``, docs/fair-comparisons.md), and the size of
 the optimizer's state (``optim.optimizer``: AdamW two float32 moments per
 parameter, Muon one for its matrices and two for the rest, Lion one,
 Adafactor factored ones). With ``--mesh`` (no devices
@@ -98,6 +102,7 @@ def main(argv):
   shapes = footprint.param_shapes(run.model)
   print(footprint.format_table(shapes, _DEPTH.value))
   print(footprint.format_counts(run.model, shapes, run.train.seq_len))
+  print(footprint.format_budgets(run.model, run.train.seq_len, shapes))
   print(footprint.optimizer_state(run, run.model))
   groups = param_groups.for_run(run.model, run.optim)  # None under sp
   if groups is not None:

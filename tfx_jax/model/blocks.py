@@ -37,7 +37,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tfx_jax.model.layers.attention import Attention, AttentionSpec
+from tfx_jax.model.layers.attention import QK_CLIP_COLLECTION, Attention, AttentionSpec
 from tfx_jax.model.layers import probes
 from tfx_jax.model.layers.ffn import FeedForward
 from tfx_jax.model.layers.moe import MixtureOfExperts, MoeSpec
@@ -297,7 +297,8 @@ class Stack(nn.Module):
       same = [len(set(flag)) == 1 for flag in flags]
       scanned = nn.scan(
           layer_cls, variable_axes={"params": 0, "cache": 0, "intermediates": 0,
-                                     probes.COLLECTION: 0},
+                                     probes.COLLECTION: 0,
+                                     QK_CLIP_COLLECTION: 0},  # QK-clip: per layer
           split_rngs={"params": True, "dropout": True},
           in_axes=(nn.broadcast,) * len(args) + tuple(
               nn.broadcast if alike else 0 for alike in same),

@@ -55,7 +55,7 @@ PHASES = ("startup", "compile", "train_steps", "evaluations", "checkpointing")
 
 
 @serial.layout(omit_none=("num_nonfinite_skipped", "num_params", "compile_seconds", "seconds",
-                          "cores", "branch_from", "branch_step"))
+                          "cores", "branch_from", "branch_step", "budgets"))
 @dataclasses.dataclass(frozen=True)
 class Status:
   """status.json: where a run stands and what it cost (None: not known yet)."""
@@ -72,6 +72,10 @@ class Status:
   # workdir and the step, where this run's curves join the trunk's.
   branch_from: str | None = None
   branch_step: int | None = None
+  # What a comparison can hold equal (run/footprint.py's ``budgets``): params,
+  # non_embedding_params, train_flops_per_token, kv_bytes_per_token,
+  # state_bytes_per_sequence; written with num_params.
+  budgets: dict[str, int] | None = None
 
 
 serial.versioned(Status, FILENAME)

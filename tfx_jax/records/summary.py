@@ -61,6 +61,10 @@ class RunSummary:
   training: dict[str, float] = _empty()
   test: dict[str, float] = _empty()  # the newest ``evaluate --split test`` ({}: none)
   num_params: int | None = None  # the model's parameter count (status.json)
+  # What a comparison can hold equal (status.json's ``budgets``, run/footprint.py):
+  # params, non_embedding_params, train_flops_per_token, kv_bytes_per_token,
+  # state_bytes_per_sequence; {} for a run whose status has none.
+  budgets: dict[str, int] = _empty()
   # Where the run's time went: status.json's ``seconds`` ({}: not recorded),
   # and the cores it had (status.json's ``cores``).
   seconds: dict[str, float] = _empty()

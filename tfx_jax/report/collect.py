@@ -208,6 +208,7 @@ def read_run(workdir: pathlib.Path, entry: RunEntry, record: SweepRecord | None 
       training=training_signals(scalars),
       test=split_metrics(workdir, "test"),
       num_params=status.num_params if status else None,
+      budgets=dict((status.budgets if status else None) or {}),
       seconds=dict((status.seconds if status else None) or {}),
       cores=status.cores if status else None)
 

@@ -26,6 +26,7 @@ import flax
 
 from tfx_jax.run import optim
 from tfx_jax.run import param_groups
+from tfx_jax.run import qk_clip
 from tfx_jax.run import sharding
 from tfx_jax import tasks
 from tfx_jax.core import typed_config
@@ -100,6 +101,11 @@ class TrainConfig:
   stop_step: int = 0
   branch_from: str = ""
   branch_step: int = 0
+  # QK-clip (Kimi K2's MuonClip; tfx_jax/run/qk_clip.py): tau > 0 scales the
+  # query and key projections of each head whose largest attention logit of
+  # the step exceeded tau by sqrt(tau / max), after each update (K2: 100;
+  # 0 = off); logged as train/qk_clip_fraction.
+  qk_clip: float = 0.0
 
   @property
   def end_step(self) -> int:
@@ -132,6 +138,8 @@ class TrainConfig:
       value = getattr(self, name)
       need(math.isfinite(value) and value >= 0, f"train.{name}", value,
            "must be a number >= 0 (0 = off)")
+    need(math.isfinite(self.qk_clip) and self.qk_clip >= 0, "train.qk_clip", self.qk_clip,
+         "must be a number >= 0 (0 = off; Kimi K2: 100)")
     need(self.layer_stats_init_batches >= 0, "train.layer_stats_init_batches",
          self.layer_stats_init_batches, "must be >= 0 (0 = off)")
     if (self.layer_stats_param != "all" and not self.log_layer_stats
@@ -432,6 +440,7 @@ def resolve(config) -> RunConfig:
   # data.name=files: the fields, the task's needs and the patterns (no file read).
   files_corpus.check_config(data, rows)
   _check_router_losses(model, train)
+  qk_clip.check(model, train.qk_clip)
   n_data, n_fsdp, _, n_expert = sharding.mesh_sizes(sections["mesh"])
   if n_expert != -1:  # else checked once the devices are (run_setup.ShardedRun)
     check_expert_axis(model, n_expert)

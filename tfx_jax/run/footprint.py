@@ -59,6 +59,23 @@ def active_params(model_cfg, shapes: dict | None = None) -> int:
   return total
 
 
+# The tables a token reads rather than multiplies (``flops_per_token``).
+_TABLES = (["embedding"], ["positions"], ["encoder_positions"], ["decoder_positions"],
+           ["token_types"])
+# An untied output projection: the vocabulary's other table (Kaplan et al.
+# 2020 count neither), so that tying the embeddings leaves N as it is.
+_UNEMBEDDING = ("output/kernel", "output/bias")
+
+
+def non_embedding_params(shapes: dict) -> int:
+  """Kaplan et al. 2020's N: the parameters without the token, position and
+  type tables and an untied output projection (the count a ladder's rungs
+  and ``budgets`` use)."""
+  import math
+  return sum(math.prod(v.shape) for path, v in shapes.items()
+             if not (path.split("/")[-2:-1] in _TABLES or path in _UNEMBEDDING))
+
+
 def flops_per_token(model_cfg, seq_len: int, shapes: dict | None = None) -> dict[str, int]:
   """Matmul FLOPs per token at context ``seq_len``: {"forward", "train"}.
 
@@ -73,9 +90,7 @@ def flops_per_token(model_cfg, seq_len: int, shapes: dict | None = None) -> dict
   import math
   shapes = param_shapes(model_cfg) if shapes is None else shapes
   read_only = sum(math.prod(v.shape) for path, v in shapes.items()
-                  if path.split("/")[-2:-1] in (["embedding"], ["positions"],
-                                                ["encoder_positions"],
-                                                ["decoder_positions"], ["token_types"]))
+                  if path.split("/")[-2:-1] in _TABLES)
   n = active_params(model_cfg, shapes) - read_only
   if model_cfg.tie_embeddings:
     n += model_cfg.d_model * model_cfg.vocab_size
@@ -96,6 +111,43 @@ def format_counts(model_cfg, shapes: dict, seq_len: int) -> str:
   return (f"active params: {active} ({100 * active / total:.1f}% of {total})\n"
           f"FLOPs per token (seq_len {seq_len}): forward {flops['forward']:,}  "
           f"train {flops['train']:,}")
+
+
+# The budgets a comparison can hold equal (configs/lm.py's ``matched``), by the
+# name ``match`` gives them, and their keys in ``budgets``.
+BUDGET_KEYS = {"params": "params", "flops": "train_flops_per_token",
+               "kv": "kv_bytes_per_token"}
+
+
+def budgets(model_cfg, seq_len: int, shapes: dict | None = None) -> dict[str, int]:
+  """What a comparison holds equal (docs/fair-comparisons.md, "Matched
+  budgets"): ``params`` and ``non_embedding_params`` (``non_embedding_params``),
+  ``train_flops_per_token`` at ``seq_len`` (``flops_per_token``),
+  ``kv_bytes_per_token`` (the decoding cache in the compute dtype) and
+  ``state_bytes_per_sequence`` (recurrent layers; ``model/budgets.py``)."""
+  import math
+  from tfx_jax.model import budgets as budgets_lib  # pylint: disable=import-outside-toplevel
+  shapes = param_shapes(model_cfg) if shapes is None else shapes
+  return {"params": sum(math.prod(v.shape) for v in shapes.values()),
+          "non_embedding_params": non_embedding_params(shapes),
+          "train_flops_per_token": int(flops_per_token(model_cfg, seq_len, shapes)["train"]),
+          "kv_bytes_per_token": budgets_lib.kv_cache_bytes_per_token(model_cfg),
+          "state_bytes_per_sequence": budgets_lib.recurrent_state_bytes_per_sequence(model_cfg)}
+
+
+def format_budgets(model_cfg, seq_len: int, shapes: dict) -> str:
+  """``budgets`` as the lines ``summary`` prints."""
+  b = budgets(model_cfg, seq_len, shapes)
+  lines = [f"budgets: params {b['params']:,}  non-embedding params "
+           f"{b['non_embedding_params']:,}  train FLOPs per token (seq_len {seq_len}) "
+           f"{b['train_flops_per_token']:,}",
+           f"KV cache per token ({model_cfg.dtype}): {b['kv_bytes_per_token']:,} bytes"
+           + ("  (encoder_only: no decoding cache)" if model_cfg.family == "encoder_only"
+              else "")]
+  if b["state_bytes_per_sequence"]:
+    lines.append(f"recurrent state per sequence ({model_cfg.dtype}): "
+                 f"{b['state_bytes_per_sequence']:,} bytes")
+  return "\n".join(lines)
 
 
 def format_table(shapes: dict, depth: int = 3) -> str:

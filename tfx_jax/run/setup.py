@@ -33,6 +33,7 @@ from jax.experimental import multihost_utils
 from tfx_jax.run import layer_stats as layer_stats_lib
 from tfx_jax.run import optim
 from tfx_jax.run import param_groups
+from tfx_jax.run import qk_clip
 from tfx_jax.run import config as run_config
 from tfx_jax.run import sharding as sharding_lib
 from tfx_jax import tasks
@@ -215,7 +216,8 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
   ``layer_stats/{grad,param,update}_norm`` (over the arrays of
   ``train.layer_stats_param``, ``layer_stats.metric_key``) and
   ``layer_stats/max_attention_logit`` as {stack: [num_layers]} arrays,
-  computed in the step at no extra host sync.
+  computed in the step at no extra host sync; with ``train.qk_clip`` the
+  fraction of query heads QK-clip rescaled, ``qk_clip_fraction`` (run/qk_clip.py).
   """
   task = tasks.get(config.task)
   model = build_model(model_cfg, deterministic=False, platform=platform)
@@ -230,6 +232,10 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
                and model_cfg.moe_balance == "bias" else 0.0)
   # The attention layers' sown logit maxima are computed only when collected.
   collect = ["intermediates"] if layer_stats else []
+  # QK-clip (train.qk_clip, run/qk_clip.py): each head's largest logit, sown.
+  tau = float(config.train.qk_clip)
+  if tau:
+    collect.append(qk_clip.COLLECTION)
   groups = param_groups.for_run(model_cfg, config.optim)  # None under sp
 
   def train_step(state: TrainState, batch: dict, hparams: optim.Hyperparameters):
@@ -242,10 +248,11 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
       out, sown = model.apply({"params": params}, **task.model_inputs(batch),
                               rngs={"dropout": rng}, mutable=collect)
       objective, sums = loss(out, batch)
-      return objective, (sums, sown.get("intermediates", {}))
+      return objective, (sums, sown)
 
-    (objective, (sums, sown)), grads = jax.value_and_grad(
+    (objective, (sums, collected)), grads = jax.value_and_grad(
         loss_fn, has_aux=True)(state.params)
+    sown = collected.get("intermediates", {})
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(objective) & jnp.isfinite(grad_norm)
     updates, opt_state = optimizer.tx.update(grads, state.opt_state, state.params)
@@ -256,6 +263,10 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
       rate = bias_rate if accumulate == 1 else jnp.where(
           (state.step + 1) % accumulate == 0, bias_rate, 0.0)
       params = moe.update_expert_bias(params, state.params, sums["router/counts"], rate)
+    if tau:  # after the update, outside the optimizer: once per update
+      at = tau if accumulate == 1 else jnp.where(
+          (state.step + 1) % accumulate == 0, tau, jnp.inf)
+      params, clip_fraction = qk_clip.apply(params, collected[qk_clip.COLLECTION], at)
     new = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     if skip_nonfinite:
       # Keep parameters and optimizer statistics of the last finite step.
@@ -270,6 +281,8 @@ def make_train_step(model_cfg: ModelConfig, config, platform: str | None = None)
                "grad_norm": grad_norm, "finite": finite,
                "learning_rate": optimizer.schedule(update_count),
                "weight": sums["weight"], **moe.router_metrics(sums)}
+    if tau:
+      metrics["qk_clip_fraction"] = clip_fraction
     if layer_stats:
       metrics["layer_stats/max_attention_logit"] = per_layer_max_logits(sown)
       for kind, tree in (("grad_norm", grads), ("param_norm", params),

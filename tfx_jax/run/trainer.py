@@ -28,6 +28,7 @@ import time
 from typing import Sequence
 
 from absl import logging
+from flax import traverse_util
 import jax
 import ml_collections
 import numpy as np
@@ -35,6 +36,7 @@ import numpy as np
 from tfx_jax.run import branch as branch_lib
 from tfx_jax.run import checkpoint as ckpt_lib
 from tfx_jax.run import evaluation
+from tfx_jax.run import footprint
 from tfx_jax.core import atomic as files
 from tfx_jax.run import layer_stats
 from tfx_jax.run import metrics as metrics_lib
@@ -264,6 +266,8 @@ class _TrainingLoop:
     self._show_parameter_groups()
     self.num_params = sum(int(np.prod(x.shape))
                           for x in jax.tree.leaves(sharded.abstract_state.params))
+    shapes = traverse_util.flatten_dict(sharded.abstract_state.params, sep="/")
+    self.budgets = footprint.budgets(self.model_cfg, config.train.seq_len, shapes)
     self.eval_step = sharded.eval_step()
     self.sample_inputs = (self.task.sample_inputs(config)
                           if self.task.sample_inputs else [])
@@ -310,7 +314,8 @@ class _TrainingLoop:
       self.seconds.add("startup", time.time() - self.started)
       self._evaluate_after(latest, live=False)
       kept = {k: getattr(self.previous, k) for k in ("num_nonfinite_skipped", "num_params",
-                                                     "compile_seconds")} if self.previous else {}
+                                                     "compile_seconds", "budgets")
+              } if self.previous else {}
       _write_status(self.workdir, "finished", latest, reason="already finished", **kept,
                     **self.timing())
       return RunResult("finished", latest, {})
@@ -353,7 +358,8 @@ class _TrainingLoop:
           compile_seconds = self._compile(batch)
           _write_status(self.workdir, "running", start_step,
                         compile_seconds=round(compile_seconds, 3),
-                        num_params=self.num_params, **self.timing())
+                        num_params=self.num_params, budgets=self.budgets,
+                        **self.timing())
           self.timer = (self.timer[0], time.time(), self.timer[2])
         self.state, metrics = self.train_step(self.state, batch, self.hparams)
         step += 1
@@ -437,6 +443,8 @@ class _TrainingLoop:
                "train/tokens_per_sec": tok_per_sec}
     if t.z_loss:
       scalars["train/z_loss"] = float(m["z_loss"])
+    if t.qk_clip:
+      scalars["train/qk_clip_fraction"] = float(m["qk_clip_fraction"])
     scalars.update(layer_stats.tags(m))
     scalars.update(moe.log_scalars(m, self.model_cfg))
     self.writer.write_scalars(step, scalars)
@@ -512,7 +520,8 @@ class _TrainingLoop:
                      force=force)
 
   def _finish(self, outcome, reason, step, compile_seconds) -> RunResult:
-    extra = {"num_nonfinite_skipped": self.num_skipped, "num_params": self.num_params}
+    extra = {"num_nonfinite_skipped": self.num_skipped, "num_params": self.num_params,
+             "budgets": self.budgets}
     if compile_seconds is not None:
       extra["compile_seconds"] = round(compile_seconds, 3)
     self._extra = extra

@@ -23,14 +23,6 @@ from tfx_jax.run.config_base import apply_overrides, find_field, load_config_fil
 from tfx_jax.sweep.spec import (Axis, format_value, ladder_axes, parse_axis_flag,
                                reference_index)
 
-# The tables a token reads rather than multiplies (``footprint.flops_per_token``).
-_TABLES = (["embedding"], ["positions"], ["encoder_positions"], ["decoder_positions"],
-           ["token_types"])
-# An untied output projection: the vocabulary's other table (Kaplan et al.
-# 2020 count neither), so that tying the embeddings leaves N as it is.
-_UNEMBEDDING = ("output/kernel", "output/bias")
-
-
 def _resolved(base_spec: str, overrides: Mapping[str, Any]):
   """The run config of ``base_spec`` with ``overrides`` (a ConfigError names a bad field)."""
   from tfx_jax.run import config as run_config  # pylint: disable=import-outside-toplevel
@@ -44,11 +36,9 @@ def _counts(run) -> tuple[int, int, int, int]:
   from tfx_jax.run import footprint  # pylint: disable=import-outside-toplevel
   shapes = footprint.param_shapes(run.model)
   total = sum(math.prod(v.shape) for v in shapes.values())
-  tables = sum(math.prod(v.shape) for path, v in shapes.items()
-               if path.split("/")[-2:-1] in _TABLES or path in _UNEMBEDDING)
   active = footprint.active_params(run.model, shapes)
   flops = footprint.flops_per_token(run.model, run.train.seq_len, shapes)["train"]
-  return total, total - tables, active, int(flops)
+  return total, footprint.non_embedding_params(shapes), active, int(flops)
 
 
 def corpus_tokens(config) -> int | None:

@@ -347,6 +347,29 @@ def attention_logit_rms(q_BLHK, k_BSNK, mask_BhLS=None, *, scale_logits: bool = 
   return jax.lax.stop_gradient(jnp.sqrt(total / jnp.maximum(jnp.sum(seen), 1)))
 
 
+# ---- QK-clip (train.qk_clip; run/qk_clip.py) ------------------------------
+# The collection each attention sows its per-head largest logit into, under
+# its kind's name (``QK_CLIP_KIND``), only where the collection is mutable (the
+# train step with train.qk_clip > 0): run/qk_clip.py finds the rule of that
+# kind by the name. Another attention kind (MLA) sows under its own name.
+QK_CLIP_COLLECTION = "qk_clip"
+QK_CLIP_KIND = "standard"
+
+
+def max_logit_per_head(q_BLHK, k_BSNK, mask_BhLS=None, *, scale_logits: bool = True):
+  """[H]: each query head's largest logit q.k (/ sqrt(d_k)) over every batch
+  row, query and unmasked key: Kimi K2's S_max^h (arXiv 2507.20534, section
+  2.1), as the softmax sees it before any soft-cap and position bias (the
+  queries carry muP's ``query_scale`` already). A separate product, as
+  :func:`max_attention_logit`, so that no attention path changes."""
+  B, L, H, K = q_BLHK.shape
+  N = k_BSNK.shape[2]
+  logits_BNGLS = content_logits(q_BLHK, k_BSNK, scale_logits=scale_logits)
+  if mask_BhLS is not None:
+    logits_BNGLS = jnp.where(_grouped(mask_BhLS, N, H // N), logits_BNGLS, -jnp.inf)
+  return jax.lax.stop_gradient(jnp.max(logits_BNGLS, axis=(0, 3, 4)).reshape(H))
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionSpec:
   """The attention of one stack, resolved from ``model.*`` (``families.layer_spec``):
@@ -409,7 +432,9 @@ class Attention(nn.Module):
 
   Self-attention sows its largest logit (``max_attention_logit``) into the
   ``intermediates`` collection; it is computed only where that collection is
-  mutable (``train.log_layer_stats``). Every attention sows the RMS of its
+  mutable (``train.log_layer_stats``). Every attention sows each head's largest
+  logit (``max_logit_per_head``) into ``QK_CLIP_COLLECTION``, only where that
+  one is mutable (``train.qk_clip``). Every attention sows the RMS of its
   logits (``logit_rms``) into the coordinate check's collection
   (``probes.COLLECTION``), only where that one is mutable.
   """
@@ -486,6 +511,9 @@ class Attention(nn.Module):
     if is_self and self.is_mutable_collection("intermediates"):
       self.sow("intermediates", "max_attention_logit",
                max_attention_logit(q, k, mask, scale_logits=s.scale_logits))
+    if self.is_mutable_collection(QK_CLIP_COLLECTION):  # QK-clip (train.qk_clip)
+      self.sow(QK_CLIP_COLLECTION, QK_CLIP_KIND,
+               max_logit_per_head(q, k, mask, scale_logits=s.scale_logits))
     if probes.collecting(self):
       self.sow(probes.COLLECTION, "logit_rms",
                attention_logit_rms(q, k, mask, scale_logits=s.scale_logits))

@@ -292,17 +292,39 @@ def points_table(record: SweepRecord, report: Report, points: Points) -> list[li
           + ["confirmation runs" if confirmed else "runs", "learned", "stalled", "diverged"]
           + _metric_head(report, metrics) + ["still improving"]
           + ["tokens/s"])
-  rows = [head]
+  budget_columns = _budget_columns(points)
+  rows = [head + [title for _, title in budget_columns]]
   for point in report.points:
     tps = [s.tokens_per_sec for _, s in points.get(point.key, []) if s.tokens_per_sec]
     counts, runs = ((point.confirmation_counts, len(point.confirmation)) if confirmed
                     else (point.counts, point.runs))
+    budgets = next((s.budgets for _, s in points.get(point.key, []) if s.budgets), {})
     rows.append(list(point.values.values())
                 + ([_chosen_cell(point)] if tuned else [])
                 + [str(runs)] + outcome_cells(counts)
                 + _metric_cells(report, point, metrics) + [trends.trend_cell(point.trend)]
-                + [f"{stats.mean_std(tps)[0]:,.0f}" if tps else "-"])
+                + [f"{stats.mean_std(tps)[0]:,.0f}" if tps else "-"]
+                + [f"{budgets[key]:,}" if key in budgets else "-"
+                   for key, _ in budget_columns])
   return rows
+
+
+# The budgets a comparison may hold equal (run/footprint.py's ``budgets``), as
+# the points table heads them: shown where the runs recorded them.
+BUDGET_COLUMNS = (("params", "params"), ("non_embedding_params", "non-embedding params"),
+                  ("train_flops_per_token", "train FLOPs/token"),
+                  ("kv_bytes_per_token", "KV cache bytes/token"),
+                  ("state_bytes_per_sequence", "state bytes/sequence"))
+
+
+def _budget_columns(points: Points) -> list[tuple[str, str]]:
+  """The budget columns of the points table: none where no run recorded its
+  budgets (runs older than them), the recurrent state only where a model has one."""
+  recorded = [s.budgets for runs in points.values() for _, s in runs if s.budgets]
+  if not recorded:
+    return []
+  return [(key, title) for key, title in BUDGET_COLUMNS
+          if key != "state_bytes_per_sequence" or any(b.get(key) for b in recorded)]
 
 
 def _chosen_cell(point: Point) -> str:
@@ -374,7 +396,8 @@ def eval_noise_lines(record: SweepRecord, report: Report) -> Lines:
 
 
 def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
-  """The points table: chosen values, outcomes, metrics, trend, tokens/s."""
+  """The points table: chosen values, outcomes, metrics, trend, tokens/s, and
+  the budgets a comparison may hold equal, so a reader sees which were."""
   where = (f"of each point's confirmation runs (seeds {seeds_range(report.confirmation_seeds)}"
            "), at the tuned value its tuning stage chose" if report.verdict_runs ==
            "confirmation" else "at each point's chosen tuned value")
@@ -387,6 +410,10 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
           "loss of those runs fell between their last two evaluations (the mean over "
           "the runs) by more than the seed noise, the seed-to-seed standard deviation "
           "of their final validation loss (the base point's where a point has one run): "
-          "a longer run may change the verdicts on that point.", "",
+          "a longer run may change the verdicts on that point."
+          + (" Budgets (where the runs recorded them): total and non-embedding "
+             "parameters, training FLOPs per token at the training length, the KV "
+             "cache's bytes per token in the compute dtype (docs/fair-comparisons.md, "
+             "\"Matched budgets\")." if _budget_columns(ctx.groups) else ""), "",
           markdown_table(points_table(ctx.record, report, ctx.groups)), ""
           ] + eval_noise_lines(ctx.record, report)
