@@ -18,6 +18,8 @@ LOGICAL_RULES = (
     ("mlp", "tensor"),
     ("heads", "tensor"),
     ("kv", None),
+    # MLA's latents (model/layers/mla.py): d_c and d_c' are small; replicated.
+    ("latent", None),
     ("vocab", "tensor"),
     ("layers", None),
     ("max_len", None),

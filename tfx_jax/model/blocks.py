@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from tfx_jax.model.layers.attention import QK_CLIP_COLLECTION, Attention, AttentionSpec
 from tfx_jax.model.layers import probes
 from tfx_jax.model.layers.ffn import FeedForward
+from tfx_jax.model.layers.mla import MlaSpec, MultiHeadLatentAttention
 from tfx_jax.model.layers.moe import MixtureOfExperts, MoeSpec
 from tfx_jax.model.config import is_moe_layer, is_nope_layer, is_windowed
 from tfx_jax.model.layers import value_residual as vres
@@ -111,7 +112,7 @@ class LayerSpec:
   specs of its parts (``attention``, ``cross_attention``, ``ffn``, each passed
   whole to its layer) and how the layer joins them (norm placement, block,
   residual dropout, attention windows)."""
-  attention: AttentionSpec  # self-attention
+  attention: AttentionSpec | MlaSpec  # self-attention (model.attention_type)
   ffn: FfnSpec
   norm: Callable[..., nn.Module]  # norm_factory(...) partial: norm(name=...)
   residual: Callable[..., jax.Array]
@@ -184,8 +185,10 @@ class TransformerLayer(nn.Module):
     drop = lambda y: nn.Dropout(s.dropout)(y, deterministic=self.deterministic)
 
     def attention(name, spec):
-      return Attention(spec, use_cache=self.use_cache, deterministic=self.deterministic,
-                       name=name)
+      # ---- model.attention_type: the layer of the spec specs.layer_spec resolved.
+      layer = MultiHeadLatentAttention if isinstance(spec, MlaSpec) else Attention
+      return layer(spec, use_cache=self.use_cache, deterministic=self.deterministic,
+                   name=name)
 
     self_mask = mask
     if window_mask is not None:

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal, Mapping, get_args
 
 from tfx_jax.core import typed_config
 from tfx_jax.core.errors import ConfigError, InactiveSetting
-from tfx_jax.model import parametrization
+from tfx_jax.model import config_attention, parametrization
+from tfx_jax.model.config_attention import AttentionType
 from tfx_jax.model.parametrization import Parametrization
 
 Family = Literal["encoder_decoder", "decoder_only", "encoder_only"]
@@ -183,6 +184,15 @@ class ModelConfig:
   value_residual: ValueResidual = "none"
   nope_every: NopeEvery = 0  # with rope: layers k, 2k, ... (1-based) have none (Llama 4: 4)
   nope_temperature: bool = False  # Llama 4's query temperature on those layers
+  # ---- attention type (model/config_attention.py, model/layers/mla.py) ----
+  # standard (today's, GQA/MQA through num_kv_heads) or mla (DeepSeek-V2/V3's
+  # multi-head latent attention); mla_*: its widths, 0 = derived (config_attention).
+  attention_type: AttentionType = "standard"
+  mla_kv_rank: int = 0  # d_c, the KV latent; 0 = 4 x mla_nope_dim
+  mla_q_rank: int = 0  # d_c', the query latent; 0 = no query compression
+  mla_rope_dim: int = 0  # d_R, decoupled RoPE width; 0 = d_nope/2 (even) with rope
+  mla_nope_dim: int = 0  # d_nope per head; 0 = the head width
+  mla_v_dim: int = 0  # d_v per head; 0 = mla_nope_dim
 
   # ---- derived quantities -------------------------------------------------
   @property
@@ -193,7 +203,10 @@ class ModelConfig:
   @property
   def rope_dims(self) -> int:
     """Dimensions of each head that RoPE rotates, int(head width * rope_fraction):
-    GPT-NeoX's ``rotary_ndims = int(head_size * rotary_pct)``."""
+    GPT-NeoX's ``rotary_ndims = int(head_size * rotary_pct)``; with
+    ``attention_type='mla'`` the width of its decoupled RoPE part, d_R."""
+    if self.attention_type == "mla":
+      return config_attention.mla_dims(self).rope_dim
     return int(self.attention_head_dim * self.rope_fraction)
 
   @property
@@ -346,7 +359,9 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         f"model.num_kv_heads={cfg.num_kv_heads} does not divide model.num_heads="
         f"{cfg.num_heads}; use a divisor of num_heads (1 = multi-query, "
         f"{cfg.num_heads} or 0 = multi-head).")
-  if cfg.position == "rope" and cfg.attention_head_dim % 2:
+  config_attention.validate(cfg)  # model.attention_type and its mla_* fields
+  mla = cfg.attention_type == "mla"  # its RoPE width is checked there
+  if cfg.position == "rope" and not mla and cfg.attention_head_dim % 2:
     width = (f"model.head_dim = {cfg.head_dim}" if cfg.head_dim else
              f"d_model/num_heads = {cfg.d_model}/{cfg.num_heads} = "
              f"{cfg.attention_head_dim}")

@@ -17,12 +17,14 @@ import jax.numpy as jnp
 from tfx_jax.model.blocks import FfnSpec, LayerSpec, parallel_branch_for, residual_for
 from tfx_jax.model.layers.attention import AttentionSpec, xavier
 from tfx_jax.model.layers.ffn import activation_fn
+from tfx_jax.model.layers.mla import mla_spec
 from tfx_jax.model.layers.moe import moe_spec
 from tfx_jax.model.layers.norms import JointHeads, norm_factory
 from tfx_jax.model.layers.positions import RotarySpec, rotary_spec
 from tfx_jax.model.layers.value_residual import ValueResidualSpec
 from tfx_jax.model import parametrization
 from tfx_jax.model.config import ModelConfig, deepnorm_constants
+from tfx_jax.model.config_attention import mla_dims
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -146,13 +148,18 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool,
       platform=platform, query_scale=parametrization.query_scale(cfg),
       # model.attention_sinks, model.nope_temperature
       sinks=cfg.attention_sinks, nope_temperature=cfg.nope_temperature)
+  # ---- model.attention_type: its one dispatch point (cross-attention stays standard).
+  self_attention = attention
+  if cfg.attention_type == "mla":
+    self_attention = mla_spec(cfg, attention, _GATE_WIDTHS[cfg.attention_gate](
+        mla_dims(cfg).v_dim))
   ffn = FfnSpec(
       d_ff=cfg.ffn_dim, act=act, gated=gated, use_bias=cfg.use_bias, dropout=cfg.dropout,
       vo_gain=beta, vo_distribution=dist, dtype=dtype, platform=platform,
       moe=moe_spec(cfg, router_init_scale=parametrization.router_init_scale(cfg)),
       moe_every=cfg.moe_every, first_dense_layers=cfg.first_dense_layers)
   return LayerSpec(
-      attention=attention, ffn=ffn,
+      attention=self_attention, ffn=ffn,
       norm=norm_factory(cfg.norm_type, cfg.norm_eps, dtype),
       residual=residual, final_norm=final_norm, alpha=alpha, dropout=cfg.dropout,
       dtype=dtype,
