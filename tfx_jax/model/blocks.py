@@ -26,6 +26,11 @@ The ``model.ffn_type`` axis: the FFN sublayer is one dense FFN, or in the MoE
 layers (``model.moe_every``, ``model.first_dense_layers``) a mixture of
 experts (``model/layers/moe.py``). Each layer returns its router statistics; a stack
 returns them stacked over its MoE layers (``{}`` without any).
+
+The ``model.mixer_pattern`` axis (``model/mixers.py``): the token mixer of the
+first sublayer, self-attention (A) or Gated DeltaNet (D,
+``model/layers/deltanet.py``, the sublayer ``deltanet``); a scanned stack with
+both scans a :class:`PatternUnit` (the pattern's unit, its layers unrolled).
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ from typing import Any, Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tfx_jax.model.layers.attention import Attention, AttentionSpec
+from tfx_jax.model.layers.deltanet import DeltaNetSpec, GatedDeltaNet
 from tfx_jax.model.layers import probes
 from tfx_jax.model.layers.ffn import FeedForward
 from tfx_jax.model.layers.moe import MixtureOfExperts, MoeSpec
@@ -127,10 +134,18 @@ class LayerSpec:
   # CompleteP's m_L^-alpha on every residual branch (model/parametrization.py);
   # 1.0: none.
   branch_multiplier: float = 1.0
+  # ---- model.mixer_pattern: the pattern's unit ("A": every layer attention)
+  # and the D layers' Gated DeltaNet (None without D layers).
+  mixer_unit: str = "A"
+  deltanet: DeltaNetSpec | None = None
 
   def windowed(self, layer: int) -> bool:
     """Whether self-attention of layer ``layer`` (0-based) is windowed."""
     return is_windowed(layer, self.attention_window, self.global_every)
+
+  def is_deltanet(self, layer: int) -> bool:
+    """Whether layer ``layer`` (0-based) mixes tokens with Gated DeltaNet."""
+    return self.mixer_unit[layer % len(self.mixer_unit)] == "D"
 
 
 def residual_for(norm_position: str):
@@ -151,11 +166,13 @@ class TransformerLayer(nn.Module):
   without ``model.attention_window``); ``windowed`` says whether this layer
   uses it (a bool, or a scanned boolean when the layers alternate). Returns
   (output, router statistics): ``RouterStats`` in a MoE layer, None else.
+  ``deltanet_layer``: Gated DeltaNet in self-attention's place.
   """
   spec: LayerSpec
   use_cache: bool = False
   deterministic: bool = True
   moe_layer: bool = False
+  deltanet_layer: bool = False
 
   @nn.compact
   def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD, cross_mask,
@@ -171,12 +188,17 @@ class TransformerLayer(nn.Module):
     if window_mask is not None:
       self_mask = (window_mask if windowed is True else mask if windowed is False
                    else jnp.where(windowed, window_mask, mask))
-    self_attn = attention("self_attention", s.attention)
+    self_attn = None if self.deltanet_layer else attention("self_attention", s.attention)
     # The segment ids go with the mask only where it is their plain mask (no
     # window): a kernel may then rebuild it from them (model/layers/tpu_attention.py).
     sublayers = [("self_attention", lambda y: self_attn(
         y, mask=self_mask, bias=bias, positions_BL=positions_BL, cache_index=cache_index,
         segment_ids_BL=segment_ids_BL if window_mask is None else None))]
+    if self.deltanet_layer:  # model.mixer_pattern D: reset at each segment start
+      mixer = GatedDeltaNet(s.deltanet, use_cache=self.use_cache,
+                            deterministic=self.deterministic, name="deltanet")
+      sublayers = [("deltanet", lambda y: mixer(y, cache_index=cache_index,
+                                                segment_ids_BL=segment_ids_BL))]
     if s.cross_attention is not None:
       cross_attn = attention("cross_attention", s.cross_attention)
       sublayers.append(("cross_attention",
@@ -232,6 +254,47 @@ _REMAT_POLICIES = {
 }
 
 
+def _layer_class(remat: str, scan_layers: bool):
+  """TransformerLayer, rematerialised under ``model.remat``'s policy."""
+  if remat == "none":
+    return TransformerLayer
+  return nn.remat(TransformerLayer, policy=_REMAT_POLICIES[remat],
+                  prevent_cse=not scan_layers)
+
+
+def _stack_stats(per_layer):
+  """Router statistics stacked over the layers that have them, or None."""
+  per_layer = [st for st in per_layer if st is not None]
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer) if per_layer else None
+
+
+# ---- model.mixer_pattern: a scanned stack of mixed layers scans this unit.
+class PatternUnit(nn.Module):
+  """One repeat of the mixer pattern's unit, its layers (``layer_0``, ...)
+  unrolled: the body a scanned stack of A and D layers scans. ``windowed``: one
+  bool per layer of the unit (a tuple, or a scanned array when the units differ)."""
+  spec: LayerSpec
+  use_cache: bool = False
+  deterministic: bool = True
+  moe_layer: bool = False
+  deltanet_layers: tuple[bool, ...] = ()
+  remat: str = "none"
+
+  @nn.compact
+  def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD, cross_mask,
+               cache_index, window_mask=None, segment_ids_BL=None, windowed=False):
+    layer_cls = _layer_class(self.remat, True)
+    per_layer = []
+    for j, deltanet in enumerate(self.deltanet_layers):
+      w = windowed if isinstance(windowed, bool) else windowed[j]
+      x_BLD, stats = layer_cls(self.spec, self.use_cache, self.deterministic, self.moe_layer,
+                               deltanet, name=f"layer_{j}")(
+          x_BLD, mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index,
+          window_mask, segment_ids_BL, w)
+      per_layer.append(stats)
+    return x_BLD, _stack_stats(per_layer)
+
+
 class Stack(nn.Module):
   """``num_layers`` layers (a Python loop or one ``nn.scan``) and the final norm.
 
@@ -251,17 +314,18 @@ class Stack(nn.Module):
     """``segment_ids_BL``: the ids ``mask`` was built from (see Attention)."""
     # The coordinate check's input layer: the embeddings as the stack reads them.
     probes.sow_rms(self, "embedding", x_BLD)
-    layer_cls = TransformerLayer
-    if self.remat != "none":
-      layer_cls = nn.remat(layer_cls, policy=_REMAT_POLICIES[self.remat],
-                           prevent_cse=not self.scan_layers)
+    layer_cls = _layer_class(self.remat, self.scan_layers)
     windowed = [self.spec.windowed(i) for i in range(self.num_layers)]
     moe = [self.spec.ffn.is_moe(i) for i in range(self.num_layers)]
+    deltanet = [self.spec.is_deltanet(i) for i in range(self.num_layers)]
     if window_mask is None:
       windowed = [False] * self.num_layers
     args = (mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index, window_mask,
             segment_ids_BL)
-    if self.scan_layers:
+    unit = len(self.spec.mixer_unit)
+    if self.scan_layers and unit > 1:
+      x_BLD, stats = self._scan_units(x_BLD, args, windowed, moe[0], deltanet[:unit])
+    elif self.scan_layers:
       same = len(set(windowed)) == 1
       scanned = nn.scan(
           layer_cls, variable_axes={"params": 0, "cache": 0, "intermediates": 0,
@@ -273,15 +337,36 @@ class Stack(nn.Module):
       kind = windowed[0] if same else jnp.asarray(windowed)
       # model_config: a scanned stack's layers are all MoE or all dense.
       x_BLD, stats = scanned(self.spec, self.use_cache, self.deterministic, moe[0],
-                             name="layers")(x_BLD, *args, kind)
+                             deltanet[0], name="layers")(x_BLD, *args, kind)
     else:
       per_layer = []
       for i in range(self.num_layers):
         x_BLD, layer_stats = layer_cls(self.spec, self.use_cache, self.deterministic,
-                                       moe[i], name=f"layer_{i}")(x_BLD, *args, windowed[i])
+                                       moe[i], deltanet[i], name=f"layer_{i}")(
+            x_BLD, *args, windowed[i])
         per_layer.append(layer_stats)
-      per_layer = [st for st in per_layer if st is not None]
-      stats = jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer) if per_layer else None
+      stats = _stack_stats(per_layer)
     if self.spec.final_norm:
       x_BLD = self.spec.norm(name="final_norm")(x_BLD)
     return x_BLD, ({} if stats is None else stats)
+
+  def _scan_units(self, x_BLD, args, windowed, moe_layer, deltanet_unit):
+    """``nn.scan`` over the repeats of the mixer pattern's unit (``model.mixers``:
+    the depth is a multiple of its length); router statistics in layer order."""
+    unit = len(deltanet_unit)
+    repeats = self.num_layers // unit
+    windowed_RU = np.asarray(windowed, bool).reshape(repeats, unit)
+    same = bool((windowed_RU == windowed_RU[0]).all())
+    scanned = nn.scan(
+        PatternUnit, variable_axes={"params": 0, "cache": 0, "intermediates": 0,
+                                    probes.COLLECTION: 0},
+        split_rngs={"params": True, "dropout": True},
+        in_axes=(nn.broadcast,) * (len(args) + same) + ((0,) if not same else ()),
+        length=repeats, metadata_params={nn.PARTITION_NAME: "layers"})
+    kind = tuple(bool(w) for w in windowed_RU[0]) if same else jnp.asarray(windowed_RU)
+    x_BLD, stats = scanned(self.spec, self.use_cache, self.deterministic, moe_layer,
+                           tuple(deltanet_unit), self.remat, name="layers")(x_BLD, *args, kind)
+    # [repeats, unit, ...] -> [layers, ...] (model_config: all MoE or all dense).
+    stats = None if stats is None else jax.tree.map(
+        lambda a: a.reshape(-1, *a.shape[2:]), stats)
+    return x_BLD, stats

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Mapping, get_args
 
 from tfx_jax.core import typed_config
 from tfx_jax.core.errors import ConfigError, InactiveSetting
-from tfx_jax.model import parametrization
+from tfx_jax.model import mixers, parametrization
 from tfx_jax.model.parametrization import Parametrization
 
 Family = Literal["encoder_decoder", "decoder_only", "encoder_only"]
@@ -76,6 +76,10 @@ Window = Annotated[int, Samples((0, 2))]  # sliding-window width; 0 = full atten
 GlobalEvery = Annotated[int, Samples((0, 2))]  # every k-th layer full; 0 = none
 # Expert capacity C = ceil(factor * tokens * k / experts); 0 = dropless.
 CapacityFactor = Annotated[float, Samples((0.0, 2.0))]
+# ---- model.mixer_pattern (Gated DeltaNet hybrids; model/mixers.py) ----
+# One character per layer, repeated to the depth: A full attention, D Gated
+# DeltaNet; "" = every layer A.
+MixerPattern = Annotated[str, Samples(("", "D"))]
 
 # Norm placements whose norms sit inside each sublayer's branch: the ones a
 # parallel block can use (post and deepnorm normalise the sum itself).
@@ -173,6 +177,12 @@ class ModelConfig:
   depth_alpha: float = 1.0  # completep: branches x m_L^-alpha (0.5: depth-muP)
   mup_output_multiplier: float = 1.0  # the readout's alpha_out (MuReadout's output_mult)
   mup_attention_scale: float = 0.0  # logits q.k x scale / d_head; 0 = sqrt(base head width)
+  # ---- token mixers: Gated DeltaNet hybrids (model/mixers.py; docs/axes.md) ----
+  mixer_pattern: MixerPattern = ""  # e.g. "DDDA" (Qwen3-Next 3:1); "" = all attention
+  deltanet_heads: int = 0  # 0 = num_heads
+  deltanet_head_dim: int = 0  # d_k = d_v per head; 0 = the attention head width
+  deltanet_conv: int = 4  # short causal depthwise conv width; 0 = off
+  deltanet_chunk: int = 64  # tokens per chunk of the chunked form (fla: 64)
 
   # ---- derived quantities -------------------------------------------------
   @property
@@ -423,6 +433,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         f" (got {cfg.norm_position!r}, which normalises the residual stream itself).")
   _validate_moe(cfg)
   parametrization.validate(cfg)
+  mixers.validate(cfg)  # model.mixer_pattern, model.deltanet_*
   capacity = position_capacity(cfg)
   if seq_len is not None and capacity is not None and seq_len > capacity:
     raise ConfigError(
