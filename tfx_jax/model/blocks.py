@@ -26,6 +26,11 @@ The ``model.ffn_type`` axis: the FFN sublayer is one dense FFN, or in the MoE
 layers (``model.moe_every``, ``model.first_dense_layers``) a mixture of
 experts (``model/layers/moe.py``). Each layer returns its router statistics; a stack
 returns them stacked over its MoE layers (``{}`` without any).
+
+The ``model.mixer_pattern`` axis (``model/mixers.py``): the token mixer of the
+first sublayer, self-attention (A) or Gated DeltaNet (D,
+``model/layers/deltanet.py``, the sublayer ``deltanet``); a scanned stack with
+both scans a :class:`PatternUnit` (the pattern's unit, its layers unrolled).
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ from typing import Any, Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tfx_jax.model.layers.attention import QK_CLIP_COLLECTION, Attention, AttentionSpec
+from tfx_jax.model.layers.deltanet import DeltaNetSpec, GatedDeltaNet
 from tfx_jax.model.layers import probes
 from tfx_jax.model.layers.ffn import FeedForward
 from tfx_jax.model.layers.mla import MlaSpec, MultiHeadLatentAttention
@@ -133,6 +140,10 @@ class LayerSpec:
   nope_every: int = 0  # layers k, 2k, ... (1-based) skip RoPE; 0: none
   # V_n mixed with the first layer's values (layers/value_residual.py); None: off.
   value_residual: vres.ValueResidualSpec | None = None
+  # ---- model.mixer_pattern: the pattern's unit ("A": every layer attention)
+  # and the D layers' Gated DeltaNet (None without D layers).
+  mixer_unit: str = "A"
+  deltanet: DeltaNetSpec | None = None
 
   def windowed(self, layer: int) -> bool:
     """Whether self-attention of layer ``layer`` (0-based) is windowed."""
@@ -141,6 +152,10 @@ class LayerSpec:
   def nope(self, layer: int) -> bool:
     """Whether self-attention of layer ``layer`` (0-based) skips RoPE."""
     return is_nope_layer(layer, self.nope_every)
+
+  def is_deltanet(self, layer: int) -> bool:
+    """Whether layer ``layer`` (0-based) mixes tokens with Gated DeltaNet."""
+    return self.mixer_unit[layer % len(self.mixer_unit)] == "D"
 
 
 def residual_for(norm_position: str):
@@ -165,11 +180,13 @@ class TransformerLayer(nn.Module):
   ``nope`` (``model.nope_every``): this layer's self-attention has no RoPE.
   With ``model.value_residual`` the first argument and output is the pair
   (x, V_1) (layers/value_residual.py) and ``first`` says this is layer 1.
+  ``deltanet_layer``: Gated DeltaNet in self-attention's place.
   """
   spec: LayerSpec
   use_cache: bool = False
   deterministic: bool = True
   moe_layer: bool = False
+  deltanet_layer: bool = False
 
   @nn.compact
   def __call__(self, x_BLD, mask, bias, positions_BL, encoded_BSD, cross_mask,
@@ -194,13 +211,18 @@ class TransformerLayer(nn.Module):
     if window_mask is not None:
       self_mask = (window_mask if windowed is True else mask if windowed is False
                    else jnp.where(windowed, window_mask, mask))
-    self_attn = attention("self_attention", s.attention)
+    self_attn = None if self.deltanet_layer else attention("self_attention", s.attention)
     # The segment ids go with the mask only where it is their plain mask (no
     # window): a kernel may then rebuild it from them (model/layers/tpu_attention.py).
     sublayers = [("self_attention", lambda y: self_attn(
         y, mask=self_mask, bias=bias, positions_BL=positions_BL, cache_index=cache_index,
         segment_ids_BL=segment_ids_BL if window_mask is None else None, nope=nope,
         value_hook=value_hook))]
+    if self.deltanet_layer:  # model.mixer_pattern D: reset at each segment start
+      mixer = GatedDeltaNet(s.deltanet, use_cache=self.use_cache,
+                            deterministic=self.deterministic, name="deltanet")
+      sublayers = [("deltanet", lambda y: mixer(y, cache_index=cache_index,
+                                                segment_ids_BL=segment_ids_BL))]
     if s.cross_attention is not None:
       cross_attn = attention("cross_attention", s.cross_attention)
       sublayers.append(("cross_attention",
@@ -258,6 +280,52 @@ _REMAT_POLICIES = {
 }
 
 
+def _layer_class(remat: str, scan_layers: bool):
+  """TransformerLayer, rematerialised under ``model.remat``'s policy."""
+  if remat == "none":
+    return TransformerLayer
+  return nn.remat(TransformerLayer, policy=_REMAT_POLICIES[remat],
+                  prevent_cse=not scan_layers)
+
+
+def _stack_stats(per_layer):
+  """Router statistics stacked over the layers that have them, or None."""
+  per_layer = [st for st in per_layer if st is not None]
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer) if per_layer else None
+
+
+# The collections a scanned stack stacks per layer (QK-clip's per-head maxima too).
+_SCANNED = {"params": 0, "cache": 0, "intermediates": 0, probes.COLLECTION: 0,
+            QK_CLIP_COLLECTION: 0}
+
+
+# ---- model.mixer_pattern: a scanned stack of mixed layers scans this unit.
+class PatternUnit(nn.Module):
+  """One repeat of the mixer pattern's unit, its layers (``layer_0``, ...)
+  unrolled: the body a scanned stack of A and D layers scans. ``flags``: the
+  layers' per-layer flags (windowed, nope, first), each one entry per layer
+  of the unit (a tuple, or a scanned array where the repeats differ)."""
+  spec: LayerSpec
+  use_cache: bool = False
+  deterministic: bool = True
+  moe_layer: bool = False
+  deltanet_layers: tuple[bool, ...] = ()
+  remat: str = "none"
+
+  @nn.compact
+  def __call__(self, carry, mask, bias, positions_BL, encoded_BSD, cross_mask,
+               cache_index, window_mask=None, segment_ids_BL=None, *flags):
+    layer_cls = _layer_class(self.remat, True)
+    per_layer = []
+    for j, deltanet in enumerate(self.deltanet_layers):
+      carry, stats = layer_cls(self.spec, self.use_cache, self.deterministic, self.moe_layer,
+                               deltanet, name=f"layer_{j}")(
+          carry, mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index,
+          window_mask, segment_ids_BL, *(flag[j] for flag in flags))
+      per_layer.append(stats)
+    return carry, _stack_stats(per_layer)
+
+
 class Stack(nn.Module):
   """``num_layers`` layers (a Python loop or one ``nn.scan``) and the final norm.
 
@@ -277,12 +345,10 @@ class Stack(nn.Module):
     """``segment_ids_BL``: the ids ``mask`` was built from (see Attention)."""
     # The coordinate check's input layer: the embeddings as the stack reads them.
     probes.sow_rms(self, "embedding", x_BLD)
-    layer_cls = TransformerLayer
-    if self.remat != "none":
-      layer_cls = nn.remat(layer_cls, policy=_REMAT_POLICIES[self.remat],
-                           prevent_cse=not self.scan_layers)
+    layer_cls = _layer_class(self.remat, self.scan_layers)
     windowed = [self.spec.windowed(i) for i in range(self.num_layers)]
     moe = [self.spec.ffn.is_moe(i) for i in range(self.num_layers)]
+    deltanet = [self.spec.is_deltanet(i) for i in range(self.num_layers)]
     if window_mask is None:
       windowed = [False] * self.num_layers
     # Per-layer flags (windowed, nope, first) and the carry: x, or (x, V_1)
@@ -296,12 +362,13 @@ class Stack(nn.Module):
       carry = (x_BLD, vres.initial_values(x_BLD, a.num_kv_heads, a.head_dim, a.dtype))
     args = (mask, bias, positions_BL, encoded_BSD, cross_mask, cache_index, window_mask,
             segment_ids_BL)
-    if self.scan_layers:
+    unit = len(self.spec.mixer_unit)
+    if self.scan_layers and unit > 1:
+      carry, stats = self._scan_units(carry, args, flags, moe[0], deltanet[:unit])
+    elif self.scan_layers:
       same = [len(set(flag)) == 1 for flag in flags]
       scanned = nn.scan(
-          layer_cls, variable_axes={"params": 0, "cache": 0, "intermediates": 0,
-                                     probes.COLLECTION: 0,
-                                     QK_CLIP_COLLECTION: 0},  # QK-clip: per layer
+          layer_cls, variable_axes=_SCANNED,
           split_rngs={"params": True, "dropout": True},
           in_axes=(nn.broadcast,) * len(args) + tuple(
               nn.broadcast if alike else 0 for alike in same),
@@ -310,17 +377,39 @@ class Stack(nn.Module):
       kinds = [flag[0] if alike else jnp.asarray(flag) for flag, alike in zip(flags, same)]
       # model_config: a scanned stack's layers are all MoE or all dense.
       carry, stats = scanned(self.spec, self.use_cache, self.deterministic, moe[0],
-                             name="layers")(carry, *args, *kinds)
+                             deltanet[0], name="layers")(carry, *args, *kinds)
     else:
       per_layer = []
       for i in range(self.num_layers):
         carry, layer_stats = layer_cls(self.spec, self.use_cache, self.deterministic,
-                                       moe[i], name=f"layer_{i}")(
+                                       moe[i], deltanet[i], name=f"layer_{i}")(
                                            carry, *args, *(flag[i] for flag in flags))
         per_layer.append(layer_stats)
-      per_layer = [st for st in per_layer if st is not None]
-      stats = jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer) if per_layer else None
+      stats = _stack_stats(per_layer)
     x_BLD = carry[0] if self.spec.value_residual is not None else carry
     if self.spec.final_norm:
       x_BLD = self.spec.norm(name="final_norm")(x_BLD)
     return x_BLD, ({} if stats is None else stats)
+
+  def _scan_units(self, carry, args, flags, moe_layer, deltanet_unit):
+    """``nn.scan`` over the repeats of the mixer pattern's unit (``model.mixers``:
+    the depth is a multiple of its length); router statistics in layer order."""
+    unit = len(deltanet_unit)
+    repeats = self.num_layers // unit
+    flags_RU = [np.asarray(flag, bool).reshape(repeats, unit) for flag in flags]
+    same = [bool((f == f[0]).all()) for f in flags_RU]
+    scanned = nn.scan(
+        PatternUnit, variable_axes=_SCANNED,
+        split_rngs={"params": True, "dropout": True},
+        in_axes=(nn.broadcast,) * len(args) + tuple(
+            nn.broadcast if alike else 0 for alike in same),
+        length=repeats, metadata_params={nn.PARTITION_NAME: "layers"})
+    kinds = [tuple(bool(w) for w in f[0]) if alike else jnp.asarray(f)
+             for f, alike in zip(flags_RU, same)]
+    carry, stats = scanned(self.spec, self.use_cache, self.deterministic, moe_layer,
+                           tuple(deltanet_unit), self.remat, name="layers")(
+                               carry, *args, *kinds)
+    # [repeats, unit, ...] -> [layers, ...] (model_config: all MoE or all dense).
+    stats = None if stats is None else jax.tree.map(
+        lambda a: a.reshape(-1, *a.shape[2:]), stats)
+    return carry, stats

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Mapping, get_args
 
 from tfx_jax.core import typed_config
 from tfx_jax.core.errors import ConfigError, InactiveSetting
-from tfx_jax.model import config_attention, parametrization
+from tfx_jax.model import config_attention, mixers, parametrization
 from tfx_jax.model.config_attention import AttentionType
 from tfx_jax.model.parametrization import Parametrization
 
@@ -81,6 +81,10 @@ GlobalEvery = Annotated[int, Samples((0, 2))]  # every k-th layer full; 0 = none
 # Expert capacity C = ceil(factor * tokens * k / experts); 0 = dropless.
 CapacityFactor = Annotated[float, Samples((0.0, 2.0))]
 NopeEvery = Annotated[int, Samples((0, 2))]  # layers k, 2k, ... without RoPE; 0 = none
+# ---- model.mixer_pattern (Gated DeltaNet hybrids; model/mixers.py) ----
+# One character per layer, repeated to the depth: A full attention, D Gated
+# DeltaNet; "" = every layer A.
+MixerPattern = Annotated[str, Samples(("", "D"))]
 
 # Norm placements whose norms sit inside each sublayer's branch: the ones a
 # parallel block can use (post and deepnorm normalise the sum itself).
@@ -193,6 +197,12 @@ class ModelConfig:
   mla_rope_dim: int = 0  # d_R, decoupled RoPE width; 0 = d_nope/2 (even) with rope
   mla_nope_dim: int = 0  # d_nope per head; 0 = the head width
   mla_v_dim: int = 0  # d_v per head; 0 = mla_nope_dim
+  # ---- token mixers: Gated DeltaNet hybrids (model/mixers.py; docs/axes.md) ----
+  mixer_pattern: MixerPattern = ""  # e.g. "DDDA" (Qwen3-Next 3:1); "" = all attention
+  deltanet_heads: int = 0  # 0 = num_heads
+  deltanet_head_dim: int = 0  # d_k = d_v per head; 0 = the attention head width
+  deltanet_conv: int = 4  # short causal depthwise conv width; 0 = off
+  deltanet_chunk: int = 64  # tokens per chunk of the chunked form (fla: 64)
 
   # ---- derived quantities -------------------------------------------------
   @property
@@ -456,6 +466,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
   _validate_moe(cfg)
   _validate_attention_2026(cfg)
   parametrization.validate(cfg)
+  mixers.validate(cfg)  # model.mixer_pattern, model.deltanet_*
   capacity = position_capacity(cfg)
   if seq_len is not None and capacity is not None and seq_len > capacity:
     raise ConfigError(

@@ -114,6 +114,13 @@ def validate(cfg) -> None:
       "parametrization": (cfg.parametrization != "sp", "muP has no rule yet for MLA's "
                           "latent ranks and its logits' scale over d_nope + d_R; use "
                           "model.parametrization=sp"),
+      "attention_sinks": (cfg.attention_sinks, "MLA's softmax has no sink logits here; "
+                          "use model.attention_sinks=false"),
+      "nope_every": (cfg.nope_every != 0, "MLA's position part is its decoupled RoPE "
+                     "width (model.mla_rope_dim); use model.nope_every=0"),
+      "value_residual": (cfg.value_residual != "none", "MLA's values come from its "
+                         "latent, which the value residual does not mix; use "
+                         "model.value_residual=none"),
   }
   for name, (bad, why) in no_rule.items():
     if bad:

@@ -427,14 +427,17 @@ def build_model(cfg: ModelConfig, *, deterministic: bool = True,
                                platform=platform)
 
 
-def stack_layer_params(params):
+def stack_layer_params(params, unit: int = 1):
   """Loop-layout parameters (``layer_0``, ``layer_1``, ...) in the ``scan_layers``
   layout (one ``layers`` subtree with a leading layer axis).
 
   Lets a checkpoint trained with ``scan_layers=False`` be used by the same
-  model with ``scan_layers=True``.
+  model with ``scan_layers=True``. ``unit`` > 1 (``model.mixer_pattern``'s
+  unit length, ``blocks.PatternUnit``): ``layers/layer_j`` stacks layers j,
+  j + unit, ... along the leading axis of the unit's repeats.
   """
   params = dict(nn.unbox(params))
+  stacked = lambda layers: jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
   for stack in ("encoder", "decoder"):
     if stack in params:
       tree = dict(params[stack])
@@ -442,7 +445,8 @@ def stack_layer_params(params):
                      key=lambda k: int(k.split("_")[1]))
       if names:
         layers = [tree.pop(k) for k in names]
-        tree["layers"] = jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+        tree["layers"] = (stacked(layers) if unit == 1 else
+                          {f"layer_{j}": stacked(layers[j::unit]) for j in range(unit)})
       params[stack] = tree
   return params
 

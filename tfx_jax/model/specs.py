@@ -16,13 +16,14 @@ import jax.numpy as jnp
 
 from tfx_jax.model.blocks import FfnSpec, LayerSpec, parallel_branch_for, residual_for
 from tfx_jax.model.layers.attention import AttentionSpec, xavier
+from tfx_jax.model.layers.deltanet import DeltaNetSpec
 from tfx_jax.model.layers.ffn import activation_fn
 from tfx_jax.model.layers.mla import mla_spec
 from tfx_jax.model.layers.moe import moe_spec
 from tfx_jax.model.layers.norms import JointHeads, norm_factory
 from tfx_jax.model.layers.positions import RotarySpec, rotary_spec
 from tfx_jax.model.layers.value_residual import ValueResidualSpec
-from tfx_jax.model import parametrization
+from tfx_jax.model import mixers, parametrization
 from tfx_jax.model.config import ModelConfig, deepnorm_constants
 from tfx_jax.model.config_attention import mla_dims
 
@@ -171,10 +172,26 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool,
       branch_multiplier=parametrization.branch_multiplier(
           cfg, cfg.encoder_layers if stack == "encoder" else cfg.decoder_layers),
       # model.nope_every, model.value_residual
-      nope_every=cfg.nope_every, value_residual=value_residual_spec(cfg))
+      nope_every=cfg.nope_every, value_residual=value_residual_spec(cfg),
+      **_mixer_fields(cfg, stack, attention, platform))
 
 
 def value_residual_spec(cfg: ModelConfig) -> ValueResidualSpec | None:
   """The one dispatch point of ``model.value_residual``."""
   return {"none": None, "fixed": ValueResidualSpec(learned=False),
           "learned": ValueResidualSpec(learned=True)}[cfg.value_residual]
+
+
+# ---- model.mixer_pattern: the D layers' Gated DeltaNet (model/mixers.py) ----
+def _mixer_fields(cfg: ModelConfig, stack: str, attention: AttentionSpec,
+                  platform: str) -> dict:
+  """The LayerSpec fields of ``model.mixer_pattern``: the pattern's unit and the
+  DeltaNet spec (projections initialised as the attention's), or nothing for a
+  stack of attention layers only (model.mixers.validate: decoder_only)."""
+  if stack != "decoder" or not mixers.has_deltanet(cfg):
+    return {}
+  return dict(mixer_unit=mixers.mixer_unit(cfg.mixer_pattern), deltanet=DeltaNetSpec(
+      num_heads=mixers.deltanet_heads(cfg), head_dim=mixers.deltanet_head_dim(cfg),
+      conv_width=cfg.deltanet_conv, chunk=cfg.deltanet_chunk, use_bias=cfg.use_bias,
+      qk_init=attention.qk_init, vo_init=xavier(attention.vo_gain, attention.vo_distribution),
+      norm_eps=cfg.norm_eps, dtype=attention.dtype, platform=platform))

@@ -67,6 +67,16 @@ def check(model_cfg, tau: float) -> None:
         f"train.qk_clip={tau} rescales the query and key projections, which "
         f"model.qk_norm={model_cfg.qk_norm!r} normalises away (the logits would not "
         "change): set model.qk_norm=none, or train.qk_clip=0 (off).")
+  if tau and model_cfg.attention_type != "standard":
+    raise ConfigError(
+        f"train.qk_clip={tau} has a rule for standard attention's query and key "
+        f"projections only; model.attention_type={model_cfg.attention_type!r} has no "
+        "rule here yet: use attention_type=standard, or train.qk_clip=0 (off).")
+  if tau and "D" in model_cfg.mixer_pattern:
+    raise ConfigError(
+        f"train.qk_clip={tau} clips attention logits, and the rule here walks stacks of "
+        f"attention layers only; model.mixer_pattern={model_cfg.mixer_pattern!r} has "
+        "Gated DeltaNet layers: use a pattern of A only, or train.qk_clip=0 (off).")
 
 
 def _scale_heads(proj: Mapping[str, Any], scale_xH: jax.Array) -> dict:

@@ -181,19 +181,26 @@ def _gather_json(value: Any) -> list[Any]:
 # -------------------------------------------------------------- the steps
 def per_layer_max_logits(intermediates) -> dict[str, jax.Array]:
   """{stack: [num_layers]}: each layer's largest self-attention logit, from the
-  ``max_attention_logit`` values the attention layers sow (see Attention)."""
+  ``max_attention_logit`` values the attention layers sow (see Attention); with
+  Gated DeltaNet layers (``model.mixer_pattern``), [attention layers]."""
   out = {}
   for stack in LAYER_STACKS:
     sub = intermediates.get(stack)
     if sub is None:
       continue
-    if "layers" in sub:  # scanned: one value per layer along the leading axis
-      out[stack] = sub["layers"]["self_attention"]["max_attention_logit"][0]
-    else:
-      names = sorted((k for k in sub if k.startswith("layer_")),
-                     key=lambda k: int(k.split("_")[1]))
-      out[stack] = jnp.stack([sub[k]["self_attention"]["max_attention_logit"][0]
-                              for k in names])
+    # model.mixer_pattern: the attention layers only (a D layer has no logits),
+    # in layer order; a scanned stack of mixed layers scans units of layer_0, ...
+    number = lambda k: int(k.split("_")[1])
+    attends = lambda tree: sorted((k for k in tree if k.startswith("layer_")
+                                   and "self_attention" in tree[k]), key=number)
+    logits = lambda tree, k: tree[k]["self_attention"]["max_attention_logit"][0]
+    if "layers" in sub and "self_attention" in sub["layers"]:
+      out[stack] = logits(sub, "layers")  # scanned: one value per layer
+    elif "layers" in sub and attends(sub["layers"]):  # [units, attention layers per unit]
+      out[stack] = jnp.stack([logits(sub["layers"], k) for k in attends(sub["layers"])],
+                             axis=1).reshape(-1)
+    elif attends(sub):
+      out[stack] = jnp.stack([logits(sub, k) for k in attends(sub)])
   return out
 
 
