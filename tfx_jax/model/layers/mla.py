@@ -206,8 +206,10 @@ class MultiHeadLatentAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, positions_BL=None,
-               cache_index=None, segment_ids_BL=None):
-    del segment_ids_BL
+               cache_index=None, segment_ids_BL=None, nope=False, value_hook=None):
+    """Attention's signature; ``nope`` and ``value_hook`` (model.nope_every,
+    model.value_residual) are never set with MLA (config_attention refuses them)."""
+    del segment_ids_BL, nope, value_hook
     if kv_BSD is not None:
       raise ValueError("MultiHeadLatentAttention is self-attention only; "
                        "cross-attention is standard attention (specs.layer_spec).")
