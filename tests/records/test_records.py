@@ -354,7 +354,8 @@ def test_a_run_s_summary_is_a_typed_record_of_the_keys_the_report_reads(tmp_path
   assert [f.name for f in dataclasses.fields(run)] == [
       "state", "step", "final", "initial", "curves", "tokens_per_sec", "wall_seconds",
       "compile_seconds", "lengths", "window_tokens", "scaled_lengths", "lengths_split",
-      "layer_stats", "layer_stats_step", "training", "test", "num_params", "seconds", "cores"]
+      "layer_stats", "layer_stats_step", "training", "test", "num_params", "budgets", "seconds",
+      "cores"]
   unstarted = collect.read_run(tmp_path / "not_started", entry)
   assert (unstarted.state, unstarted.step, unstarted.num_params, unstarted.seconds) == (
       "pending", 0, None, {})
