@@ -48,13 +48,50 @@ def test_the_layer_kinds_dispatch_mla_and_deltanet_layers():
   # A stand-in with the fields of model.attention_type and model.mixer_pattern.
   cfg = types.SimpleNamespace(
       family="decoder_only", decoder_layers=8, dtype="bfloat16", mixer_pattern="DDDA",
-      attention_type="mla", mla_kv_rank=512, mla_rope_dim=64, deltanet_heads=4,
-      deltanet_head_dim=32, kv_heads=8, attention_head_dim=64)
+      attention_type="mla", mla_kv_rank=512, mla_rope_dim=64, mla_nope_dim=128,
+      mla_q_rank=0, mla_v_dim=0, head_dim=0, d_model=512, num_heads=8, position="rope",
+      deltanet_heads=4, deltanet_head_dim=32, kv_heads=8, attention_head_dim=64)
   assert budgets.layer_kinds(cfg) == ("deltanet",) * 3 + ("mla",) + ("deltanet",) * 3 + ("mla",)
   assert budgets.kv_cache_bytes_per_token(cfg) == 2 * (512 + 64) * 2  # d_c + d_R, 2 layers
   assert budgets.recurrent_state_bytes_per_sequence(cfg) == 6 * 4 * 32 * 32 * 2
   cfg.attention_type = "standard"
   assert budgets.kv_cache_bytes_per_token(cfg) == 2 * (2 * 8 * 64) * 2
+
+
+def test_derived_widths_are_counted_as_built():
+  # MLA's 0 fields: d_n = 64 / 4 = 16, d_R = 2 x (16 // 4) = 8, d_c = 4 d_n = 64,
+  # d_v = d_n; its latent and rotary key per token and layer.
+  mla = model_config_from_dict(dict(num_layers=2, d_model=64, num_heads=4,
+                                    position="rope", attention_type="mla"))
+  assert budgets.kv_cache_bytes_per_token(mla) == (64 + 8) * 2 * 4
+  # DeltaNet's 0 fields: num_heads heads of the attention head width.
+  hybrid = model_config_from_dict(dict(num_layers=4, d_model=64, num_heads=4,
+                                       mixer_pattern="DA"))
+  assert budgets.recurrent_state_bytes_per_sequence(hybrid) == 2 * 4 * 16 * 16 * 4
+  assert budgets.kv_cache_bytes_per_token(hybrid) == 2 * 2 * 4 * 16 * 4
+
+
+def test_flops_count_mla_widths_and_deltanet_states():
+  seq = 64
+  # RoPE and a tied table: N is every parameter (the table is the output projection).
+  fields = dict(num_layers=4, d_model=64, num_heads=4, vocab_size=128, position="rope")
+  def counts(**changes):
+    cfg = model_config_from_dict(dict(fields, **changes))
+    assert cfg.tie_embeddings
+    shapes = footprint.param_shapes(cfg)
+    n = footprint.active_params(cfg, shapes)
+    return cfg, n, footprint.flops_per_token(cfg, seq, shapes)["forward"]
+  cfg, n, forward = counts()
+  assert forward == 2 * n + 2 * 4 * seq * 64
+  # MLA: its scores read d_n + d_R = 24 and its sum d_v = 16 per head.
+  cfg, n, forward = counts(attention_type="mla", mla_nope_dim=16, mla_rope_dim=8,
+                           mla_v_dim=16, mla_kv_rank=32)
+  assert forward == 2 * n + round(2 * 4 * seq * 4 * (16 + 8 + 16) / 2)
+  # DeltaNet layers attend over no context: 3 products of a 4 x 16 x 16 state.
+  cfg, n, forward = counts(mixer_pattern="DDDA")
+  assert forward == 2 * n + 2 * 1 * seq * 64 + 6 * 3 * 4 * 16 * 16
+  from tfx_jax.scale import flops
+  assert flops.attention_flops_per_token(cfg, seq) == 12 * 1 * 64 * seq + 18 * 3 * 4 * 16 * 16
 
 
 def test_summary_prints_the_three_budgets():

@@ -30,7 +30,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+import dataclasses
+
 import jax.numpy as jnp
+
+from tfx_jax.model import config_attention, mixers
 
 # The layer kinds of a mixer pattern (``model.mixer_pattern``): A full
 # attention, D Gated DeltaNet.
@@ -61,14 +65,20 @@ def layer_kinds(cfg) -> tuple[str, ...]:
   return tuple(attention if k == "attention" else k for k in kinds)
 
 
+def _mla_latent(cfg) -> int:
+  dims = config_attention.mla_dims(cfg)  # 0 fields resolved: the widths built
+  return dims.kv_rank + dims.rope_dim
+
+
 # {layer kind: values cached per token}; a kind without an entry caches none.
+# Each reads the widths the layer is built with (0 fields resolved).
 KV_VALUES_PER_TOKEN: dict[str, Callable[..., int]] = {
     "attention": lambda cfg: 2 * cfg.kv_heads * cfg.attention_head_dim,
-    "mla": lambda cfg: cfg.mla_kv_rank + cfg.mla_rope_dim,
+    "mla": _mla_latent,
 }
 # {layer kind: values of recurrent state per sequence}.
 STATE_VALUES_PER_SEQUENCE: dict[str, Callable[..., int]] = {
-    "deltanet": lambda cfg: cfg.deltanet_heads * cfg.deltanet_head_dim ** 2,
+    "deltanet": lambda cfg: mixers.deltanet_heads(cfg) * mixers.deltanet_head_dim(cfg) ** 2,
 }
 
 
@@ -85,3 +95,42 @@ def recurrent_state_bytes_per_sequence(cfg) -> int:
   d_v each); 0 for a model of attention layers only."""
   return dtype_bytes(cfg) * sum(STATE_VALUES_PER_SEQUENCE[k](cfg) for k in layer_kinds(cfg)
                                 if k in STATE_VALUES_PER_SEQUENCE)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenMixing:
+  """What a model's token mixing multiplies per token, for the FLOP counts
+  (``run/footprint.py``'s Kaplan count, ``scale/flops.py``'s PaLM count).
+
+  attention_layers: the layers that attend over the context (an
+      encoder-decoder's cross-attention counted as a layer of its own);
+  attention_width: their width per key, H x (d_qk + d_v) / 2 (standard
+      attention H x head_dim; MLA, DeepSeek-V2, H x (d_n + d_R + d_v) / 2: its
+      scores read d_n + d_R, its weighted sum d_v per head);
+  deltanet_layers, deltanet_state: the Gated DeltaNet layers and the values
+      of one's state, H x d_k x d_v, which every token multiplies three times
+      (k^T S, the rank-one update, S^T q) whatever the context length.
+  """
+  attention_layers: int
+  attention_width: float
+  deltanet_layers: int
+  deltanet_state: int
+
+
+def token_mixing(cfg) -> TokenMixing:
+  """The model's :class:`TokenMixing` (the one place its layer kinds are counted)."""
+  if cfg.family == "decoder_only":
+    kinds = layer_kinds(cfg)
+  else:
+    n = {"encoder_only": cfg.encoder_layers,
+         "encoder_decoder": cfg.encoder_layers + 2 * cfg.decoder_layers}[cfg.family]
+    kinds = ("mla" if getattr(cfg, "attention_type", "standard") == "mla" else "attention",) * n
+  if getattr(cfg, "attention_type", "standard") == "mla":
+    d = config_attention.mla_dims(cfg)
+    width = cfg.num_heads * (d.nope_dim + d.rope_dim + d.v_dim) / 2
+  else:
+    width = cfg.num_heads * cfg.attention_head_dim
+  deltanet = sum(k == "deltanet" for k in kinds)
+  state = STATE_VALUES_PER_SEQUENCE["deltanet"](cfg) if deltanet else 0
+  return TokenMixing(attention_layers=len(kinds) - deltanet, attention_width=width,
+                     deltanet_layers=deltanet, deltanet_state=state)

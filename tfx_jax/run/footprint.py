@@ -84,8 +84,11 @@ def flops_per_token(model_cfg, seq_len: int, shapes: dict | None = None) -> dict
   embedding and position tables, which are read, not multiplied; plus the
   output projection, 2 d V, when it is tied to the embedding), and the
   attention scores and their weighted sum over n_ctx keys (d_attn = heads x
-  head width; causal or not, as Kaplan counts it). Training is 3 C_forward
-  (forward and the two backward products).
+  head width; causal or not, as Kaplan counts it; MLA's d_attn is
+  H (d_n + d_R + d_v) / 2, its scores' and its sum's widths), and for a Gated
+  DeltaNet layer, which attends over no context, its state's three products
+  per token, 6 H d_k d_v (``model.budgets.token_mixing``). Training is 3
+  C_forward (forward and the two backward products).
   """
   import math
   shapes = param_shapes(model_cfg) if shapes is None else shapes
@@ -94,11 +97,10 @@ def flops_per_token(model_cfg, seq_len: int, shapes: dict | None = None) -> dict
   n = active_params(model_cfg, shapes) - read_only
   if model_cfg.tie_embeddings:
     n += model_cfg.d_model * model_cfg.vocab_size
-  layers = {"decoder_only": model_cfg.decoder_layers, "encoder_only": model_cfg.encoder_layers,
-            "encoder_decoder": model_cfg.encoder_layers + 2 * model_cfg.decoder_layers
-            }[model_cfg.family]  # a decoder layer's cross-attention attends too
-  d_attn = model_cfg.num_heads * model_cfg.attention_head_dim
-  forward = 2 * n + 2 * layers * seq_len * d_attn
+  from tfx_jax.model import budgets as budgets_lib  # pylint: disable=import-outside-toplevel
+  mix = budgets_lib.token_mixing(model_cfg)  # a decoder layer's cross-attention attends too
+  forward = (2 * n + round(2 * mix.attention_layers * seq_len * mix.attention_width)
+             + 6 * mix.deltanet_layers * mix.deltanet_state)
   return {"forward": forward, "train": 3 * forward}
 
 

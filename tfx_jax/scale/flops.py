@@ -4,7 +4,8 @@ Model FLOPs per token follow PaLM (Chowdhery et al. 2022, Appendix B):
 6 N + 12 L H Q T, with N the parameters that take part in matrix products
 (every parameter but the learned position table, and but the input embedding
 when it is not tied to the output projection), L layers, H heads of width Q,
-T the sequence length. Causal attention is counted in full, as PaLM does,
+T the sequence length (MLA's H Q and a Gated DeltaNet layer's count as
+``attention_flops_per_token`` says). Causal attention is counted in full, as PaLM does,
 although fused kernels skip the masked half. These are the FLOPs the model
 needs, not the ones a step spends: rematerialisation recomputes the forward
 (about 8 N per token under ``remat=full``) and is not counted, which is what
@@ -34,12 +35,16 @@ def matmul_params(params, model_cfg) -> int:
 
 def flops_per_token(n_params: int, model_cfg, seq: int) -> float:
   """6 N + 12 L H Q T (PaLM's model FLOPs per token)."""
-  layers = model_cfg.num_layers * (2 if model_cfg.family == "encoder_decoder" else 1)
-  width = model_cfg.num_heads * model_cfg.attention_head_dim
-  return 6.0 * n_params + 12.0 * layers * width * seq
+  return 6.0 * n_params + attention_flops_per_token(model_cfg, seq)
 
 
 def attention_flops_per_token(model_cfg, seq: int) -> float:
-  """The 12 L H Q T term alone: the attention scores and their weighted sum."""
+  """The 12 L H Q T term alone: the attention scores and their weighted sum
+  (MLA: H Q is H (d_n + d_R + d_v) / 2), plus a Gated DeltaNet layer's state
+  products, 3 x 6 H d_k d_v (``model.budgets.token_mixing``)."""
+  from tfx_jax.model import budgets  # pylint: disable=import-outside-toplevel
   layers = model_cfg.num_layers * (2 if model_cfg.family == "encoder_decoder" else 1)
-  return 12.0 * layers * model_cfg.num_heads * model_cfg.attention_head_dim * seq
+  mix = budgets.token_mixing(model_cfg)
+  attention = layers - mix.deltanet_layers
+  return (12.0 * attention * mix.attention_width * seq
+          + 18.0 * mix.deltanet_layers * mix.deltanet_state)
