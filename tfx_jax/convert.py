@@ -1,5 +1,5 @@
 """Hugging Face checkpoints in and out: LLaMA, GPT-2, GPT-NeoX, Qwen3, Gemma 2,
-Mixtral, Qwen3-MoE, OLMoE, BERT, T5 (1.0, v1.1), BART, Marian.
+Mixtral, Qwen3-MoE, OLMoE, DeepSeek-V3, BERT, T5 (1.0, v1.1), BART, Marian.
 
   python -m tfx_jax.convert from-hf --hf-dir DIR --workdir W
   python -m tfx_jax.convert to-hf --workdir W --out DIR

@@ -95,6 +95,42 @@ def test_router_matches_numpy(router, norm_topk):
   assert (np.asarray(unbiased) != want[1]).any()
 
 
+def _np_best_groups(choice, groups, kept):
+  """``choice`` outside each row's ``kept`` best groups (a group's score: the
+  sum of its two best) at -inf."""
+  T, E = choice.shape
+  grouped = choice.reshape(T, groups, E // groups)
+  score = np.sort(grouped, axis=-1)[..., -2:].sum(-1)
+  keep = np.zeros((T, groups), bool)
+  np.put_along_axis(keep, np.argsort(-score, axis=-1, kind="stable")[:, :kept], True, -1)
+  return np.where(keep[:, :, None], grouped, -np.inf).reshape(T, E)
+
+
+@pytest.mark.parametrize("norm_topk", [True, False])
+def test_group_limited_routing_and_router_scale_match_numpy(norm_topk):
+  """DeepSeek-V3's node-limited routing (model.router_groups 4, 2 kept): the k
+  experts from each token's two best groups of two, chosen by scores + bias;
+  the weights the scores (renormalised or not) x model.router_scale."""
+  rng = np.random.default_rng(1)
+  logits = rng.normal(size=(50, 8)).astype(np.float32)
+  bias = rng.normal(scale=0.3, size=8).astype(np.float32)
+  route = functools.partial(moe.route, jnp.asarray(logits), jnp.asarray(bias), 3,
+                            moe._SCORES["sigmoid"], norm_topk, scale=2.5)
+  weights, experts, _ = route(groups=4, topk_groups=2)
+  scores = 1 / (1 + np.exp(-logits))
+  chosen = np.argsort(-_np_best_groups(scores + bias, 4, 2), axis=-1, kind="stable")[:, :3]
+  want = np.take_along_axis(scores, chosen, -1)
+  if norm_topk:
+    want = want / want.sum(-1, keepdims=True)
+  assert (np.asarray(experts) == chosen).all()
+  np.testing.assert_allclose(np.asarray(weights), 2.5 * want, rtol=1e-6)
+  # The limit binds: plain top-k takes an expert of a dropped group for some token.
+  assert (np.asarray(route()[1]) != chosen).any()
+  # Every group kept leaves every expert to choose.
+  choice = jnp.asarray(scores + bias)
+  np.testing.assert_array_equal(np.asarray(moe.keep_best_groups(choice, 4, 4)), choice)
+
+
 @pytest.mark.slow
 def test_a_moe_layer_is_the_weighted_sum_of_its_experts_ffns():
   """The whole layer against a per-token NumPy loop: route, run the k chosen
@@ -279,6 +315,14 @@ def test_moe_every_and_first_dense_layers_choose_the_moe_layers():
     (dict(router_bias_rate=0.01), InactiveSetting, "moe_balance='bias' only"),
     (dict(capacity_factor=-1.0), ConfigError, "capacity_factor must be >= 0"),
     (dict(router="topk"), ConfigError, "softmax, sigmoid"),
+    (dict(ffn_type="dense", router_scale=2.5), InactiveSetting, "model.router_scale=2.5"),
+    (dict(router_scale=0.0), ConfigError, "router_scale must be > 0"),
+    (dict(router_groups=3), ConfigError, "router_groups=3 must divide"),
+    (dict(router_groups=2, router_topk_groups=3), ConfigError,
+     "router_topk_groups=3 is more than"),
+    (dict(router_groups=4, router_topk_groups=2), ConfigError, "groups of 1 expert"),
+    (dict(experts_per_token=3, router_groups=2, router_topk_groups=1), ConfigError,
+     "experts_per_token=3 is more than the 2 experts"),
 ])
 def test_bad_moe_settings_are_named(changes, error, named):
   base = dict(BASE)

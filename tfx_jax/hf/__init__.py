@@ -18,6 +18,8 @@ Modules:
                   HF_* write them
   llama.py        LLaMA, Qwen3, Gemma 2 (gemma_norm: HF's 1 + w gains)
   moe.py          Mixtral, Qwen3-MoE, OLMoE (experts stacked: stacked_linear)
+  deepseek.py     DeepSeek-V3 (multi-head latent attention, its interleaved RoPE
+                  columns permuted; dense layers, then shared and routed experts)
   gpt.py          GPT-2, GPT-NeoX
   bert.py         BERT
   t5.py           T5 1.0 and v1.1
@@ -27,7 +29,9 @@ Modules:
 Each architecture module exports <name>_fields (HF config -> model.* fields),
 <name>_config (ModelConfig -> HF config) and <name>_rules (ModelConfig -> its
 weight rules) for the registry; adding an architecture is those three and a
-row of ARCHITECTURES. Names with a leading underscore are used by their own
+row of ARCHITECTURES (and <name>_checkpoint_rules where a checkpoint's weight
+layout follows an HF setting no model.* field records: DeepSeek-V3's
+rope_interleave). Names with a leading underscore are used by their own
 module only.
 
 The registry is exported here (``from tfx_jax.hf import ARCHITECTURES,
@@ -57,6 +61,13 @@ Which canonical variant each architecture is, in ``model.*`` terms:
            moe_every), norm_topk_prob as router_norm_topk
   OLMoE    decoder_only, pre, rmsnorm, swiglu, rope, q/k RMSNorm over all heads
            (qk_norm_heads='joint'), a mixture of experts in every layer
+  DeepSeek-V3 decoder_only, pre, rmsnorm, swiglu, attention_type='mla' (with or
+           without query compression, RoPE over its d_R part, YaRN with
+           mscale = mscale_all_dim = 1), the first_k_dense_replace layers
+           dense (first_dense_layers), then a mixture of experts: sigmoid
+           router with the expert bias (moe_balance='bias'), shared experts,
+           norm_topk_prob, routed_scaling_factor (router_scale), n_group /
+           topk_group (router_groups, router_topk_groups)
   BERT     encoder_only, post, layernorm, gelu, learned positions, token types,
            embedding norm, MLM head
   T5 1.0   encoder_decoder, pre, rmsnorm, relu, t5_bias, no biases,

@@ -3,7 +3,10 @@
 Each architecture module exports three functions per architecture,
 ``<name>_fields``, ``<name>_config`` and ``<name>_rules``, which
 :class:`Architecture` collects: adding one is a module (or a section of one)
-with those three, and a row of ``ARCHITECTURES``.
+with those three, and a row of ``ARCHITECTURES``. One whose checkpoints lay
+their weights out by an HF setting that no ``model.*`` field records
+(DeepSeek-V3's ``rope_interleave``) adds ``<name>_checkpoint_rules`` (the
+ModelConfig and the HF config -> the rules that read such a checkpoint).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from tfx_jax.core.errors import ConfigError
 from tfx_jax.hf.bart_marian import (bart_config, bart_fields, bart_rules, marian_config,
                                     marian_fields, marian_rules)
 from tfx_jax.hf.bert import bert_config, bert_fields, bert_rules
+from tfx_jax.hf.deepseek import (deepseek_v3_checkpoint_rules, deepseek_v3_config,
+                                 deepseek_v3_fields, deepseek_v3_rules)
 from tfx_jax.hf.gpt import (gpt2_config, gpt2_fields, gpt2_rules, gpt_neox_config,
                             gpt_neox_fields, gpt_neox_rules)
 from tfx_jax.hf.llama import (gemma2_config, gemma2_fields, gemma2_rules,
@@ -40,6 +45,16 @@ class Architecture:
   model_fields: Callable[..., dict]
   hf_config: Callable[[ModelConfig], dict]
   rules: Callable[[ModelConfig], list[Rule]]
+  # (ModelConfig, HF config) -> the rules of an HF checkpoint whose weights'
+  # layout depends on an HF setting that no model.* field records (DeepSeek-V3's
+  # rope_interleave); None: ``rules`` (which is also the layout exports write).
+  checkpoint_rules: Callable[[ModelConfig, dict], list[Rule]] | None = None
+
+  def import_rules(self, cfg: ModelConfig, hf_config: dict) -> list[Rule]:
+    """The weight rules that read a checkpoint of ``hf_config``."""
+    if self.checkpoint_rules is None:
+      return self.rules(cfg)
+    return self.checkpoint_rules(cfg, hf_config)
 
 
 ARCHITECTURES = {
@@ -59,6 +74,9 @@ ARCHITECTURES = {
                               qwen3_moe_fields, qwen3_moe_config, qwen3_moe_rules),
     "olmoe": Architecture("olmoe", "olmoe", "decoder_only", "lm", olmoe_fields,
                           olmoe_config, olmoe_rules),
+    "deepseek_v3": Architecture("deepseek_v3", "deepseek_v3", "decoder_only", "lm",
+                                deepseek_v3_fields, deepseek_v3_config, deepseek_v3_rules,
+                                deepseek_v3_checkpoint_rules),
     "bert": Architecture("bert", "bert", "encoder_only", "mlm", bert_fields,
                          bert_config, bert_rules),
     "t5": Architecture("t5", "t5", "encoder_decoder", "translate", t5_fields,

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal, Mapping, get_args
 
 from tfx_jax.core import typed_config
 from tfx_jax.core.errors import ConfigError, InactiveSetting
-from tfx_jax.model import config_attention, mixers, parametrization
+from tfx_jax.model import config_attention, config_moe, mixers, parametrization
+from tfx_jax.model.config_moe import is_moe_layer, moe_layers  # noqa: F401 (re-exported)
 from tfx_jax.model.config_attention import AttentionType
 from tfx_jax.model.parametrization import Parametrization
 
@@ -157,7 +158,7 @@ class ModelConfig:
   attention_window: Window = 0  # keys within this distance of the query (itself included)
   global_every: GlobalEvery = 0  # with a window: layers k, 2k, ... (1-based) attend fully
   attention_gate: AttentionGate = "none"
-  # ---- mixture of experts (model/layers/moe.py; docs/axes.md) -----
+  # ---- mixture of experts (model/layers/moe.py, config_moe.py; docs/axes.md) ----
   ffn_type: FfnType = "dense"
   num_experts: int = 8
   experts_per_token: int = 2  # k of the top-k routing
@@ -169,6 +170,14 @@ class ModelConfig:
   # The k chosen scores renormalised to sum to 1 (Mixtral, Qwen3-30B-A3B); off:
   # the raw scores weigh the experts (OLMoE, Switch).
   router_norm_topk: bool = True
+  # The routed experts' weights x this, after any renormalisation (DeepSeek-V3's
+  # routed_scaling_factor: 2.5); the shared experts are not scaled.
+  router_scale: float = 1.0
+  # Group-limited routing (DeepSeek-V3's n_group / topk_group: 8 / 4): the k
+  # experts come from the router_topk_groups best of router_groups groups of
+  # consecutive experts (config_moe.py); 1 / 1: plain top-k.
+  router_groups: int = 1
+  router_topk_groups: int = 1
   moe_every: int = 1  # layers k, 2k, ... (1-based) are MoE, the others dense
   first_dense_layers: int = 0  # the first layers stay dense (DeepSeek-V3: 3)
   moe_balance: MoeBalance = "aux_loss"
@@ -293,22 +302,6 @@ def is_nope_layer(layer: int, nope_every: int) -> bool:
   layers k, 2k, ... (1-based), Llama 4's ``no_rope_layers`` at interval 4,
   (i + 1) % 4 == 0."""
   return bool(nope_every) and (layer + 1) % nope_every == 0
-
-
-def is_moe_layer(layer: int, ffn_type: str, moe_every: int, first_dense_layers: int) -> bool:
-  """Whether layer ``layer`` (0-based) has a mixture of experts in the FFN's
-  place: with ``model.ffn_type='moe'``, the layers from ``first_dense_layers``
-  on that are multiples of ``moe_every`` (1-based: k, 2k, ...), as Qwen3-MoE's
-  ``decoder_sparse_step`` with its first ``mlp_only_layers`` (DeepSeek-V3's
-  ``first_k_dense_replace``)."""
-  return (ffn_type == "moe" and layer >= first_dense_layers
-          and (layer + 1) % moe_every == 0)
-
-
-def moe_layers(cfg: ModelConfig, num_layers: int) -> tuple[int, ...]:
-  """The MoE layers (0-based) of a stack of ``num_layers`` layers of ``cfg``."""
-  return tuple(i for i in range(num_layers) if is_moe_layer(
-      i, cfg.ffn_type, cfg.moe_every, cfg.first_dense_layers))
 
 
 def deepnorm_constants(family: str, num_encoder_layers: int,
@@ -463,7 +456,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         f"model.block='parallel' sums the sublayers of one input, each through its "
         f"own norm: model.norm_position must be one of {', '.join(PARALLEL_NORM_POSITIONS)}"
         f" (got {cfg.norm_position!r}, which normalises the residual stream itself).")
-  _validate_moe(cfg)
+  config_moe.validate(cfg)
   _validate_attention_2026(cfg)
   parametrization.validate(cfg)
   mixers.validate(cfg)  # model.mixer_pattern, model.deltanet_*
@@ -474,62 +467,6 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         "which learned absolute positions cannot represent; raise model.max_len "
         "or use a relative scheme (model.position = rope, alibi, t5_bias).")
   return cfg
-
-
-# The fields that only a mixture of experts reads, and the one that only the
-# bias balancing reads.
-MOE_FIELDS = ("num_experts", "experts_per_token", "shared_experts", "expert_d_ff",
-              "router", "router_norm_topk", "moe_every", "first_dense_layers",
-              "moe_balance", "router_bias_rate", "capacity_factor")
-
-
-def _validate_moe(cfg: ModelConfig) -> None:
-  """The mixture-of-experts fields: in range, and set only where they are read."""
-  if cfg.ffn_type != "moe":
-    for name in MOE_FIELDS:
-      if getattr(cfg, name) != _FIELDS[name].default:
-        raise InactiveSetting(
-            f"model.{name}", _FIELDS[name].default,
-            f"model.{name}={getattr(cfg, name)!r} is read by model.ffn_type='moe' only "
-            f"(ffn_type is {cfg.ffn_type!r}); leave it at {_FIELDS[name].default!r} "
-            "or set model.ffn_type=moe.")
-    return
-  for name in ("num_experts", "experts_per_token", "moe_every"):
-    if getattr(cfg, name) < 1:
-      raise ConfigError(f"model.{name} must be >= 1, got {getattr(cfg, name)}.")
-  for name in ("shared_experts", "expert_d_ff", "first_dense_layers"):
-    if getattr(cfg, name) < 0:
-      raise ConfigError(f"model.{name} must be >= 0, got {getattr(cfg, name)}.")
-  if cfg.experts_per_token > cfg.num_experts:
-    raise ConfigError(
-        f"model.experts_per_token={cfg.experts_per_token} is more than "
-        f"model.num_experts={cfg.num_experts}; choose k in 1..{cfg.num_experts}.")
-  if not (math.isfinite(cfg.capacity_factor) and cfg.capacity_factor >= 0):
-    raise ConfigError(f"model.capacity_factor must be >= 0 (0 = dropless), got "
-                      f"{cfg.capacity_factor}.")
-  if not (math.isfinite(cfg.router_bias_rate) and cfg.router_bias_rate > 0):
-    raise ConfigError(f"model.router_bias_rate must be > 0 (DeepSeek-V3: 0.001), got "
-                      f"{cfg.router_bias_rate}.")
-  if cfg.moe_balance != "bias" and cfg.router_bias_rate != _FIELDS["router_bias_rate"].default:
-    raise InactiveSetting(
-        "model.router_bias_rate", _FIELDS["router_bias_rate"].default,
-        f"model.router_bias_rate={cfg.router_bias_rate} is the rate of the expert "
-        f"bias, read with model.moe_balance='bias' only (moe_balance is "
-        f"{cfg.moe_balance!r}).")
-  stacks = {"decoder_only": (cfg.decoder_layers,), "encoder_only": (cfg.encoder_layers,),
-            "encoder_decoder": (cfg.encoder_layers, cfg.decoder_layers)}[cfg.family]
-  for n in stacks:
-    if not moe_layers(cfg, n):
-      raise ConfigError(
-          f"model.ffn_type='moe' with model.first_dense_layers={cfg.first_dense_layers} "
-          f"and model.moe_every={cfg.moe_every} leaves no MoE layer among {n}; lower "
-          "them, or use model.ffn_type=dense.")
-    if cfg.scan_layers and len(moe_layers(cfg, n)) != n:
-      raise ConfigError(
-          "model.scan_layers=True scans one layer over the stack, so every layer must "
-          f"be alike; model.moe_every={cfg.moe_every} and model.first_dense_layers="
-          f"{cfg.first_dense_layers} mix dense and MoE layers: set model.scan_layers="
-          "False, or moe_every=1 and first_dense_layers=0.")
 
 
 def _validate_attention_2026(cfg: ModelConfig) -> None:

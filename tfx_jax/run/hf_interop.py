@@ -24,6 +24,8 @@ from tfx_jax.run.config_base import base_config
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.hf import ARCHITECTURES, Architecture, architecture_for
 from tfx_jax.model.config import ModelConfig, is_windowed, model_config_from_dict, moe_layers
+from tfx_jax.model.config_attention import mla_dims
+from tfx_jax.model.config_moe import grouped_routing
 
 # HF tokenizer files, in order of preference: SentencePiece models, then tokenizer.json.
 _TOKENIZER_FILES = ("tokenizer.model", "spiece.model", "source.spm",
@@ -82,7 +84,7 @@ def from_hf(hf_dir) -> tuple[ModelConfig, dict]:
   weights = _read_weights(hf_dir)
   cfg = _model_config(arch, hf_cfg, set(weights))
   flat = {}
-  for rule in arch.rules(cfg):
+  for rule in arch.import_rules(cfg, hf_cfg):
     missing = [name for name in rule.hf_names if name not in weights]
     if missing:
       raise ConfigError(f"{hf_dir}: weight {missing[0]!r} of {arch.name} is missing.")
@@ -127,6 +129,8 @@ def _effective(cfg: ModelConfig) -> dict:
     d.pop(k)
   if cfg.ffn_type == "moe":
     d.update(expert_dim=cfg.expert_dim, moe_balance=cfg.moe_balance == "bias")
+    if not grouped_routing(cfg):  # every group kept: plain top-k
+      d.update(router_groups=1, router_topk_groups=1)
   n_layers = max(cfg.encoder_layers, cfg.decoder_layers)
   dense = cfg.ffn_type == "dense" or len(moe_layers(cfg, n_layers)) < n_layers
   d.update(ffn_dim=cfg.ffn_dim if dense else 0, kv_heads=cfg.kv_heads,
@@ -140,6 +144,13 @@ def _effective(cfg: ModelConfig) -> dict:
   windowed = [is_windowed(i, cfg.attention_window, cfg.global_every) for i in range(n)]
   d.update(attention_window=cfg.attention_window if any(windowed) else 0,
            global_every=cfg.global_every if any(windowed) and not all(windowed) else 0)
+  # Multi-head latent attention: its widths as resolved (0 derives them). The
+  # head width then derives mla_nope_dim only, unless cross-attention or
+  # DeltaNet heads read it too.
+  if cfg.attention_type == "mla":
+    d.update({f"mla_{k}": v for k, v in dataclasses.asdict(mla_dims(cfg)).items()})
+    if cfg.family == "decoder_only" and "D" not in cfg.mixer_pattern:
+      d.pop("head_dim")
   # Settings that a scheme does not read.
   if cfg.position != "rope":
     d.pop("rope_base")
@@ -152,23 +163,26 @@ def _effective(cfg: ModelConfig) -> dict:
   return d
 
 
-def _mismatch(arch: Architecture, cfg: ModelConfig) -> list[str]:
-  """``model.*`` settings of ``cfg`` that ``arch`` cannot represent."""
+def _mismatch(arch: Architecture, cfg: ModelConfig) -> tuple[bool, list[str]]:
+  """(whether ``arch``'s HF config of ``cfg`` imports, the ``model.*`` settings
+  of ``cfg`` that ``arch`` cannot represent; where it does not import, its error)."""
   try:
     back = _model_config(arch, arch.hf_config(cfg))
   except ConfigError as e:
-    return [str(e)]
+    return False, [str(e)]
   ours, theirs = _effective(cfg), _effective(back)
-  return [f"model.{k}={ours.get(k)!r} ({arch.name} has {theirs.get(k)!r})"
-          for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)]
+  return True, [f"model.{k}={ours.get(k)!r} ({arch.name} has {theirs.get(k)!r})"
+                for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)]
 
 
 def export_architecture(cfg: ModelConfig) -> Architecture:
   """The HF architecture that represents ``cfg`` exactly, or ConfigError naming
-  the settings that have no HF equivalent (for the closest architecture)."""
-  found = {a.name: _mismatch(a, cfg) for a in ARCHITECTURES.values()
-           if a.family == cfg.family}
-  best = min(found, key=lambda n: len(found[n]))
+  the settings that have no HF equivalent (for the closest architecture: the
+  fewest differences, before any whose own config of ``cfg`` does not import)."""
+  checked = {a.name: _mismatch(a, cfg) for a in ARCHITECTURES.values()
+             if a.family == cfg.family}
+  found = {name: differences for name, (_, differences) in checked.items()}
+  best = min(found, key=lambda n: (not checked[n][0], len(found[n])))
   if found[best]:
     raise ConfigError(
         f"this {cfg.family} model has no Hugging Face equivalent; closest is {best}, "

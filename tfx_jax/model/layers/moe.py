@@ -1,6 +1,6 @@
 """A mixture of experts in the FFN's place (the ``model.ffn_type`` axis).
 
-  MoE(x) = sum_{i in TopK(r(x) + b)} g_i(x) E_i(x)  +  sum_j S_j(x)
+  MoE(x) = s sum_{i in TopK(r(x) + b)} g_i(x) E_i(x)  +  sum_j S_j(x)
 
 Each expert E_i is the FFN of ``model/layers/ffn.py`` (the activation axis applies
 to every expert), the shared experts S_j (DeepSeekMoE, Dai et al. 2024) see
@@ -10,7 +10,11 @@ al. 2024, eq. 15), picks the k best of r(x) + b, b the expert bias of the
 auxiliary-loss-free balancing (zero without it; it chooses experts, never
 weighs them), and weighs each chosen expert by its score, renormalised over
 the k with ``model.router_norm_topk`` (Mixtral's softmax over the top-k
-logits is the softmax renormalised over its top-k).
+logits is the softmax renormalised over its top-k); s is ``model.router_scale``
+(DeepSeek-V3's routed_scaling_factor; 1 otherwise). With ``model.router_groups``
+G > ``model.router_topk_groups`` G' the k come from each token's G' best groups
+of E/G consecutive experts, a group scored by the sum of its two best r + b
+(DeepSeek-V3's node-limited routing, as transformers' DeepseekV3TopkRouter).
 
 Dispatch (``dispatch``): each (token, expert) assignment becomes one row of
 the experts' products, rows grouped by expert.
@@ -75,6 +79,9 @@ class MoeSpec:
   # The router's initial variance over its fan-in (Switch: 0.1; under muP the
   # base's / m, model/parametrization.py).
   router_init_scale: float = 0.1
+  scale: float = 1.0  # model.router_scale: the routed experts' weights x this
+  groups: int = 1  # model.router_groups
+  topk_groups: int = 1  # model.router_topk_groups; = groups: plain top-k
 
 
 def _softmax_scores(logits_TE):
@@ -98,24 +105,45 @@ def moe_spec(cfg, router_init_scale: float = 0.1) -> MoeSpec | None:
       expert_dim=cfg.expert_dim, shared_dim=cfg.shared_experts * cfg.expert_dim,
       score=_SCORES[cfg.router], norm_topk=cfg.router_norm_topk,
       expert_bias=cfg.moe_balance == "bias", capacity_factor=cfg.capacity_factor,
-      router_init_scale=router_init_scale)
+      router_init_scale=router_init_scale, scale=cfg.router_scale,
+      groups=cfg.router_groups, topk_groups=cfg.router_topk_groups)
 
 
 # ------------------------------------------------------------------ router
-def route(logits_TE, bias_E, k: int, score, norm_topk: bool):
+def route(logits_TE, bias_E, k: int, score, norm_topk: bool, *, scale: float = 1.0,
+          groups: int = 1, topk_groups: int = 1):
   """(weights [T, k], experts [T, k], scores [T, E]) of router logits.
 
   The experts are the top k of scores + bias (the bias, out of the gradient,
-  only chooses: DeepSeek-V3 eq. 16); the weights are the chosen scores,
-  divided by their sum with ``norm_topk``.
+  only chooses: DeepSeek-V3 eq. 16), among the ``topk_groups`` best of
+  ``groups`` groups where that is fewer (``keep_best_groups``); the weights
+  are the chosen scores, divided by their sum with ``norm_topk``, times
+  ``scale``.
   """
   scores_TE = score(logits_TE.astype(F32))
   choice_TE = scores_TE if bias_E is None else scores_TE + jax.lax.stop_gradient(bias_E)
+  if topk_groups < groups:
+    choice_TE = keep_best_groups(choice_TE, groups, topk_groups)
   _, experts_TK = jax.lax.top_k(choice_TE, k)
   weights_TK = jnp.take_along_axis(scores_TE, experts_TK, axis=-1)
   if norm_topk:
     weights_TK = weights_TK / jnp.sum(weights_TK, axis=-1, keepdims=True)
+  if scale != 1.0:
+    weights_TK = weights_TK * scale
   return weights_TK, experts_TK, scores_TE
+
+
+def keep_best_groups(choice_TE, groups: int, kept: int):
+  """``choice_TE`` with every expert outside each token's ``kept`` best of
+  ``groups`` groups of consecutive experts at -inf, a group scored by the sum
+  of its two best choice scores (DeepSeek-V3's node-limited routing; its
+  ``n_group``, ``topk_group``)."""
+  T, E = choice_TE.shape
+  choice_TGX = choice_TE.reshape(T, groups, E // groups)
+  group_TG = jnp.sum(jax.lax.top_k(choice_TGX, 2)[0], axis=-1)
+  _, best_TK = jax.lax.top_k(group_TG, kept)
+  keep_TG = jnp.sum(jax.nn.one_hot(best_TK, groups, dtype=jnp.int32), axis=1) > 0
+  return jnp.where(keep_TG[:, :, None], choice_TGX, -jnp.inf).reshape(T, E)
 
 
 # ---------------------------------------------------------------- dispatch
@@ -304,7 +332,9 @@ class MixtureOfExperts(nn.Module):
     if s.expert_bias:
       bias_E = self.param("expert_bias", nn.with_logical_partitioning(
           nn.initializers.zeros, (None,)), (E,), F32)
-    weights_TK, experts_TK, scores_TE = route(logits_TE, bias_E, K, s.score, s.norm_topk)
+    weights_TK, experts_TK, scores_TE = route(
+        logits_TE, bias_E, K, s.score, s.norm_topk, scale=s.scale, groups=s.groups,
+        topk_groups=s.topk_groups)
     experts_TK = jnp.where(real_T[:, None], experts_TK, E)  # padding: not routed
     weights_TK = jnp.where(real_T[:, None], weights_TK, 0.0)
     proj = lambda name, shape, axes: ExpertDense(
