@@ -42,6 +42,7 @@ from tfx_jax.report.sections import scale
 from tfx_jax.report.sections import selection
 from tfx_jax.report.sections import sequential
 from tfx_jax.report.sections import speedup
+from tfx_jax.report.sections import step_costs
 from tfx_jax.report.sections import title
 from tfx_jax.report.sections import training_signals
 from tfx_jax.report.sections import transfer
@@ -70,4 +71,5 @@ SECTIONS = (
     evaluation_effects,  # RoPE scaled at evaluation against as trained
     layer_profiles,     # the gradient norm per layer and its profile
     compute,            # what the runs cost
+    step_costs,         # each point's train step time and memory against the base's
 )
