@@ -90,7 +90,7 @@ def test_each_point_s_step_time_and_memory_against_the_base_s():
   assert schema.Report.from_json(data).step_costs == ()
   # report.md: beside the compared metric of the confirmation runs.
   md = assemble.render(record, summaries, report, {})
-  section = md.split("## Step time and memory", 1)[1]
+  section = md.split("## Step time and memory", 1)[1].split("\n## ", 1)[0]
   assert "The runs had 2 cores (or accelerators) each." in section
   assert ("| model.attention | runs | eval/loss | ms / step | × base | train step MiB "
           "| × base | peak RSS MiB |") in section

@@ -70,6 +70,6 @@ SECTIONS = (
     lengths,            # length extrapolation
     evaluation_effects,  # RoPE scaled at evaluation against as trained
     layer_profiles,     # the gradient norm per layer and its profile
-    compute,            # what the runs cost
     step_costs,         # each point's train step time and memory against the base's
+    compute,            # what the runs cost
 )
