@@ -28,7 +28,8 @@ step's ``Compiled.memory_analysis()`` per device (``compiled_memory``, as
 of a donated argument, the temporaries XLA allocates, and their total), left
 out where the backend gives no analysis; ``peak_rss_bytes`` the training
 process's peak resident memory at the end of training (``peak_rss_bytes``:
-``getrusage``'s ``ru_maxrss``), the largest of every attempt's.
+``getrusage``'s ``ru_maxrss``; of process 0, which writes the file), the
+largest of every attempt's.
 
 It is the ``Status`` record (``records.serial``): its fields in that order,
 each optional one left out where not known (a status written before the
