@@ -351,11 +351,12 @@ def test_a_run_s_summary_is_a_typed_record_of_the_keys_the_report_reads(tmp_path
   assert (run.state, run.step, run.num_params, run.cores, run.seconds) == (
       "finished", 30, 1000, 2, {"train_steps": 8.0})
   assert (run.wall_seconds, run.compile_seconds, run.final, run.lengths) == (12.0, 1.5, {}, {})
+  assert run.step_seconds == 8.0 / 30  # the train steps' phase over the steps
   assert [f.name for f in dataclasses.fields(run)] == [
       "state", "step", "final", "initial", "curves", "tokens_per_sec", "wall_seconds",
       "compile_seconds", "lengths", "window_tokens", "scaled_lengths", "lengths_split",
       "layer_stats", "layer_stats_step", "training", "test", "num_params", "budgets", "seconds",
-      "cores"]
+      "cores", "step_seconds", "train_step_memory", "peak_rss_bytes"]
   unstarted = collect.read_run(tmp_path / "not_started", entry)
   assert (unstarted.state, unstarted.step, unstarted.num_params, unstarted.seconds) == (
       "pending", 0, None, {})

@@ -1,4 +1,5 @@
-"""status.json is written atomically and read back; where a run's time goes."""
+"""status.json is written atomically and read back; where a run's time goes;
+what its train step and process weigh."""
 
 import datetime
 import json
@@ -10,9 +11,11 @@ import time
 import pytest
 
 from tfx_jax.core import atomic as files
+from tfx_jax.records import serial
 from tfx_jax.records import status
 
 _IMPORTED = time.time()
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "records"
 
 
 def test_write_then_read(tmp_path):
@@ -107,3 +110,72 @@ def test_a_status_file_reads_as_its_record_and_a_bad_value_is_named(tmp_path):
   (tmp_path / status.FILENAME).write_text(json.dumps({"state": "paused", "step": 4}))
   with pytest.raises(ValueError, match=r"status.json: state: 'paused' is not one of"):
     status.read_status(tmp_path)
+
+
+def test_a_status_written_before_the_memory_figures_reads_without_them(tmp_path):
+  """The statuses an earlier version wrote (the fixtures: started, compiled,
+  finished, ..., none with ``train_step_memory`` or ``peak_rss_bytes``) read
+  with both not known, and write back without them; the report reads such a
+  run as having no step memory."""
+  from tfx_jax.report import collect  # pylint: disable=import-outside-toplevel
+  from tfx_jax.records.sweep import RunEntry  # pylint: disable=import-outside-toplevel
+  paths = sorted(FIXTURES.glob("*.status.json"))
+  assert len(paths) >= 7
+  for path in paths:
+    (tmp_path / path.name).mkdir()
+    (tmp_path / path.name / status.FILENAME).write_text(path.read_text())
+    read = status.read_status(tmp_path / path.name)
+    assert (read.train_step_memory, read.peak_rss_bytes) == (None, None), path.name
+    assert not {"train_step_memory", "peak_rss_bytes"} & set(serial.to_json(read))
+  run = collect.read_run(tmp_path / "finished.status.json", RunEntry("r", 0, (), {}))
+  assert (run.train_step_memory, run.peak_rss_bytes) == ({}, None)
+  assert run.step_seconds == pytest.approx(58.0 / 30)
+
+
+def test_the_memory_figures_are_written_and_read_back(tmp_path):
+  memory = {"arguments": 4096, "outputs": 16, "temporaries": 1024, "total": 5136}
+  written = status.write_status(tmp_path, "finished", 3, train_step_memory=memory,
+                                peak_rss_bytes=2**27)
+  data = json.loads((tmp_path / status.FILENAME).read_text())
+  assert list(data)[-2:] == ["train_step_memory", "peak_rss_bytes"]
+  assert list(data["train_step_memory"]) == list(status.MEMORY_KEYS)
+  assert status.read_status(tmp_path) == written
+
+
+def test_compiled_memory_is_the_memory_analysis_as_the_planner_reads_it():
+  """Arguments, outputs less those aliased to a donated argument, temporaries
+  and their total, from one compiled program; None where a backend has no
+  analysis (returns None, or raises)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  x = jnp.ones((64, 32), jnp.float32)
+  compiled = jax.jit(lambda a, b: (a @ a.T + 1.0, b * 2.0), donate_argnums=1).lower(
+      x, x).compile()
+  m = compiled.memory_analysis()
+  got = status.compiled_memory(compiled)
+  assert got == {"arguments": m.argument_size_in_bytes,
+                 "outputs": m.output_size_in_bytes - m.alias_size_in_bytes,
+                 "temporaries": m.temp_size_in_bytes,
+                 "total": (m.argument_size_in_bytes + m.output_size_in_bytes
+                           - m.alias_size_in_bytes + m.temp_size_in_bytes)}
+  assert got["arguments"] == 2 * 64 * 32 * 4
+
+  class NoAnalysis:
+    def memory_analysis(self):
+      return None
+
+  class Refuses:
+    def memory_analysis(self):
+      raise NotImplementedError("no memory analysis on this backend")
+
+  assert status.compiled_memory(NoAnalysis()) is None
+  assert status.compiled_memory(Refuses()) is None
+
+
+def test_peak_rss_is_this_process_s_in_bytes():
+  """ru_maxrss of this process, as bytes: at least the resident pages of an
+  array it has just filled."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  filled = np.ones(64 * 2**20 // 8)  # 64 MiB, every page touched
+  peak = status.peak_rss_bytes()
+  assert peak is not None and peak >= filled.nbytes

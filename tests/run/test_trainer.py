@@ -90,6 +90,22 @@ def test_language_model_end_to_end(lm_run):
   assert (workdir / "config.json").exists()
 
 
+def test_status_records_the_train_step_s_memory_and_the_peak_rss(lm_run):
+  """status.json: the compiled train step's memory analysis per device
+  (``status.compiled_memory``: arguments, outputs, temporaries, their total)
+  and the process's peak resident bytes at the end of training."""
+  workdir, _, _ = lm_run
+  status = status_lib.read_status(workdir)
+  memory = status.train_step_memory
+  assert list(memory) == list(status_lib.MEMORY_KEYS)
+  assert memory["total"] == memory["arguments"] + memory["outputs"] + memory["temporaries"]
+  # The arguments hold the float32 parameters and AdamW's two moments of them.
+  assert memory["arguments"] >= 3 * 4 * status.num_params
+  assert memory["temporaries"] > 0
+  # The process held the step's buffers, and more (the interpreter, JAX, the data).
+  assert status.peak_rss_bytes > memory["total"]
+
+
 def test_the_loss_at_initialisation_is_evaluated_at_step_0(lm_run, tmp_path):
   """eval.at_start (the default): one evaluation before the first update,
   logged at step 0 as the ordinary eval/* scalars (the report's l0), near
@@ -188,6 +204,7 @@ def test_a_muon_run_shows_its_groups_and_resumes_bitwise(tmp_path, capsys):
 
 def test_finished_run_started_again_does_nothing(lm_run, monkeypatch, capsys):
   workdir, _, _ = lm_run
+  before = status_lib.read_status(workdir)
   event_files = sorted(os.listdir(workdir / "tensorboard"))
   monkeypatch.setattr(run_setup, "ShardedRun", must_not_run)
   monkeypatch.setattr(run_setup, "load_tokenizer", must_not_run)
@@ -198,6 +215,10 @@ def test_finished_run_started_again_does_nothing(lm_run, monkeypatch, capsys):
   assert checkpoint_steps(workdir) == [10, 20]
   status = status_lib.read_status(workdir)
   assert (status.state, status.step) == ("finished", 20)
+  # What training measured is kept (this process trained nothing).
+  assert (status.train_step_memory, status.peak_rss_bytes) == (
+      before.train_step_memory, before.peak_rss_bytes)
+  assert status.train_step_memory and status.peak_rss_bytes
 
 
 def test_incompatible_config_in_an_existing_workdir(lm_run, monkeypatch):

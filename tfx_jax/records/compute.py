@@ -1,6 +1,7 @@
 """report.json's ``compute``: what a sweep's runs cost, per point and in total,
 as the report's compute section computes it (``tfx_jax.report.sections.compute``,
-which says how)."""
+which says how); and its ``step_costs``: each point's train step time and
+memory against its base point's (``tfx_jax.report.sections.step_costs``)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,30 @@ class Compute:
   points: tuple[ComputeRow, ...]
   total: ComputeRow
   trunks: ComputeRow | None = None
+
+
+# report.json's ``step_costs``: the times to the microsecond, the ratios to 4
+# places, the bytes whole.
+def _whole(value: float | None) -> float | None:
+  return None if value is None else round(value)
+
+
+@serial.layout(order=("key", "base", "runs", "step_ms", "step_ms_ratio", "step_bytes",
+                      "step_bytes_ratio", "peak_rss_bytes"),
+               written={"step_ms": lambda v: None if v is None else round(v, 3),
+                        "step_ms_ratio": _rounded, "step_bytes": _whole,
+                        "step_bytes_ratio": _rounded, "peak_rss_bytes": _whole})
+@dataclasses.dataclass(frozen=True)
+class StepCost:
+  """One point's train step at its chosen settings, the median over its runs
+  (``tfx_jax.report.sections.step_costs``, which says how); None: no run
+  recorded it. The ratios are over the ``base`` point's (its own key: the
+  base itself; None: the base recorded none)."""
+  key: tuple[int, ...]
+  base: tuple[int, ...]
+  runs: int                      # runs that recorded any of the three
+  step_ms: float | None          # milliseconds per train step
+  step_ms_ratio: float | None
+  step_bytes: float | None       # the compiled train step's bytes per device
+  step_bytes_ratio: float | None
+  peak_rss_bytes: float | None   # the training process's peak resident bytes

@@ -5,7 +5,10 @@ Example:
   {"state": "running", "step": 1200, "reason": "",
    "updated": "2025-01-31T12:00:00+00:00", "num_nonfinite_skipped": 0,
    "seconds": {"startup": 9.1, "compile": 6.6, "train_steps": 58.0,
-               "evaluations": 3.2, "checkpointing": 0.8}, "cores": 1}
+               "evaluations": 3.2, "checkpointing": 0.8}, "cores": 1,
+   "train_step_memory": {"arguments": 1048576, "outputs": 4096,
+                         "temporaries": 524288, "total": 1576960},
+   "peak_rss_bytes": 912261120}
 
 ``seconds`` is where the run's time went (``Seconds``), summed over every
 attempt made in the workdir (a resumed or re-evaluated run adds to it):
@@ -18,6 +21,15 @@ first call compiles the eval step: that is compile, not evaluation),
 ``evaluations`` the evaluations in the loop and after it, ``checkpointing``
 saving (and waiting for) checkpoints. ``cores`` is what the
 process had: its CPU cores (affinity) on a CPU, else its local accelerators.
+
+What the train step weighs: ``train_step_memory`` is the compiled train
+step's ``Compiled.memory_analysis()`` per device (``compiled_memory``, as
+``scale/plan.py`` reads it: the arguments, the outputs not written in place
+of a donated argument, the temporaries XLA allocates, and their total), left
+out where the backend gives no analysis; ``peak_rss_bytes`` the training
+process's peak resident memory at the end of training (``peak_rss_bytes``:
+``getrusage``'s ``ru_maxrss``; of process 0, which writes the file), the
+largest of every attempt's.
 
 It is the ``Status`` record (``records.serial``): its fields in that order,
 each optional one left out where not known (a status written before the
@@ -40,6 +52,7 @@ import json
 import os
 import pathlib
 import shlex
+import sys
 import time
 import typing
 from typing import Any, Iterator, Literal, Mapping, Sequence
@@ -55,7 +68,8 @@ PHASES = ("startup", "compile", "train_steps", "evaluations", "checkpointing")
 
 
 @serial.layout(omit_none=("num_nonfinite_skipped", "num_params", "compile_seconds", "seconds",
-                          "cores", "branch_from", "branch_step", "budgets"))
+                          "cores", "branch_from", "branch_step", "budgets",
+                          "train_step_memory", "peak_rss_bytes"))
 @dataclasses.dataclass(frozen=True)
 class Status:
   """status.json: where a run stands and what it cost (None: not known yet)."""
@@ -76,6 +90,11 @@ class Status:
   # non_embedding_params, train_flops_per_token, kv_bytes_per_token,
   # state_bytes_per_sequence; written with num_params.
   budgets: dict[str, int] | None = None
+  # The compiled train step's bytes per device ({MEMORY_KEYS: bytes}, written
+  # with num_params) and the process's peak resident bytes (the run's end);
+  # a status written before they were recorded has neither (None).
+  train_step_memory: dict[str, int] | None = None
+  peak_rss_bytes: int | None = None
 
 
 serial.versioned(Status, FILENAME)
@@ -136,6 +155,43 @@ def process_start() -> float | None:
   except (OSError, ValueError, IndexError):
     return None
   return time.time() - (uptime - started)
+
+
+# status.json's ``train_step_memory``, in file order.
+MEMORY_KEYS = ("arguments", "outputs", "temporaries", "total")
+
+
+def compiled_memory(compiled) -> dict[str, int] | None:
+  """{MEMORY_KEYS: bytes per device} of a compiled program
+  (``jax.stages.Compiled``), read from its ``memory_analysis()`` as
+  ``scale/plan.py`` reads it: the arguments (donated ones included), the
+  outputs less those aliased to a donated argument (written in its place),
+  XLA's temporaries, and their total. None where the backend gives no
+  analysis (it returns None or raises)."""
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # pylint: disable=broad-except
+    return None  # e.g. a backend without the analysis: not known
+  if m is None:
+    return None
+  parts = {"arguments": int(m.argument_size_in_bytes),
+           "outputs": max(0, int(m.output_size_in_bytes) - int(m.alias_size_in_bytes)),
+           "temporaries": int(m.temp_size_in_bytes)}
+  return {**parts, "total": sum(parts.values())}
+
+
+def peak_rss_bytes() -> int | None:
+  """This process's peak resident memory so far, in bytes (None where the OS
+  does not say): ``resource.getrusage(RUSAGE_SELF).ru_maxrss``, in KiB on
+  Linux and in bytes on macOS (getrusage(2) of each)."""
+  try:
+    import resource  # pylint: disable=import-outside-toplevel
+  except ImportError:  # not on a POSIX system
+    return None
+  peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+  if peak <= 0:
+    return None
+  return peak if sys.platform == "darwin" else peak * 1024
 
 
 # JAX's duration events of making a program: tracing, lowering to MLIR, and

@@ -69,6 +69,14 @@ class RunSummary:
   # and the cores it had (status.json's ``cores``).
   seconds: dict[str, float] = _empty()
   cores: int | None = None
+  # A train step's seconds: the train_steps phase over the steps the run took
+  # in its workdir (a branched budget's from its branch step); None: either
+  # not recorded. The compiled train step's bytes per device (status.json's
+  # ``train_step_memory``: arguments, outputs, temporaries, total; {}: not
+  # recorded) and the training process's peak resident bytes.
+  step_seconds: float | None = None
+  train_step_memory: dict[str, int] = _empty()
+  peak_rss_bytes: int | None = None
 
 
 # {run name: its summary}: what the report reads of a sweep's runs.

@@ -210,7 +210,24 @@ def read_run(workdir: pathlib.Path, entry: RunEntry, record: SweepRecord | None 
       num_params=status.num_params if status else None,
       budgets=dict((status.budgets if status else None) or {}),
       seconds=dict((status.seconds if status else None) or {}),
-      cores=status.cores if status else None)
+      cores=status.cores if status else None,
+      step_seconds=step_seconds(status, branch[1] if branch else 0),
+      train_step_memory=dict((status.train_step_memory if status else None) or {}),
+      peak_rss_bytes=status.peak_rss_bytes if status else None)
+
+
+def step_seconds(status: status_lib.Status | None, start_step: int = 0) -> float | None:
+  """A train step's seconds: status.json's ``train_steps`` phase (the loop's
+  time less its compilation, evaluations and checkpointing; input batches
+  and logging included) over the steps from ``start_step`` (0, or a branched
+  budget's branch step) to its last; None where either is not recorded. The
+  steps an interrupted attempt took after its last checkpoint are taken
+  again and counted once, so a resumed run's figure errs high by them."""
+  seconds = (status.seconds or {}).get("train_steps") if status else None
+  steps = status.step - start_step if status else 0
+  if not seconds or steps <= 0:
+    return None
+  return float(seconds) / steps
 
 
 def shown_layer_kind(summaries: Iterable[RunSummary]) -> str | None:

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Literal, Mapping
 from tfx_jax.records import serial
 from tfx_jax.report import stats
 from tfx_jax.report import stats_sequential
-from tfx_jax.records.compute import Compute
+from tfx_jax.records.compute import Compute, StepCost
 from tfx_jax.records.speedup import Speedup
 from tfx_jax.records.sweep import Split, Tune, tune_grids
 from tfx_jax.report.effects import EvaluationEffect, LayerProfile
@@ -443,10 +443,11 @@ class Sequential:
                       "options", "baselines", "points", "comparisons", "failed",
                       "sensitivity", "noise", "scale", "verdict_runs", "selection_biased",
                       "tuning_seeds", "confirmation_seeds", "sequential", "speedups",
-                      "compute", "evaluation_effects", "layer_profiles",
+                      "compute", "step_costs", "evaluation_effects", "layer_profiles",
                       "stale_comparisons", "transfer", "ladder"),
                derived={"selection_biased": lambda r: r.selection_biased},
-               omit_default=("stale_comparisons", "transfer"), omit_none=("ladder",))
+               omit_default=("step_costs", "stale_comparisons", "transfer"),
+               omit_none=("ladder",))
 @dataclasses.dataclass(frozen=True)
 class Report:
   """report.json."""
@@ -469,6 +470,7 @@ class Report:
   sequential: Sequential | None = None  # adaptive seeds' test (None: fixed seeds)
   speedups: tuple[Speedup, ...] = ()  # effective speedup over AdamW (``speedup``)
   compute: Compute | None = None  # what the runs cost (``compute``; None: not recorded)
+  step_costs: tuple[StepCost, ...] = ()  # per point, a train step's time and memory
   # Scaled at evaluation against as trained (``EvaluationEffect``; none: no run was).
   evaluation_effects: tuple[EvaluationEffect, ...] = ()
   # Per-layer statistics' profiles and trends (``LayerProfile``; none: no run logged them).
@@ -515,7 +517,7 @@ class Report:
 # ``initial_loss_runs`` (0) and each tuned value's capped mean (``value``: not
 # known; those reports' ``seeds`` are None for stalled runs too); the
 # report's ``tuning_seeds`` (not known: empty), ``confirmation_seeds``,
-# ``sequential``, ``speedups``, ``compute`` (not recorded),
+# ``sequential``, ``speedups``, ``compute`` and ``step_costs`` (not recorded),
 # ``evaluation_effects``, ``layer_profiles`` and ``stale_comparisons``
 # (none); per point its ``choice`` (not known). Before per-point tuned grids
 # each tuned field was one list of values, which ``tune_grids`` reads as it

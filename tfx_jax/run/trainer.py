@@ -8,7 +8,8 @@ needs to continue lives in its workdir:
   workdir/config.json          the full config (read by evaluate / generate)
   workdir/optimizer_groups.json  optim.optimizer=muon: each parameter's group
   workdir/status.json          running | finished | diverged | failed | preempted,
-                               and where the time went (status.Seconds)
+                               where the time went (status.Seconds), what the
+                               train step and the process weighed
   workdir/checkpoints/<step>/  params, optimizer, RNG, data-iterator position
   workdir/tensorboard/         event files (train/*, eval/*, config, hparams)
   workdir/eval/                the evaluations asked for after training
@@ -156,7 +157,7 @@ class _TrainingLoop:
                         "data.version": sources.data_version(config.data)}
     self.is_chief = jax.process_index() == 0
     self.task = tasks.get(config.task)
-    self.num_skipped = 0
+    self.num_skipped, self.step_memory = 0, None  # the compiled step's bytes (status.json)
     self.last_eval: dict = {}
     self.writer = None
     self.branch = None  # the checkpoint of another run this one starts from
@@ -297,6 +298,7 @@ class _TrainingLoop:
     self.train_step = self.sharded.train_step().lower(self.state, batch,
                                                       self.hparams).compile()
     seconds = time.time() - start
+    self.step_memory = status_lib.compiled_memory(self.train_step)  # read, not compiled again
     self.seconds.add("compile", seconds)
     _console(f"Compiled the train step in {seconds:.2f} s.")
     return seconds
@@ -313,9 +315,9 @@ class _TrainingLoop:
                    if pending else "nothing to do."))
       self.seconds.add("startup", time.time() - self.started)
       self._evaluate_after(latest, live=False)
-      kept = {k: getattr(self.previous, k) for k in ("num_nonfinite_skipped", "num_params",
-                                                     "compile_seconds", "budgets")
-              } if self.previous else {}
+      kept = {k: getattr(self.previous, k) for k in (
+          "num_nonfinite_skipped", "num_params", "compile_seconds", "budgets",
+          "train_step_memory", "peak_rss_bytes")} if self.previous else {}
       _write_status(self.workdir, "finished", latest, reason="already finished", **kept,
                     **self.timing())
       return RunResult("finished", latest, {})
@@ -359,7 +361,7 @@ class _TrainingLoop:
           _write_status(self.workdir, "running", start_step,
                         compile_seconds=round(compile_seconds, 3),
                         num_params=self.num_params, budgets=self.budgets,
-                        **self.timing())
+                        train_step_memory=self.step_memory, **self.timing())
           self.timer = (self.timer[0], time.time(), self.timer[2])
         self.state, metrics = self.train_step(self.state, batch, self.hparams)
         step += 1
@@ -520,8 +522,13 @@ class _TrainingLoop:
                      force=force)
 
   def _finish(self, outcome, reason, step, compile_seconds) -> RunResult:
+    # The process's peak resident memory at the end of training, the largest
+    # of every attempt's (an evaluation after training comes after it).
+    peaks = [p for p in (status_lib.peak_rss_bytes(),
+                         self.previous.peak_rss_bytes if self.previous else None) if p]
     extra = {"num_nonfinite_skipped": self.num_skipped, "num_params": self.num_params,
-             "budgets": self.budgets}
+             "budgets": self.budgets, "train_step_memory": self.step_memory,
+             "peak_rss_bytes": max(peaks) if peaks else None}
     if compile_seconds is not None:
       extra["compile_seconds"] = round(compile_seconds, 3)
     self._extra = extra

@@ -42,6 +42,7 @@ from tfx_jax.report.sections import scale
 from tfx_jax.report.sections import selection
 from tfx_jax.report.sections import sequential
 from tfx_jax.report.sections import speedup
+from tfx_jax.report.sections import step_costs
 from tfx_jax.report.sections import title
 from tfx_jax.report.sections import training_signals
 from tfx_jax.report.sections import transfer
@@ -69,5 +70,6 @@ SECTIONS = (
     lengths,            # length extrapolation
     evaluation_effects,  # RoPE scaled at evaluation against as trained
     layer_profiles,     # the gradient norm per layer and its profile
+    step_costs,         # each point's train step time and memory against the base's
     compute,            # what the runs cost
 )
