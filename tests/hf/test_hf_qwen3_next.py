@@ -85,18 +85,20 @@ def _ids(seed=0):
 
 
 def _max_diffs(hf, cfg, params):
-  """Max |diff| of the last hidden states (the final norm's output, HF's last
-  ``hidden_states``) and of the logits."""
+  """Max |diff| of the last hidden states (the final norm's output, HF's
+  ``last_hidden_state``) and of the logits."""
   ids = _ids()
   with torch.no_grad():
-    out = hf(input_ids=torch.from_numpy(ids.astype(np.int64)), output_hidden_states=True)
+    out = hf(input_ids=torch.from_numpy(ids.astype(np.int64)))
+    want_hidden = hf.model(input_ids=torch.from_numpy(ids.astype(np.int64)))
+  want_hidden = want_hidden.last_hidden_state.numpy()
   got, state = build_model(cfg).apply(
       {"params": params}, ids, mutable=["intermediates"],
       capture_intermediates=lambda module, _: module.name == "final_norm")
   hidden = np.asarray(state["intermediates"]["decoder"]["final_norm"]["__call__"][0])
   logits = np.asarray(got["logits"])
-  assert logits.shape == out.logits.shape and hidden.shape == out.hidden_states[-1].shape
-  return (float(np.abs(hidden - out.hidden_states[-1].numpy()).max()),
+  assert logits.shape == out.logits.shape and hidden.shape == want_hidden.shape
+  return (float(np.abs(hidden - want_hidden).max()),
           float(np.abs(logits - out.logits.numpy()).max()))
 
 

@@ -121,7 +121,8 @@ def _effective(cfg: ModelConfig) -> dict:
   d = dataclasses.asdict(cfg)
   for k in ("dropout", "attention_dropout", "scan_layers", "remat", "dtype",
             "num_classes", "ff_multiple_of", "d_ff", "gated_d_ff", "num_kv_heads",
-            "num_layers", "num_encoder_layers", "num_decoder_layers", "embedding_norm"):
+            "num_layers", "num_encoder_layers", "num_decoder_layers", "embedding_norm",
+            "deltanet_chunk"):
     d.pop(k)
   # A mixture of experts: the width its experts have; the dense width only
   # where a layer is dense; the balancing only as far as the forward reads it
