@@ -127,9 +127,9 @@ def _effective(cfg: ModelConfig) -> dict:
   # A mixture of experts: the width its experts have; the dense width only
   # where a layer is dense; the balancing only as far as the forward reads it
   # (the expert bias chooses experts; the auxiliary loss and its rate train).
-  for k in ("expert_d_ff", "router_bias_rate", "shared_experts", "shared_expert_d_ff"):
+  for k in ("expert_d_ff", "router_bias_rate"):
     d.pop(k)
-  d.update(shared_dim=shared_dim(cfg))  # one FFN: the width the shared experts have
+  d.update(shared_expert_d_ff=shared_dim(cfg))  # the width the shared experts have
   if cfg.ffn_type == "moe":
     d.update(expert_dim=cfg.expert_dim, moe_balance=cfg.moe_balance == "bias")
     if not grouped_routing(cfg):  # every group kept: plain top-k
