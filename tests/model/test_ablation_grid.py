@@ -69,6 +69,8 @@ WITH_VALUE = {
     ("value_residual", "fixed"): dict(num_layers=2),
     ("value_residual", "learned"): dict(num_layers=2),
     ("nope_every", 2): dict(num_layers=2),
+    # A shared expert for the gate to gate (with ffn_type=moe).
+    ("shared_expert_gate", True): dict(shared_experts=1),
 }
 
 # Literal and bool fields of ModelConfig that are not axes of the design, each

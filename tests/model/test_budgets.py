@@ -50,10 +50,15 @@ def test_the_layer_kinds_dispatch_mla_and_deltanet_layers():
       family="decoder_only", decoder_layers=8, dtype="bfloat16", mixer_pattern="DDDA",
       attention_type="mla", mla_kv_rank=512, mla_rope_dim=64, mla_nope_dim=128,
       mla_q_rank=0, mla_v_dim=0, head_dim=0, d_model=512, num_heads=8, position="rope",
-      deltanet_heads=4, deltanet_head_dim=32, kv_heads=8, attention_head_dim=64)
+      deltanet_heads=4, deltanet_head_dim=32, deltanet_v_heads=0, deltanet_v_head_dim=0,
+      kv_heads=8, attention_head_dim=64)
   assert budgets.layer_kinds(cfg) == ("deltanet",) * 3 + ("mla",) + ("deltanet",) * 3 + ("mla",)
   assert budgets.kv_cache_bytes_per_token(cfg) == 2 * (512 + 64) * 2  # d_c + d_R, 2 layers
   assert budgets.recurrent_state_bytes_per_sequence(cfg) == 6 * 4 * 32 * 32 * 2
+  # Qwen3-Next's grouped values: 8 value heads of 16 read by the 4 key heads of 32.
+  cfg.deltanet_v_heads, cfg.deltanet_v_head_dim = 8, 16
+  assert budgets.recurrent_state_bytes_per_sequence(cfg) == 6 * 8 * 32 * 16 * 2
+  cfg.deltanet_v_heads = cfg.deltanet_v_head_dim = 0
   cfg.attention_type = "standard"
   assert budgets.kv_cache_bytes_per_token(cfg) == 2 * (2 * 8 * 64) * 2
 

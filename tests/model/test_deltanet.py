@@ -184,6 +184,9 @@ def numpy_layer(p, x, segments, heads, width, eps):
   q, k, v = qkv
   norm = lambda z: z / np.sqrt(np.sum(z * z, -1, keepdims=True) + 1e-6)
   q, k = norm(q) * q.shape[-1] ** -0.5, norm(k)
+  # Grouped value heads: key head h serves value heads h r ... h r + r - 1.
+  r = v.shape[2] // q.shape[2]
+  q, k = np.repeat(q, r, axis=2), np.repeat(k, r, axis=2)
   g = -np.exp(p["A_log"]) * np.log1p(np.exp(dense("decay", x) + p["dt_bias"]))
   beta = 1 / (1 + np.exp(-dense("beta", x)))
   o, _ = numpy_gated_delta_rule(q, k, v, g, beta, segments)
@@ -200,6 +203,27 @@ def test_the_layer_equals_numpy():
   x = jax.random.normal(jax.random.PRNGKey(1), (B, L, 16))
   seg = jnp.asarray(SEGMENTS)
   params = layer.init(jax.random.PRNGKey(2), x, segment_ids_BL=seg)["params"]
+  got = layer.apply({"params": params}, x, segment_ids_BL=seg)
+  want = numpy_layer(params, np.asarray(x), SEGMENTS, 4, 4, cfg.norm_eps)
+  real = SEGMENTS > 0
+  np.testing.assert_allclose(np.asarray(got)[real], want[real], rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_value_heads_equal_numpy():
+  # 2 key heads of 3 serving 4 value heads of 5 (Qwen3-Next's grouped values).
+  cfg = _cfg(num_layers=1, mixer_pattern="D", deltanet_heads=2, deltanet_head_dim=3,
+             deltanet_v_heads=4, deltanet_v_head_dim=5)
+  ds = layer_spec(cfg, "decoder", cross_attention=False).deltanet
+  assert (ds.num_heads, ds.head_dim, ds.v_heads, ds.v_head_dim) == (2, 3, 4, 5)
+  layer = dn.GatedDeltaNet(ds)
+  x = jax.random.normal(jax.random.PRNGKey(1), (B, L, 16))
+  seg = jnp.asarray(SEGMENTS)
+  params = layer.init(jax.random.PRNGKey(2), x, segment_ids_BL=seg)["params"]
+  shapes = {k: v.shape for k, v in jax.tree_util.tree_leaves_with_path(nn.unbox(params))}
+  assert shapes[(jax.tree_util.DictKey("value"), jax.tree_util.DictKey("kernel"))] == (
+      16, 4, 5)
+  assert shapes[(jax.tree_util.DictKey("key_conv"),)] == (4, 2, 3)
+  assert shapes[(jax.tree_util.DictKey("A_log"),)] == (4,)
   got = layer.apply({"params": params}, x, segment_ids_BL=seg)
   want = numpy_layer(params, np.asarray(x), SEGMENTS, 4, 4, cfg.norm_eps)
   real = SEGMENTS > 0
@@ -232,9 +256,12 @@ def test_hybrid_is_causal_and_ignores_padding_and_other_documents():
   np.testing.assert_allclose(out2[0, :7], out[0, :7], rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("scan", [False, True], ids=["loop", "scan"])
-def test_cached_decoding_equals_the_full_forward(scan):
-  cfg, params = _cfg(scan_layers=scan), _model()[1]
+@pytest.mark.parametrize("scan,grouped", [(False, False), (True, False), (False, True)],
+                         ids=["loop", "scan", "grouped-values"])
+def test_cached_decoding_equals_the_full_forward(scan, grouped):
+  # grouped: one key head serving 2 value heads of 6 (a conv state per projection).
+  kw = dict(deltanet_heads=1, deltanet_v_heads=2, deltanet_v_head_dim=6) if grouped else {}
+  cfg, params = _cfg(scan_layers=scan, **kw), _model(**kw)[1]
   if scan:
     params = stack_layer_params(params, unit=4)
   ids = np.random.default_rng(5).integers(1, 24, size=(2, 9)).astype(np.int32)

@@ -20,6 +20,8 @@ Modules:
   moe.py          Mixtral, Qwen3-MoE, OLMoE (experts stacked: stacked_linear)
   deepseek.py     DeepSeek-V3 (multi-head latent attention, its interleaved RoPE
                   columns permuted; dense layers, then shared and routed experts)
+  qwen3_next.py   Qwen3-Next (Gated DeltaNet layers, gated attention, a gated
+                  shared expert; in_proj_qkvz / in_proj_ba split per key head)
   gpt.py          GPT-2, GPT-NeoX
   bert.py         BERT
   t5.py           T5 1.0 and v1.1
@@ -68,6 +70,13 @@ Which canonical variant each architecture is, in ``model.*`` terms:
            router with the expert bias (moe_balance='bias'), shared experts,
            norm_topk_prob, routed_scaling_factor (router_scale), n_group /
            topk_group (router_groups, router_topk_groups)
+  Qwen3-Next decoder_only, pre, rmsnorm (HF's 1 + w gains), swiglu; layer_types
+           as mixer_pattern (linear_attention D: Gated DeltaNet with grouped
+           value heads, deltanet_v_heads / deltanet_v_head_dim; full_attention
+           A: attention_gate='elementwise', per-head qk_norm, RoPE over
+           partial_rotary_factor); a mixture of experts as Qwen3-MoE's plus one
+           shared expert (shared_expert_d_ff) with its sigmoid gate
+           (shared_expert_gate)
   BERT     encoder_only, post, layernorm, gelu, learned positions, token types,
            embedding norm, MLM head
   T5 1.0   encoder_decoder, pre, rmsnorm, relu, t5_bias, no biases,

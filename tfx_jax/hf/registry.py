@@ -28,6 +28,7 @@ from tfx_jax.hf.llama import (gemma2_config, gemma2_fields, gemma2_rules,
 from tfx_jax.hf.moe import (mixtral_config, mixtral_fields, mixtral_rules, olmoe_config,
                             olmoe_fields, olmoe_rules, qwen3_moe_config, qwen3_moe_fields,
                             qwen3_moe_rules)
+from tfx_jax.hf.qwen3_next import qwen3_next_config, qwen3_next_fields, qwen3_next_rules
 from tfx_jax.hf.rules import Rule
 from tfx_jax.hf.t5 import t5_config, t5_fields, t5_rules
 from tfx_jax.model.config import ModelConfig
@@ -77,6 +78,8 @@ ARCHITECTURES = {
     "deepseek_v3": Architecture("deepseek_v3", "deepseek_v3", "decoder_only", "lm",
                                 deepseek_v3_fields, deepseek_v3_config, deepseek_v3_rules,
                                 deepseek_v3_checkpoint_rules),
+    "qwen3_next": Architecture("qwen3_next", "qwen3_next", "decoder_only", "lm",
+                               qwen3_next_fields, qwen3_next_config, qwen3_next_rules),
     "bert": Architecture("bert", "bert", "encoder_only", "mlm", bert_fields,
                          bert_config, bert_rules),
     "t5": Architecture("t5", "t5", "encoder_decoder", "translate", t5_fields,

@@ -14,8 +14,10 @@ and caches nothing), each by its kind (``layer_kinds``):
       latent and the shared rotary key, d_c + d_R = mla_kv_rank + mla_rope_dim
       values per token;
   deltanet (Gated DeltaNet): no per-token cache; the recurrent state S of
-      d_k x d_v per head, deltanet_heads x deltanet_head_dim^2 values per
-      sequence, whatever its length (``recurrent_state_bytes_per_sequence``).
+      d_k x d_v per value head, H_v x d_k x d_v values per sequence
+      (``mixers.deltanet_state_values``: deltanet_v_heads x deltanet_head_dim
+      x deltanet_v_head_dim, 0 fields resolved), whatever its length
+      (``recurrent_state_bytes_per_sequence``).
 
 Values are in the compute dtype (``model.dtype``), the dtype the cache is
 written in. A sliding window (``model.attention_window``) holds at most the
@@ -78,7 +80,7 @@ KV_VALUES_PER_TOKEN: dict[str, Callable[..., int]] = {
 }
 # {layer kind: values of recurrent state per sequence}.
 STATE_VALUES_PER_SEQUENCE: dict[str, Callable[..., int]] = {
-    "deltanet": lambda cfg: mixers.deltanet_heads(cfg) * mixers.deltanet_head_dim(cfg) ** 2,
+    "deltanet": mixers.deltanet_state_values,
 }
 
 
@@ -108,7 +110,7 @@ class TokenMixing:
       attention H x head_dim; MLA, DeepSeek-V2, H x (d_n + d_R + d_v) / 2: its
       scores read d_n + d_R, its weighted sum d_v per head);
   deltanet_layers, deltanet_state: the Gated DeltaNet layers and the values
-      of one's state, H x d_k x d_v, which every token multiplies three times
+      of one's state, H_v x d_k x d_v, which every token multiplies three times
       (k^T S, the rank-one update, S^T q) whatever the context length.
   """
   attention_layers: int

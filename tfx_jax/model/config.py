@@ -163,6 +163,10 @@ class ModelConfig:
   num_experts: int = 8
   experts_per_token: int = 2  # k of the top-k routing
   shared_experts: int = 0  # experts every token passes through (DeepSeekMoE)
+  # Hidden width of the shared experts together; 0 = shared_experts x expert_dim.
+  # Qwen3-Next: one shared expert of shared_expert_intermediate_size.
+  shared_expert_d_ff: int = 0
+  shared_expert_gate: bool = False  # their output x sigmoid(x w), w [D] (Qwen3-Next)
   # Hidden width of each expert; 0 = the dense FFN's (ffn_dim), as Switch and
   # Mixtral, whose experts are copies of the dense FFN. > 0: as given.
   expert_d_ff: int = 0
@@ -209,7 +213,11 @@ class ModelConfig:
   # ---- token mixers: Gated DeltaNet hybrids (model/mixers.py; docs/axes.md) ----
   mixer_pattern: MixerPattern = ""  # e.g. "DDDA" (Qwen3-Next 3:1); "" = all attention
   deltanet_heads: int = 0  # 0 = num_heads
-  deltanet_head_dim: int = 0  # d_k = d_v per head; 0 = the attention head width
+  deltanet_head_dim: int = 0  # d_k per head; 0 = the attention head width
+  # Value heads (Qwen3-Next's linear_num_value_heads, a multiple of the key heads
+  # deltanet_heads, which each serve as many in turn) and their width d_v; 0 = as keys.
+  deltanet_v_heads: int = 0
+  deltanet_v_head_dim: int = 0
   deltanet_conv: int = 4  # short causal depthwise conv width; 0 = off
   deltanet_chunk: int = 64  # tokens per chunk of the chunked form (fla: 64)
 

@@ -28,7 +28,18 @@ from tfx_jax.core.errors import ConfigError, InactiveSetting
 MOE_FIELDS = ("num_experts", "experts_per_token", "shared_experts", "expert_d_ff",
               "router", "router_norm_topk", "router_scale", "router_groups",
               "router_topk_groups", "moe_every", "first_dense_layers", "moe_balance",
-              "router_bias_rate", "capacity_factor")
+              "router_bias_rate", "capacity_factor", "shared_expert_d_ff",
+              "shared_expert_gate")
+# The fields that only the shared experts read.
+SHARED_FIELDS = ("shared_expert_d_ff", "shared_expert_gate")
+
+
+def shared_dim(cfg) -> int:
+  """Hidden width of the shared experts together (one FFN): ``shared_expert_d_ff``,
+  or shared_experts x the expert width when 0 (DeepSeekMoE's); 0 without any."""
+  if not cfg.shared_experts:
+    return 0
+  return cfg.shared_expert_d_ff or cfg.shared_experts * cfg.expert_dim
 
 
 def is_moe_layer(layer: int, ffn_type: str, moe_every: int, first_dense_layers: int) -> bool:
@@ -69,9 +80,16 @@ def validate(cfg) -> None:
                "router_topk_groups"):
     if getattr(cfg, name) < 1:
       raise ConfigError(f"model.{name} must be >= 1, got {getattr(cfg, name)}.")
-  for name in ("shared_experts", "expert_d_ff", "first_dense_layers"):
+  for name in ("shared_experts", "expert_d_ff", "first_dense_layers", "shared_expert_d_ff"):
     if getattr(cfg, name) < 0:
       raise ConfigError(f"model.{name} must be >= 0, got {getattr(cfg, name)}.")
+  for name in SHARED_FIELDS:
+    if not cfg.shared_experts and getattr(cfg, name) != defaults[name]:
+      raise InactiveSetting(
+          f"model.{name}", defaults[name],
+          f"model.{name}={getattr(cfg, name)!r} is read by the shared experts only, "
+          "and model.shared_experts is 0: set model.shared_experts >= 1 (Qwen3-Next: "
+          f"1) or leave it at {defaults[name]!r}.")
   if cfg.experts_per_token > cfg.num_experts:
     raise ConfigError(
         f"model.experts_per_token={cfg.experts_per_token} is more than "

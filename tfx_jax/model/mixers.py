@@ -24,7 +24,8 @@ MIXERS = {"A": "full attention", "D": "Gated DeltaNet"}
 # encoder (bidirectional) has no such layer; the encoder_decoder decoder is not
 # built here.
 DELTANET_FAMILIES = ("decoder_only",)
-DELTANET_FIELDS = ("deltanet_heads", "deltanet_head_dim", "deltanet_conv", "deltanet_chunk")
+DELTANET_FIELDS = ("deltanet_heads", "deltanet_head_dim", "deltanet_v_heads",
+                   "deltanet_v_head_dim", "deltanet_conv", "deltanet_chunk")
 
 
 def mixer_unit(pattern: str) -> str:
@@ -50,8 +51,26 @@ def deltanet_heads(cfg) -> int:
 
 
 def deltanet_head_dim(cfg) -> int:
-  """d_k = d_v of the D layers: ``deltanet_head_dim``, or the attention head width when 0."""
+  """d_k of the D layers: ``deltanet_head_dim``, or the attention head width when 0."""
   return cfg.deltanet_head_dim or cfg.attention_head_dim
+
+
+def deltanet_v_heads(cfg) -> int:
+  """H_v, the value heads of the D layers (one state each): ``deltanet_v_heads``,
+  or the key heads ``deltanet_heads(cfg)`` when 0. Key head h serves value heads
+  h r ... h r + r - 1, r = H_v / H (Qwen3-Next's grouped value heads)."""
+  return cfg.deltanet_v_heads or deltanet_heads(cfg)
+
+
+def deltanet_v_head_dim(cfg) -> int:
+  """d_v of the D layers: ``deltanet_v_head_dim``, or d_k when 0."""
+  return cfg.deltanet_v_head_dim or deltanet_head_dim(cfg)
+
+
+def deltanet_state_values(cfg) -> int:
+  """Values of one D layer's recurrent state per sequence: H_v x d_k x d_v (the
+  one count of it: budgets and FLOP counts read this)."""
+  return deltanet_v_heads(cfg) * deltanet_head_dim(cfg) * deltanet_v_head_dim(cfg)
 
 
 def has_deltanet(cfg) -> bool:
@@ -92,13 +111,23 @@ def validate(cfg) -> None:
         f"values into the later layers; model.mixer_pattern={cfg.mixer_pattern!r} has "
         "Gated DeltaNet layers, whose values it does not reach here: use "
         "model.value_residual=none, or a pattern of A only.")
-  for name in ("deltanet_heads", "deltanet_head_dim", "deltanet_conv"):
+  for name in ("deltanet_heads", "deltanet_head_dim", "deltanet_v_heads",
+               "deltanet_v_head_dim", "deltanet_conv"):
     if getattr(cfg, name) < 0:
       raise ConfigError(f"model.{name} must be >= 0 (0 = "
                         + {"deltanet_heads": "model.num_heads",
                            "deltanet_head_dim": "the attention head width",
+                           "deltanet_v_heads": "the key heads, deltanet_heads",
+                           "deltanet_v_head_dim": "the key width, deltanet_head_dim",
                            "deltanet_conv": "no short convolution"}[name]
                         + f"), got {getattr(cfg, name)}.")
+  if deltanet_v_heads(cfg) % deltanet_heads(cfg):
+    h = deltanet_heads(cfg)
+    raise ConfigError(
+        f"model.deltanet_v_heads={cfg.deltanet_v_heads} is not a multiple of the "
+        f"{h} key heads (model.deltanet_heads, 0 = num_heads): each key head serves "
+        f"the same number of value heads; choose one of {h}, {2 * h}, {3 * h}, ... "
+        "(or 0 = as many as the key heads).")
   if cfg.deltanet_chunk < 1:
     raise ConfigError(f"model.deltanet_chunk must be >= 1 (fla: 64), got "
                       f"{cfg.deltanet_chunk}.")

@@ -192,6 +192,7 @@ def _mixer_fields(cfg: ModelConfig, stack: str, attention: AttentionSpec,
     return {}
   return dict(mixer_unit=mixers.mixer_unit(cfg.mixer_pattern), deltanet=DeltaNetSpec(
       num_heads=mixers.deltanet_heads(cfg), head_dim=mixers.deltanet_head_dim(cfg),
+      v_heads=mixers.deltanet_v_heads(cfg), v_head_dim=mixers.deltanet_v_head_dim(cfg),
       conv_width=cfg.deltanet_conv, chunk=cfg.deltanet_chunk, use_bias=cfg.use_bias,
       qk_init=attention.qk_init, vo_init=xavier(attention.vo_gain, attention.vo_distribution),
       norm_eps=cfg.norm_eps, dtype=attention.dtype, platform=platform))

@@ -24,8 +24,9 @@ from tfx_jax.run.config_base import base_config
 from tfx_jax.core.errors import ConfigError
 from tfx_jax.hf import ARCHITECTURES, Architecture, architecture_for
 from tfx_jax.model.config import ModelConfig, is_windowed, model_config_from_dict, moe_layers
+from tfx_jax.model import mixers
 from tfx_jax.model.config_attention import mla_dims
-from tfx_jax.model.config_moe import grouped_routing
+from tfx_jax.model.config_moe import grouped_routing, shared_dim
 
 # HF tokenizer files, in order of preference: SentencePiece models, then tokenizer.json.
 _TOKENIZER_FILES = ("tokenizer.model", "spiece.model", "source.spm",
@@ -120,13 +121,15 @@ def _effective(cfg: ModelConfig) -> dict:
   d = dataclasses.asdict(cfg)
   for k in ("dropout", "attention_dropout", "scan_layers", "remat", "dtype",
             "num_classes", "ff_multiple_of", "d_ff", "gated_d_ff", "num_kv_heads",
-            "num_layers", "num_encoder_layers", "num_decoder_layers", "embedding_norm"):
+            "num_layers", "num_encoder_layers", "num_decoder_layers", "embedding_norm",
+            "deltanet_chunk"):
     d.pop(k)
   # A mixture of experts: the width its experts have; the dense width only
   # where a layer is dense; the balancing only as far as the forward reads it
   # (the expert bias chooses experts; the auxiliary loss and its rate train).
   for k in ("expert_d_ff", "router_bias_rate"):
     d.pop(k)
+  d.update(shared_expert_d_ff=shared_dim(cfg))  # the width the shared experts have
   if cfg.ffn_type == "moe":
     d.update(expert_dim=cfg.expert_dim, moe_balance=cfg.moe_balance == "bias")
     if not grouped_routing(cfg):  # every group kept: plain top-k
@@ -151,6 +154,13 @@ def _effective(cfg: ModelConfig) -> dict:
     d.update({f"mla_{k}": v for k, v in dataclasses.asdict(mla_dims(cfg)).items()})
     if cfg.family == "decoder_only" and "D" not in cfg.mixer_pattern:
       d.pop("head_dim")
+  # Each layer's mixer; Gated DeltaNet layers' widths as resolved (0 derives them).
+  d.update(mixer_pattern=mixers.layer_mixers(cfg.mixer_pattern, cfg.decoder_layers))
+  if mixers.has_deltanet(cfg):
+    d.update(deltanet_heads=mixers.deltanet_heads(cfg),
+             deltanet_head_dim=mixers.deltanet_head_dim(cfg),
+             deltanet_v_heads=mixers.deltanet_v_heads(cfg),
+             deltanet_v_head_dim=mixers.deltanet_v_head_dim(cfg))
   # Settings that a scheme does not read.
   if cfg.position != "rope":
     d.pop("rope_base")

@@ -36,23 +36,30 @@ decay is 0 (alpha_t r_t, r_t = 0 at a start), as fla's ``cu_seqlens`` varlen
 form resets. A real token's output depends only on the earlier tokens of its
 own document, as under the attention mask.
 
-Decoding (``use_cache``): the ``cache`` collection holds ``recurrent_state``
-[B, H, d_k, d_v] (float32) and ``conv_state`` [B, W - 1, 3, H, d_k] (the last
-W - 1 inputs of the q, k, v convolutions); one token costs one recurrent step.
+Grouped value heads (Qwen3-Next; ``model.deltanet_v_heads``,
+``model.deltanet_v_head_dim``): q and k have H heads of d_k, v, the gate z,
+alpha and beta H_v = r H heads of d_v; key head h serves the value heads h r
+... h r + r - 1 (HF's ``repeat_interleave`` of q and k), each value head one
+state [d_k, d_v]. H_v = H and d_v = d_k (the default) is the layer above.
 
-Hugging Face ``Qwen3NextGatedDeltaNet`` (with linear_num_key_heads =
-linear_num_value_heads = H and linear_key_head_dim = linear_value_head_dim =
-d_k; its mixer has no biases) maps onto these parameters as
-  in_proj_qkvz.weight [4 H d_k, D], viewed [H, 4, d_k, D] (per head q, k, v, z)
-                    -> query / key / value / gate ``kernel`` [D, H, d_k]
-  in_proj_ba.weight [2 H, D], viewed [H, 2, D] (per head b, a)
-                    -> beta / decay ``kernel`` [D, H]
-  conv1d.weight [3 H d_k, 1, W] (channels q | k | v, tap W - 1 the current token)
-                    -> query_conv / key_conv / value_conv [W, H, d_k]
-  A_log [H] -> A_log;  dt_bias [H] -> dt_bias
-  norm.weight [d_k] -> out_norm [d_k] (HF's RMSNormGated: w x / rms, times SiLU(z))
-  out_proj.weight [D, H d_k] -> out ``kernel`` [H, d_k, D]
-(Qwen3-Next's grouped values, more value than key heads, are not built here.)
+Decoding (``use_cache``): the ``cache`` collection holds ``recurrent_state``
+[B, H_v, d_k, d_v] (float32) and ``query_conv_state``, ``key_conv_state``
+[B, W - 1, H, d_k] and ``value_conv_state`` [B, W - 1, H_v, d_v] (the last W -
+1 inputs of each convolution); one token costs one recurrent step.
+
+Hugging Face ``Qwen3NextGatedDeltaNet`` (its mixer has no biases) maps onto
+these parameters as (tfx_jax/hf/qwen3_next.py)
+  in_proj_qkvz.weight [H (2 d_k + 2 r d_v), D], per key head q, k, v, z (the
+                    last two r value heads each)
+                    -> query / key [D, H, d_k], value / gate [D, H_v, d_v]
+  in_proj_ba.weight [H 2 r, D], per key head b, a (r value heads each)
+                    -> beta / decay ``kernel`` [D, H_v]
+  conv1d.weight [2 H d_k + H_v d_v, 1, W] (channels q | k | v, tap W - 1 the
+                    current token) -> query_conv / key_conv [W, H, d_k],
+                    value_conv [W, H_v, d_v]
+  A_log [H_v] -> A_log;  dt_bias [H_v] -> dt_bias
+  norm.weight [d_v] -> out_norm [d_v] (HF's RMSNormGated: w x / rms, times SiLU(z))
+  out_proj.weight [D, H_v d_v] -> out ``kernel`` [H_v, d_v, D]
 """
 
 from __future__ import annotations
@@ -242,10 +249,13 @@ def dt_bias_init(key, shape, dtype=jnp.float32, dt_min=1e-3, dt_max=0.1, floor=1
 @dataclasses.dataclass(frozen=True)
 class DeltaNetSpec:
   """The Gated DeltaNet layers of one stack, resolved from ``model.deltanet_*``
-  (``specs.layer_spec``): heads, their width (d_k = d_v), the short
-  convolution's width (0: none, SiLU of the projections as fla), the chunk."""
+  (``specs.layer_spec``): key heads and their width d_k, value heads and their
+  width d_v (0: as the keys), the short convolution's width (0: none, SiLU of
+  the projections as fla), the chunk."""
   num_heads: int
   head_dim: int
+  v_heads: int = 0
+  v_head_dim: int = 0
   conv_width: int = 4
   chunk: int = 64
   use_bias: bool = False
@@ -271,6 +281,7 @@ class GatedDeltaNet(nn.Module):
     s = self.spec
     B, L, D = x_BLD.shape
     H, K, W = s.num_heads, s.head_dim, s.conv_width
+    Hv, V = s.v_heads or H, s.v_head_dim or K
     flat = lambda x: x.reshape(-1, x.shape[-1])
     unflat = lambda y: y.reshape(B, L, *y.shape[1:])
 
@@ -282,33 +293,35 @@ class GatedDeltaNet(nn.Module):
           kernel_init=nn.with_logical_partitioning(init, axes),
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]))(flat(x)))
 
+    shapes = ((H, K), (H, K), (Hv, V))
     qkv = [proj("query", s.qk_init)(x_BLD), proj("key", s.qk_init)(x_BLD),
-           proj("value", s.vo_init)(x_BLD)]
+           proj("value", s.vo_init, (Hv, V))(x_BLD)]
     decoding = self.use_cache and cache_index is not None
     doc_BL = document_index(None if decoding else segment_ids_BL, (B, L))
     if self.use_cache:
-      conv_state = self.variable("cache", "conv_state", jnp.zeros,
-                                 (B, max(W - 1, 0), 3, H, K), s.dtype)
-      recurrent = self.variable("cache", "recurrent_state", jnp.zeros, (B, H, K, K),
+      recurrent = self.variable("cache", "recurrent_state", jnp.zeros, (B, Hv, K, V),
                                 jnp.float32)
     if W:
-      states = []
       for i, name in enumerate(("query_conv", "key_conv", "value_conv")):
         kernel = self.param(name, nn.with_logical_partitioning(
-            conv_init, (None, "heads", "kv")), (W, H, K)).astype(s.dtype)
+            conv_init, (None, "heads", "kv")), (W, *shapes[i])).astype(s.dtype)
+        if self.use_cache:
+          conv_state = self.variable("cache", f"{name}_state", jnp.zeros,
+                                     (B, W - 1, *shapes[i]), s.dtype)
         qkv[i], new = short_conv(qkv[i], kernel, doc_BL,
-                                 conv_state.value[:, :, i] if decoding else None)
-        states.append(new)
-      if decoding:
-        conv_state.value = jnp.stack(states, axis=2).astype(conv_state.value.dtype)
+                                 conv_state.value if decoding else None)
+        if decoding:
+          conv_state.value = new.astype(conv_state.value.dtype)
     q, k, v = (jax.nn.silu(x.astype(jnp.float32)) for x in qkv)
     q = l2_normalize(q) * K ** -0.5
     k = l2_normalize(k)
-    A_log = self.param("A_log", nn.with_logical_partitioning(A_log_init, ("heads",)), (H,))
+    if Hv != H:  # each key head serves Hv / H consecutive value heads
+      q, k = (jnp.repeat(x, Hv // H, axis=2) for x in (q, k))
+    A_log = self.param("A_log", nn.with_logical_partitioning(A_log_init, ("heads",)), (Hv,))
     dt_bias = self.param("dt_bias", nn.with_logical_partitioning(dt_bias_init, ("heads",)),
-                         (H,))
-    g, beta = gates(proj("decay", s.qk_init, (H,), False)(x_BLD),
-                    proj("beta", s.qk_init, (H,), False)(x_BLD), A_log, dt_bias)
+                         (Hv,))
+    g, beta = gates(proj("decay", s.qk_init, (Hv,), False)(x_BLD),
+                    proj("beta", s.qk_init, (Hv,), False)(x_BLD), A_log, dt_bias)
     state = recurrent.value if decoding else None
     if L == 1 and decoding:
       o_BLHK, state = recurrent_gated_delta_rule(q, k, v, g, beta, doc_BL, state)
@@ -318,13 +331,13 @@ class GatedDeltaNet(nn.Module):
     if decoding:
       recurrent.value = state
     scale = self.param("out_norm", nn.with_logical_partitioning(nn.initializers.ones,
-                                                                ("kv",)), (K,))
+                                                                ("kv",)), (V,))
     o = o_BLHK * jax.lax.rsqrt(jnp.mean(jnp.square(o_BLHK), -1, keepdims=True) + s.norm_eps)
-    z = proj("gate", s.qk_init)(x_BLD)
+    z = proj("gate", s.qk_init, (Hv, V))(x_BLD)
     o = (o * scale * jax.nn.silu(z.astype(jnp.float32))).astype(s.dtype)
     return nn.DenseGeneral(
         D, axis=(-2, -1), use_bias=s.use_bias, dtype=s.dtype, name="out",
         dot_general=products.dot_general_for(s.dtype, s.platform),
         kernel_init=nn.with_logical_partitioning(s.vo_init, ("heads", "kv", "embed")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-    )(o.reshape(B * L, H, K)).reshape(B, L, D)
+    )(o.reshape(B * L, Hv, V)).reshape(B, L, D)

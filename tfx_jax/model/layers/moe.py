@@ -4,7 +4,9 @@
 
 Each expert E_i is the FFN of ``model/layers/ffn.py`` (the activation axis applies
 to every expert), the shared experts S_j (DeepSeekMoE, Dai et al. 2024) see
-every token. The router (``route``) scores the experts, r(x) = softmax(x W_r)
+every token (one FFN, ``model.shared_expert_d_ff`` wide or shared_experts x the
+expert width; with ``model.shared_expert_gate`` times sigmoid(x w), Qwen3-Next's
+shared_expert_gate). The router (``route``) scores the experts, r(x) = softmax(x W_r)
 (Switch, Fedus et al. 2022; Mixtral) or sigmoid(x W_r) (DeepSeek-V3, Liu et
 al. 2024, eq. 15), picks the k best of r(x) + b, b the expert bias of the
 auxiliary-loss-free balancing (zero without it; it chooses experts, never
@@ -61,6 +63,7 @@ import jax.numpy as jnp
 from tfx_jax.model.layers import expert_parallel
 from tfx_jax.model.layers.ffn import FeedForward
 from tfx_jax.model.config import moe_layers
+from tfx_jax.model.config_moe import shared_dim
 
 F32 = jnp.float32
 
@@ -82,6 +85,8 @@ class MoeSpec:
   scale: float = 1.0  # model.router_scale: the routed experts' weights x this
   groups: int = 1  # model.router_groups
   topk_groups: int = 1  # model.router_topk_groups; = groups: plain top-k
+  # model.shared_expert_gate: the shared experts' output x sigmoid(x w) (Qwen3-Next).
+  shared_gate: bool = False
 
 
 def _softmax_scores(logits_TE):
@@ -102,7 +107,7 @@ def moe_spec(cfg, router_init_scale: float = 0.1) -> MoeSpec | None:
     return None
   return MoeSpec(
       num_experts=cfg.num_experts, experts_per_token=cfg.experts_per_token,
-      expert_dim=cfg.expert_dim, shared_dim=cfg.shared_experts * cfg.expert_dim,
+      expert_dim=cfg.expert_dim, shared_dim=shared_dim(cfg), shared_gate=cfg.shared_expert_gate,
       score=_SCORES[cfg.router], norm_topk=cfg.router_norm_topk,
       expert_bias=cfg.moe_balance == "bias", capacity_factor=cfg.capacity_factor,
       router_init_scale=router_init_scale, scale=cfg.router_scale,
@@ -297,7 +302,8 @@ class MixtureOfExperts(nn.Module):
   gated) [E, D, F], ``wo/kernel`` [E, F, D] (with ``use_bias``, their
   ``bias`` [E, F], [E, D]),
   ``expert_bias`` [E] with the bias balancing (a parameter with no gradient,
-  set by the train step), and ``shared`` (an FFN of width shared_dim).
+  set by the train step), and ``shared`` (an FFN of width shared_dim; with
+  ``shared_gate`` its output x sigmoid(x ``shared_gate/kernel`` [D, 1])).
   Traced under a mesh with an ``expert`` axis > 1, the routed experts run per
   device (``_local_dispatch``); otherwise, as one program (``dispatch``).
   """
@@ -357,12 +363,18 @@ class MixtureOfExperts(nn.Module):
           self.make_rng("dropout") if self.dropout > 0 and not self.deterministic else None)
       y_TD, dropped_TK = y_BLD.reshape(T, D), dropped_BLK.reshape(T, K)
     if s.shared_dim:
-      y_TD = y_TD + FeedForward(
+      shared_TD = FeedForward(
           d_ff=s.shared_dim, act=self.act, gated=self.gated, use_bias=self.use_bias,
           dropout=self.dropout, deterministic=self.deterministic,
           kernel_init=nn.initializers.variance_scaling(
               self.vo_gain**2, "fan_avg", self.vo_distribution),
           dtype=self.dtype, platform=self.platform, name="shared")(x_TD)
+      if s.shared_gate:  # Qwen3-Next's shared_expert_gate: sigmoid(x w), w [D, 1]
+        shared_TD = shared_TD * jax.nn.sigmoid(nn.Dense(
+            1, use_bias=False, dtype=self.dtype, name="shared_gate",
+            kernel_init=nn.with_logical_partitioning(
+                nn.initializers.xavier_uniform(), ("embed", None)))(x_TD))
+      y_TD = y_TD + shared_TD
     return y_TD.reshape(B, L, D).astype(self.dtype), self._stats(
         logits_TE, scores_TE, experts_TK, dropped_TK, real_T, B)
 
