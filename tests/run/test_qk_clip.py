@@ -22,6 +22,9 @@ from tfx_jax.core.errors import ConfigError
 from tfx_jax.model.families import build_model
 from tfx_jax.model.layers.attention import (QK_CLIP_COLLECTION, QK_CLIP_KIND, Attention,
                                             AttentionSpec)
+from tfx_jax.model.layers.mla import QK_CLIP_KIND as MLA_KIND
+from tfx_jax.model.layers.mla import MlaSpec, MultiHeadLatentAttention
+from tfx_jax.model.layers.positions import RotarySpec
 from tfx_jax.run import config as run_config
 from tfx_jax.run import config_base
 from tfx_jax.run import qk_clip
@@ -252,3 +255,128 @@ def test_an_8_device_mesh_clips_as_one_device():
   assert one["fractions"] == mixed["fractions"] and one["fractions"][0] > 0
   assert one["same_shardings"] and mixed["same_shardings"]
   np.testing.assert_allclose(mixed["query"], one["query"], rtol=1e-5, atol=1e-6)
+
+
+# ---- MLA (Kimi K2's rule for its parts) ------------------------------------
+MLA_C, MLA_Q, MLA_N, MLA_R, MLA_V = 8, 6, 4, 4, 6  # d_c, d_c', d_n, d_R, d_v
+
+
+def _np_rms(x, scale):
+  return x / np.sqrt(np.mean(np.square(x), axis=-1, keepdims=True) + 1e-6) * scale
+
+
+def _np_mla(p, x):
+  """(logits [B, H, L, S] with the causal mask's -inf, values [B, S, H, V],
+  rotary key [B, S, R]) of an MLA layer without rotation, in float64:
+  (q_C . k_C + q_R . k_R) / sqrt(d_n + d_R), as model/layers/mla.py's docstring."""
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), p)
+  if "q_b_proj" in p:
+    c_q = _np_rms(x @ p["q_a_proj"]["kernel"] + p["q_a_proj"]["bias"],
+                  p["q_a_layernorm"]["scale"])
+    q = np.einsum("blq,qhf->blhf", c_q, p["q_b_proj"]["kernel"])
+  else:
+    q = np.einsum("bld,dhf->blhf", x, p["q_proj"]["kernel"])
+  ckr = x @ p["kv_a_proj_with_mqa"]["kernel"] + p["kv_a_proj_with_mqa"]["bias"]
+  c = _np_rms(ckr[..., :MLA_C], p["kv_a_layernorm"]["scale"])
+  k_rope = ckr[..., MLA_C:]
+  w = p["kv_b_proj"]["kernel"]
+  k_nope = np.einsum("bsc,chn->bshn", c, w[..., :MLA_N])
+  v = np.einsum("bsc,chv->bshv", c, w[..., MLA_N:])
+  logits = (np.einsum("blhn,bshn->bhls", q[..., :MLA_N], k_nope)
+            + np.einsum("blhr,bsr->bhls", q[..., MLA_N:], k_rope)) / np.sqrt(MLA_N + MLA_R)
+  logits = np.where(np.tril(np.ones((L, L), bool)), logits, -np.inf)
+  return logits, v, k_rope
+
+
+def _np_mla_rescale(p, max_h, tau):
+  """K2's MLA rule in NumPy (float32): eta_h = min(1, tau / S_max^h); head h's
+  q_C and k_C columns by sqrt(eta_h), its q_R columns by eta_h."""
+  max_h = np.asarray(max_h, np.float32)
+  over = max_h > tau
+  eta = np.where(over, np.float32(tau) / max_h, np.float32(1)).astype(np.float32)
+  out = {name: dict(v) for name, v in p.items()}
+  query = "q_b_proj" if "q_b_proj" in p else "q_proj"
+  kernel = np.array(p[query]["kernel"])
+  kernel[..., :MLA_N] *= np.sqrt(eta)[:, None]
+  kernel[..., MLA_N:] *= eta[:, None]
+  out[query]["kernel"] = kernel
+  kv = np.array(p["kv_b_proj"]["kernel"])
+  kv[..., :MLA_N] *= np.sqrt(eta)[:, None]
+  out["kv_b_proj"]["kernel"] = kv
+  return out, over
+
+
+def _mla_layer(q_rank, rotary):
+  spec = MlaSpec(num_heads=H, kv_rank=MLA_C, q_rank=q_rank, rope_dim=MLA_R, nope_dim=MLA_N,
+                 v_dim=MLA_V, use_bias=True, causal=True,
+                 rotary=RotarySpec(dims=MLA_R, inv_freq=(1.0, 0.01)) if rotary else None)
+  return MultiHeadLatentAttention(spec)
+
+
+@pytest.mark.parametrize("q_rank", [0, MLA_Q], ids=["q_proj", "q_lora"])
+def test_the_mla_rescale_against_numpy(q_rank):
+  rng = np.random.default_rng(q_rank)
+  x = rng.normal(size=(B, L, D)).astype(np.float32)
+  mask = jnp.tril(jnp.ones((1, 1, L, L), bool))
+  positions = jnp.tile(jnp.arange(L), (B, 1))
+  plain, rotated = _mla_layer(q_rank, False), _mla_layer(q_rank, True)
+  params = jax.tree.map(np.asarray, nn.unbox(plain.init(
+      jax.random.PRNGKey(0), x, mask=mask, positions_BL=positions)["params"]))
+  query = "q_b_proj" if q_rank else "q_proj"
+  assert ("q_a_proj" in params) == bool(q_rank)
+  # Spread the heads apart: head h's queries x (1 + 3h); biases and gains not 0 and 1.
+  params[query]["kernel"] = (params[query]["kernel"]
+                             * (1 + 3 * np.arange(H, dtype=np.float32))[None, :, None])
+  params["kv_a_proj_with_mqa"]["bias"] = rng.normal(size=MLA_C + MLA_R).astype(np.float32)
+  params["kv_a_layernorm"]["scale"] = rng.uniform(0.5, 1.5, MLA_C).astype(np.float32)
+
+  def sown_max(layer, p):
+    _, sown = layer.apply({"params": p}, x, mask=mask, positions_BL=positions,
+                          mutable=[QK_CLIP_COLLECTION])
+    assert list(sown[QK_CLIP_COLLECTION]) == [MLA_KIND]
+    (value,) = sown[QK_CLIP_COLLECTION][MLA_KIND]
+    return np.asarray(value)
+
+  logits, v, k_rope = _np_mla(params, x)
+  max_h = sown_max(plain, params)
+  np.testing.assert_allclose(max_h, logits.max(axis=(0, 2, 3)), rtol=1e-5)
+  tau = float(np.sort(max_h)[1] + np.sort(max_h)[2]) / 2  # heads 2, 3 over; 0, 1 under
+  want, want_over = _np_mla_rescale(params, max_h, tau)
+  got, over = qk_clip.mla_rule(params, jnp.asarray(max_h), tau)
+  np.testing.assert_array_equal(np.asarray(over), want_over)
+  assert want_over.any() and not want_over.all()
+  for name in (query, "kv_b_proj"):
+    np.testing.assert_allclose(got[name]["kernel"], want[name]["kernel"], rtol=1e-6)
+    # Heads under tau: bitwise untouched.
+    np.testing.assert_array_equal(np.asarray(got[name]["kernel"])[:, ~want_over],
+                                  params[name]["kernel"][:, ~want_over])
+  # The values' columns of kv_b_proj, the latent and rotary key's projection, the
+  # query's down projection, the norms and the output: bitwise untouched.
+  np.testing.assert_array_equal(np.asarray(got["kv_b_proj"]["kernel"])[..., MLA_N:],
+                                params["kv_b_proj"]["kernel"][..., MLA_N:])
+  flat_got = traverse_util.flatten_dict(got)
+  for path, value in traverse_util.flatten_dict(params).items():
+    if path[0] not in (query, "kv_b_proj"):
+      np.testing.assert_array_equal(flat_got[path], value, err_msg=str(path))
+  # Recomputed: the clipped heads' largest logit is tau, the others' unchanged;
+  # the values and the rotary key unchanged.
+  logits_after, v_after, k_rope_after = _np_mla(got, x)
+  after = logits_after.max(axis=(0, 2, 3))
+  np.testing.assert_allclose(after[want_over], tau, rtol=1e-5)
+  np.testing.assert_allclose(after[~want_over], max_h[~want_over], rtol=1e-5)
+  np.testing.assert_array_equal(logits_after[:, ~want_over], logits[:, ~want_over])
+  np.testing.assert_array_equal(v_after, v)
+  np.testing.assert_array_equal(k_rope_after, k_rope)
+  # With RoPE on the d_R part: the logits the layer's softmax sees, rescaled alike.
+  max_rotated = sown_max(rotated, params)
+  got_rotated, _ = qk_clip.mla_rule(params, jnp.asarray(max_rotated), tau)
+  after_rotated = sown_max(rotated, got_rotated)
+  over_rotated = max_rotated > tau
+  assert over_rotated.any()
+  np.testing.assert_allclose(after_rotated[over_rotated], tau, rtol=1e-5)
+  np.testing.assert_array_equal(after_rotated[~over_rotated], max_rotated[~over_rotated])
+  # ``apply`` finds the MLA rule by the name the layer sowed under.
+  tree, fraction = qk_clip.apply({"layer": params}, {"layer": {MLA_KIND: (jnp.asarray(max_h),)}},
+                                 tau)
+  np.testing.assert_allclose(tree["layer"][query]["kernel"], want[query]["kernel"], rtol=1e-6)
+  assert float(fraction) == pytest.approx(want_over.mean())
