@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import typing
 
 import flax.linen as nn
 import jax
@@ -19,6 +20,7 @@ import pytest
 from flax import traverse_util
 
 from tfx_jax.core.errors import ConfigError
+from tfx_jax.model.config_attention import AttentionType
 from tfx_jax.model.families import build_model
 from tfx_jax.model.layers.attention import (QK_CLIP_COLLECTION, QK_CLIP_KIND, Attention,
                                             AttentionSpec)
@@ -380,3 +382,79 @@ def test_the_mla_rescale_against_numpy(q_rank):
                                  tau)
   np.testing.assert_allclose(tree["layer"][query]["kernel"], want[query]["kernel"], rtol=1e-6)
   assert float(fraction) == pytest.approx(want_over.mean())
+
+
+# ---- MLA and hybrid stacks in the train step --------------------------------
+def _stack_config(model, **train):
+  """``_config`` (Muon, biases) with ``model`` over it: MLA's widths, a mixer pattern."""
+  c = _config(**train)
+  if model.get("attention_type") == "mla":
+    model = dict(num_kv_heads=0, mla_kv_rank=MLA_C, mla_nope_dim=MLA_N, mla_rope_dim=MLA_R,
+                 mla_v_dim=MLA_V, **model)
+  c.model.update(model)
+  return c
+
+
+def _np_rule(kind, p, max_h, tau):
+  """The NumPy rule of one layer: (its parameters rescaled, its heads over tau)."""
+  if kind == MLA_KIND:
+    return _np_mla_rescale(p, max_h, tau)
+  return _np_rescale(p, max_h, tau, 2)
+
+
+@pytest.mark.parametrize("model, sown_at", [
+    (dict(attention_type="mla", mla_q_rank=0), {("decoder", "layers", "self_attention"): (2, H)}),
+    (dict(mixer_pattern="DA", num_layers=4),
+     {("decoder", "layers", "layer_1", "self_attention"): (2, H)}),
+    (dict(mixer_pattern="DA", attention_type="mla", mla_q_rank=MLA_Q, scan_layers=False),
+     {("decoder", "layer_1", "self_attention"): (H,)}),
+], ids=["mla-scanned", "DA-scanned", "DA-mla-looped"])
+def test_the_train_step_clips_mla_and_the_attention_of_hybrid_stacks(model, sown_at):
+  """After a Muon update, every attention layer is its rule's NumPy rescale
+  of the plain update at the step's maxima, and nothing else moves: the Gated
+  DeltaNet layers sow nothing and are not touched, and the fraction counts the
+  attention heads only."""
+  run, state, plain, _ = _step(_stack_config(model))
+  net = build_model(run.model, deterministic=False)
+  _, sown = jax.jit(lambda p: net.apply(
+      {"params": p}, **tasks.get(run.task).model_inputs(_batch()),
+      rngs={"dropout": jax.random.PRNGKey(0)}, mutable=[QK_CLIP_COLLECTION]))(state.params)
+  sown = traverse_util.flatten_dict(sown[QK_CLIP_COLLECTION])
+  kind = MLA_KIND if model.get("attention_type") == "mla" else QK_CLIP_KIND
+  assert {path[:-1]: v[0].shape for path, v in sown.items()} == sown_at
+  assert {path[-1] for path in sown} == {kind}
+  (module,) = sown_at
+  max_xh = np.asarray(sown[(*module, kind)][0])
+  tau = float(np.median(max_xh))
+  _, _, clipped, metrics = _step(_stack_config(model, qk_clip=tau))
+  at = lambda tree: qk_clip._get(tree, module)
+  rows = [()] if max_xh.ndim == 1 else [(r,) for r in range(max_xh.shape[0])]
+  want_over, flat_clipped = [], traverse_util.flatten_dict(at(clipped.params))
+  for row in rows:
+    layer = jax.tree.map(lambda a: np.asarray(a)[row], at(plain.params))
+    want, over = _np_rule(kind, layer, max_xh[row], tau)
+    want_over.append(over)
+    for path, value in traverse_util.flatten_dict(want).items():
+      np.testing.assert_allclose(np.asarray(flat_clipped[path])[row], value, rtol=1e-5,
+                                 atol=1e-7, err_msg=str(path))
+  want_over = np.stack(want_over)
+  assert want_over.any() and not want_over.all()
+  assert float(metrics["qk_clip_fraction"]) == pytest.approx(want_over.mean())
+  # Outside the attention layers (the DeltaNet layers too) the plain update's,
+  # as is the optimizer's state.
+  flat_plain = traverse_util.flatten_dict(plain.params)
+  for path, value in traverse_util.flatten_dict(clipped.params).items():
+    if path[:len(module)] != module:
+      np.testing.assert_allclose(value, flat_plain[path], rtol=1e-6, atol=1e-7, err_msg=path)
+  for a, b in zip(jax.tree.leaves(clipped.opt_state), jax.tree.leaves(plain.opt_state)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_every_attention_type_has_a_rule_and_a_stack_without_attention_is_refused():
+  """A new ``model.attention_type`` without a rule fails here; a pattern of D
+  layers only has no softmax logits to clip."""
+  assert set(qk_clip.KINDS) == set(typing.get_args(AttentionType))
+  assert set(qk_clip.KINDS.values()) <= set(qk_clip.RULES)
+  config = _stack_config(dict(mixer_pattern="D"), qk_clip=100.0)
+  with pytest.raises(ConfigError, match="model.mixer_pattern='D'"):
+    run_config.resolve(config)
