@@ -38,6 +38,7 @@ from helpers import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 H, K, D, B, L = 4, 4, 16, 2, 6
+MLA_C, MLA_Q, MLA_N, MLA_R, MLA_V = 8, 6, 4, 4, 6  # d_c, d_c', d_n, d_R, d_v
 
 
 def _np_max_logits(p, x, num_kv_heads):
@@ -207,18 +208,20 @@ def test_the_fraction_is_logged(tmp_path):
   assert recorded.budgets["kv_bytes_per_token"] == 2 * 2 * 16 * 1 * 4
 
 
-# argv[1]: JSON list of (mesh, devices), each taking 2 clipped steps from the same init.
+# argv[1]: JSON list of (mesh, devices, model overrides), each taking 2 clipped
+# steps from the same init.
 _MESHES = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
     from flax import traverse_util
     from tfx_jax.run import config as run_config, config_base, setup as run_setup, sharding
     out = []
-    for mesh, devices in json.loads(sys.argv[1]):
+    for mesh, devices, model in json.loads(sys.argv[1]):
       c = config_base.base_config()
       c.model.update(dict(family="decoder_only", num_layers=2, d_model=16, num_heads=4,
                           num_kv_heads=2, d_ff=32, vocab_size=32, max_len=8, position="rope",
                           activation="swiglu", use_bias=True, scan_layers=True))
+      c.model.update(model)
       c.train.update(batch_size=8, seq_len=8, num_steps=2, qk_clip=0.05)
       c.optim.update(warmup_steps=1, learning_rate=1e-2)
       c.mesh.update(mesh)
@@ -239,28 +242,38 @@ _MESHES = textwrap.dedent("""
       out.append({"fractions": fractions,
                   "same_shardings": all(v.sharding.is_equivalent_to(want[k], v.ndim)
                                         for k, v in flat.items()),
-                  "query": np.asarray(flat["decoder/layers/self_attention/query/kernel"]).tolist()})
+                  "params": {k: np.asarray(v).tolist() for k, v in flat.items()}})
     print(json.dumps(out))
 """)
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("processes")
-def test_an_8_device_mesh_clips_as_one_device():
+@pytest.mark.parametrize("model", [
+    {},
+    # MLA with query compression in the A layers of a scanned DA stack.
+    {"mixer_pattern": "DA", "num_layers": 4, "attention_type": "mla", "num_kv_heads": 0,
+     "mla_q_rank": MLA_Q, "mla_kv_rank": MLA_C, "mla_nope_dim": MLA_N, "mla_rope_dim": MLA_R,
+     "mla_v_dim": MLA_V},
+], ids=["gqa", "DA-mla"])
+def test_an_8_device_mesh_clips_as_one_device(model):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=8")
-  meshes = [({"data": -1, "fsdp": 1, "tensor": 1}, 1), ({"data": 2, "fsdp": 2, "tensor": 2}, 8)]
+  meshes = [({"data": -1, "fsdp": 1, "tensor": 1}, 1, model),
+            ({"data": 2, "fsdp": 2, "tensor": 2}, 8, model)]
   proc = subprocess.run([sys.executable, "-c", _MESHES, json.dumps(meshes)], env=env,
                         cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-4000:]
   one, mixed = json.loads(proc.stdout.strip().splitlines()[-1])
   assert one["fractions"] == mixed["fractions"] and one["fractions"][0] > 0
   assert one["same_shardings"] and mixed["same_shardings"]
-  np.testing.assert_allclose(mixed["query"], one["query"], rtol=1e-5, atol=1e-6)
+  assert one["params"].keys() == mixed["params"].keys()
+  for path, value in one["params"].items():
+    np.testing.assert_allclose(mixed["params"][path], value, rtol=1e-5, atol=1e-6,
+                               err_msg=path)
 
 
 # ---- MLA (Kimi K2's rule for its parts) ------------------------------------
-MLA_C, MLA_Q, MLA_N, MLA_R, MLA_V = 8, 6, 4, 4, 6  # d_c, d_c', d_n, d_R, d_v
 
 
 def _np_rms(x, scale):
@@ -395,16 +408,17 @@ def _stack_config(model, **train):
   return c
 
 
-def _np_rule(kind, p, max_h, tau):
+def _np_rule(kind, p, max_h, tau, num_kv_heads):
   """The NumPy rule of one layer: (its parameters rescaled, its heads over tau)."""
   if kind == MLA_KIND:
     return _np_mla_rescale(p, max_h, tau)
-  return _np_rescale(p, max_h, tau, 2)
+  return _np_rescale(p, max_h, tau, num_kv_heads)
 
 
 @pytest.mark.parametrize("model, sown_at", [
     (dict(attention_type="mla", mla_q_rank=0), {("decoder", "layers", "self_attention"): (2, H)}),
-    (dict(mixer_pattern="DA", num_layers=4),
+    # Multi-head keys: a tau between the heads' maxima clips some heads, not all.
+    (dict(mixer_pattern="DA", num_layers=4, num_kv_heads=H),
      {("decoder", "layers", "layer_1", "self_attention"): (2, H)}),
     (dict(mixer_pattern="DA", attention_type="mla", mla_q_rank=MLA_Q, scan_layers=False),
      {("decoder", "layer_1", "self_attention"): (H,)}),
@@ -432,7 +446,7 @@ def test_the_train_step_clips_mla_and_the_attention_of_hybrid_stacks(model, sown
   want_over, flat_clipped = [], traverse_util.flatten_dict(at(clipped.params))
   for row in rows:
     layer = jax.tree.map(lambda a: np.asarray(a)[row], at(plain.params))
-    want, over = _np_rule(kind, layer, max_xh[row], tau)
+    want, over = _np_rule(kind, layer, max_xh[row], tau, run.model.num_kv_heads)
     want_over.append(over)
     for path, value in traverse_util.flatten_dict(want).items():
       np.testing.assert_allclose(np.asarray(flat_clipped[path])[row], value, rtol=1e-5,
@@ -458,3 +472,19 @@ def test_every_attention_type_has_a_rule_and_a_stack_without_attention_is_refuse
   config = _stack_config(dict(mixer_pattern="D"), qk_clip=100.0)
   with pytest.raises(ConfigError, match="model.mixer_pattern='D'"):
     run_config.resolve(config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", [{"model.attention_type": "mla"},
+                                   {"model.mixer_pattern": "DA", "model.num_layers": 2}],
+                         ids=["mla", "DA"])
+def test_the_fraction_is_logged_under_mla_and_a_hybrid_with_muon(tmp_path, model):
+  workdir = tmp_path / "run"
+  train("lm.py:tiny", workdir, {"train.qk_clip": 1e-3, "train.num_steps": 2,
+                                "train.log_every_steps": 1, "optim.optimizer": "muon",
+                                **model})
+  from tfx_jax.run import metrics  # pylint: disable=import-outside-toplevel
+  scalars = metrics.read_scalars(workdir / "tensorboard")
+  # tau this small clips every attention head at every step; a DeltaNet layer's
+  # heads counted (never clipped) would halve the DA stack's fraction.
+  assert [v for _, v in scalars["train/qk_clip_fraction"]] == [1.0, 1.0]
