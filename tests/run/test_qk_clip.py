@@ -485,6 +485,10 @@ def test_the_fraction_is_logged_under_mla_and_a_hybrid_with_muon(tmp_path, model
                                 **model})
   from tfx_jax.run import metrics  # pylint: disable=import-outside-toplevel
   scalars = metrics.read_scalars(workdir / "tensorboard")
-  # tau this small clips every attention head at every step; a DeltaNet layer's
-  # heads counted (never clipped) would halve the DA stack's fraction.
-  assert [v for _, v in scalars["train/qk_clip_fraction"]] == [1.0, 1.0]
+  # tau this small clips every attention head at the first step (after a clip a
+  # head's largest logit may end the next step under tau, so the second step's
+  # fraction is any share of the heads); a DeltaNet layer's heads counted
+  # (never clipped) would halve the DA stack's first fraction.
+  fractions = [v for _, v in scalars["train/qk_clip_fraction"]]
+  assert len(fractions) == 2 and fractions[0] == 1.0, fractions
+  assert 0.0 <= fractions[1] <= 1.0, fractions
