@@ -535,29 +535,54 @@ def test_muon_first_step_is_the_scaled_orthogonalised_gradient():
 # reads `mlp`, the attention's output reads (heads, kv).
 READS = {"query": ("embed",), "key": ("embed",), "value": ("embed",), "gate": ("embed",),
          "wi": ("embed",), "wv": ("embed",), "mlm_dense": ("embed",), "pooler": ("embed",),
-         "wo": ("mlp",), "out": ("heads", "kv"), "router": ("embed",)}
+         "wo": ("mlp",), "out": ("heads", "kv"), "router": ("embed",),
+         # MLA: the query's and the keys' and values' up-projections read their latents.
+         "q_proj": ("embed",), "q_a_proj": ("embed",), "q_b_proj": ("latent",),
+         "kv_a_proj_with_mqa": ("embed",), "kv_b_proj": ("latent",),
+         # Gated DeltaNet's per-head gate projections.
+         "decay": ("embed",), "beta": ("embed",)}
 HEAD_AXES = ("vocab", "classes")
+# Model variants of a spec ("lm.py:tiny+mla"), and leaves each must send to
+# each group (path endings), so that the variant is known to be there.
+VARIANTS = {
+    "moe": ({"ffn_type": "moe", "num_experts": 4, "experts_per_token": 2}, {}),
+    "mla": ({"attention_type": "mla"},
+            {"muon": ["self_attention/q_proj/kernel", "self_attention/kv_b_proj/kernel"],
+             "adam": ["self_attention/kv_a_layernorm/scale"]}),
+    "mla_q": ({"attention_type": "mla", "mla_q_rank": 8},
+              {"muon": ["self_attention/q_a_proj/kernel", "self_attention/q_b_proj/kernel"],
+               "adam": ["self_attention/q_a_layernorm/scale"]}),
+    # Gated DeltaNet: projections to Muon; the short convolutions, A_log, the
+    # dt bias and the output norm's gain to Adam.
+    "da": ({"mixer_pattern": "DA", "num_layers": 2},
+           {"muon": ["deltanet/query/kernel", "deltanet/decay/kernel", "deltanet/beta/kernel",
+                     "deltanet/gate/kernel", "deltanet/out/kernel"],
+            "adam": ["deltanet/query_conv", "deltanet/key_conv", "deltanet/value_conv",
+                     "deltanet/A_log", "deltanet/dt_bias", "deltanet/out_norm"]}),
+}
 
 
 @pytest.mark.parametrize("spec", ["lm.py:tiny", "mlm.py:tiny", "translate.py:tiny",
-                                  "finetune.py:tiny", "finetune.py:mlm_tiny", "lm.py:tiny+moe"])
+                                  "finetune.py:tiny", "finetune.py:mlm_tiny", "lm.py:tiny+moe",
+                                  "lm.py:tiny+mla", "lm.py:tiny+mla_q", "lm.py:tiny+da"])
 @pytest.mark.parametrize("scan", [False, True])
 def test_every_parameter_of_every_family_gets_its_group(spec, scan):
   """Muon: every hidden kernel, its reduction axes those the layer reads and
   the layer axis of a scanned stack and the expert axis of a mixture of
-  experts batch axes; Adam: embeddings, heads, norms, biases. Checked against
-  the parameters' logical axis names."""
+  experts batch axes; Adam: embeddings, heads, norms, biases, and MLA's and
+  Gated DeltaNet's vectors and short convolutions. Checked against the
+  parameters' logical axis names."""
   import flax.linen as nn
   from flax import traverse_util
   from tfx_jax.run import muon
   from tfx_jax.run import config as run_config
   from tfx_jax.model.families import build_model, dummy_inputs
   from helpers import load_config
-  spec, _, moe = spec.partition("+")
+  spec, _, variant = spec.partition("+")
   config = load_config(spec)
   config.model.scan_layers = scan
-  if moe:
-    config.model.ffn_type, config.model.num_experts, config.model.experts_per_token = "moe", 4, 2
+  model, pinned = VARIANTS[variant] if variant else ({}, {})
+  config.model.update(model)
   model_cfg = run_config.resolve(config).model
   boxed = jax.eval_shape(lambda k: build_model(model_cfg).init(
       {"params": k}, **dummy_inputs(model_cfg)), jax.random.PRNGKey(0))["params"]
@@ -583,6 +608,9 @@ def test_every_parameter_of_every_family_gets_its_group(spec, scan):
     assert ("layers" in names) == (scan and "/layers/" in path), path
   if scan:
     assert any("/layers/" in p for p in groups["muon"]["parameters"])
+  for group, endings in pinned.items():
+    for ending in endings:
+      assert any(p.endswith("/" + ending) for p in groups[group]["parameters"]), (group, ending)
 
 
 # ------------------------------------------- traced values: one program, same bits

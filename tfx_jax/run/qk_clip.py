@@ -23,14 +23,33 @@ by eta_g^(1 - alpha), alpha = 1/2 (``qk_clip_alpha``). The group's largest
 logit becomes tau; its other heads' logits scale by the same eta_g (a clip
 that no head's own factor exceeds). Multi-head attention (G = 1) is K2's rule.
 ``train/qk_clip_fraction`` is the fraction of query heads whose logits were
-rescaled this step, over every attention layer.
+rescaled this step, over every attention layer (MLA: its heads).
 
 Rules per attention kind (``RULES``), found by the name the layer sows its
-maxima under (``attention.QK_CLIP_KIND`` for the standard layer). Kimi K2's
-rule for multi-head latent attention, for the MLA layer to register under its
-own name: the per-head content parts q_C and k_C scaled by sqrt(eta_h), the
-per-head rotary query q_R by eta_h, and the rotary key k_R, shared by every
-head, left untouched.
+maxima under (``attention.QK_CLIP_KIND`` for the standard layer,
+``mla.QK_CLIP_KIND`` for multi-head latent attention). MLA (Kimi K2, section
+2.1 and appendix): head h's logit is (q_C . k_C + q_R . k_R) x scale, the
+content query q_C and key k_C per head, the rotary query q_R per head and the
+rotary key k_R one for every head; with eta_h = min(1, tau / S_max^h), q_C and
+k_C are scaled by sqrt(eta_h), q_R by eta_h, and k_R is left untouched (a
+shared key scaled for one head would change every head's logits), so each
+term, and the head's logits, scale by eta_h. In the parameters
+(``model/layers/mla.py``): q_C and q_R are the first d_n and last d_R columns
+of head h of the query's up-projection (``q_b_proj`` [.., d_c', H, d_n + d_R]
+with query compression; ``q_proj`` [.., D, H, d_n + d_R] without: the down
+projection ``q_a_proj`` and its norm are shared by the heads and untouched);
+k_C is the first d_n columns of head h of ``kv_b_proj`` [.., d_c, H, d_n + d_v],
+whose last d_v (the values) are untouched, as are ``kv_a_proj_with_mqa`` (the
+latent and k_R) and the latent norms. The widths are read off the parameters:
+d_c from ``kv_a_layernorm``'s gain, d_R = ``kv_a_proj_with_mqa``'s width - d_c,
+d_n = the query's per-head width - d_R. None of these projections has a bias.
+
+Hybrid stacks (``model.mixer_pattern`` with D): a Gated DeltaNet layer has no
+softmax and sows nothing; the attention (A) layers of the stack are clipped,
+looped (``layer_<i>``) or scanned over the pattern's unit
+(``layers/layer_<j>``, the maxima and parameters [repeats, ...] alike), and
+``train/qk_clip_fraction`` counts their heads only. A stack with no A layer
+has nothing to clip (a ConfigError).
 
 The rescale is applied to the parameters after the update (and the MoE expert
 bias), outside the optimizer's state, so it composes with every optimizer,
@@ -53,30 +72,37 @@ import jax.numpy as jnp
 from flax import traverse_util
 
 from tfx_jax.core.errors import ConfigError
+from tfx_jax.model import mixers
+from tfx_jax.model.layers import mla
 from tfx_jax.model.layers.attention import QK_CLIP_COLLECTION, QK_CLIP_KIND
 
 COLLECTION = QK_CLIP_COLLECTION
 # The share of eta that the queries take (Megatron-LM's qk_clip_alpha; K2: 1/2).
 ALPHA = 0.5
+# {model.attention_type: the kind its self-attention sows its maxima under}.
+KINDS = {"standard": QK_CLIP_KIND, "mla": mla.QK_CLIP_KIND}
 
 
 def check(model_cfg, tau: float) -> None:
   """train.qk_clip against the model (before anything is compiled)."""
-  if tau and model_cfg.qk_norm != "none":
+  if not tau:
+    return
+  if model_cfg.qk_norm != "none":
     raise ConfigError(
         f"train.qk_clip={tau} rescales the query and key projections, which "
         f"model.qk_norm={model_cfg.qk_norm!r} normalises away (the logits would not "
         "change): set model.qk_norm=none, or train.qk_clip=0 (off).")
-  if tau and model_cfg.attention_type != "standard":
+  if model_cfg.attention_type not in KINDS:
     raise ConfigError(
-        f"train.qk_clip={tau} has a rule for standard attention's query and key "
-        f"projections only; model.attention_type={model_cfg.attention_type!r} has no "
-        "rule here yet: use attention_type=standard, or train.qk_clip=0 (off).")
-  if tau and "D" in model_cfg.mixer_pattern:
+        f"train.qk_clip={tau} has no rule for model.attention_type="
+        f"{model_cfg.attention_type!r}; the rules: {', '.join(KINDS)}, or "
+        "train.qk_clip=0 (off).")
+  if "A" not in mixers.layer_mixers(model_cfg.mixer_pattern, model_cfg.num_layers):
     raise ConfigError(
-        f"train.qk_clip={tau} clips attention logits, and the rule here walks stacks of "
-        f"attention layers only; model.mixer_pattern={model_cfg.mixer_pattern!r} has "
-        "Gated DeltaNet layers: use a pattern of A only, or train.qk_clip=0 (off).")
+        f"train.qk_clip={tau} clips softmax attention logits, and "
+        f"model.mixer_pattern={model_cfg.mixer_pattern!r} on {model_cfg.num_layers} "
+        "layers has no attention (A) layer, only Gated DeltaNet (D): put A in the "
+        "pattern, or train.qk_clip=0 (off).")
 
 
 def _scale_heads(proj: Mapping[str, Any], scale_xH: jax.Array) -> dict:
@@ -110,8 +136,36 @@ def standard_rule(attention: Mapping[str, Any], max_logit_xH: jax.Array, tau
   return out, jnp.repeat(over_xN, G, axis=-1)
 
 
+def mla_rule(attention: Mapping[str, Any], max_logit_xH: jax.Array, tau
+             ) -> tuple[dict, jax.Array]:
+  """(the MLA layer's parameters rescaled, [..., H] which heads were): Kimi K2's
+  rule (module docstring), q_C and k_C by sqrt(eta_h), q_R by eta_h, k_R and the
+  values untouched. ``max_logit_xH``: the heads' S_max ([..., H], a leading
+  layer axis under scan, as the parameters)."""
+  C = attention["kv_a_layernorm"]["scale"].shape[-1]
+  R = attention["kv_a_proj_with_mqa"]["kernel"].shape[-1] - C
+  query = "q_b_proj" if "q_b_proj" in attention else "q_proj"
+  N = attention[query]["kernel"].shape[-1] - R
+  over_xH = max_logit_xH > tau
+  eta_xH = jnp.where(over_xH, tau / jnp.where(over_xH, max_logit_xH, 1.0), 1.0)
+
+  def scaled(kernel, content_xH, rest_xH):
+    # kernel [..., in, H, F]: head h's first N columns by content[h], the rest by rest[h].
+    content_F = jnp.arange(kernel.shape[-1]) < N
+    factor_xHF = jnp.where(content_F, content_xH[..., None], rest_xH[..., None])
+    return kernel * factor_xHF[..., None, :, :].astype(kernel.dtype)
+
+  out = dict(attention)
+  out[query] = dict(attention[query], kernel=scaled(
+      attention[query]["kernel"], jnp.sqrt(eta_xH), eta_xH))
+  out["kv_b_proj"] = dict(attention["kv_b_proj"], kernel=scaled(
+      attention["kv_b_proj"]["kernel"], jnp.sqrt(eta_xH), jnp.ones_like(eta_xH)))
+  return out, over_xH
+
+
 # {sown kind: rule(attention params, [..., H] maxima, tau) -> (params, clipped heads)}.
-RULES: dict[str, Callable[..., tuple[dict, jax.Array]]] = {QK_CLIP_KIND: standard_rule}
+RULES: dict[str, Callable[..., tuple[dict, jax.Array]]] = {QK_CLIP_KIND: standard_rule,
+                                                           mla.QK_CLIP_KIND: mla_rule}
 
 
 def _get(tree, path):

@@ -78,14 +78,17 @@ import numpy as np
 
 from tfx_jax.model.config_attention import mla_dims
 from tfx_jax.model.layers import probes, products
-from tfx_jax.model.layers.attention import (NEG_INF, AttentionSpec, Initializer, softcap,
-                                            xavier)
+from tfx_jax.model.layers.attention import (NEG_INF, QK_CLIP_COLLECTION, AttentionSpec,
+                                            Initializer, softcap, xavier)
 from tfx_jax.model.layers.norms import RMSNorm
 from tfx_jax.model.layers.positions import RotarySpec, rope
 
 # The latent norms' epsilon: transformers' DeepseekV3RMSNorm default, which
 # DeepseekV3Attention does not override (nor does DeepSeek's own model.py).
 LATENT_NORM_EPS = 1e-6
+# The name this layer sows its per-head largest logit under, in
+# ``QK_CLIP_COLLECTION`` (train.qk_clip): run/qk_clip.py's rule for MLA.
+QK_CLIP_KIND = "mla"
 
 
 def kv_cache_elements_per_token(cfg) -> int:
@@ -198,7 +201,9 @@ class MultiHeadLatentAttention(nn.Module):
   cache through the absorbed projections; the caller's mask hides the slots
   not yet written. Sows ``max_attention_logit`` and ``logit_rms`` (the
   scaled content logits q . k / sqrt(d_n + d_R), before soft-cap and bias) as
-  ``Attention`` does, where those collections are mutable.
+  ``Attention`` does, where those collections are mutable, and each head's
+  largest of those logits (Kimi K2's S_max^h) into ``QK_CLIP_COLLECTION``
+  under ``QK_CLIP_KIND``, only where that one is mutable (``train.qk_clip``).
   """
   spec: MlaSpec
   use_cache: bool = False
@@ -314,12 +319,17 @@ class MultiHeadLatentAttention(nn.Module):
     return probs_BHLS
 
   def _sow_logits(self, logits_BHLS, mask):
-    """The diagnostics ``Attention`` sows, of the scaled content logits."""
+    """The diagnostics ``Attention`` sows, of the scaled content logits, and
+    QK-clip's per-head maxima."""
     seen = (jnp.ones(logits_BHLS.shape, bool) if mask is None
             else jnp.broadcast_to(mask, logits_BHLS.shape))
     if self.is_mutable_collection("intermediates"):
       self.sow("intermediates", "max_attention_logit", jax.lax.stop_gradient(
           jnp.max(jnp.where(seen, logits_BHLS, -jnp.inf))))
+    if self.is_mutable_collection(QK_CLIP_COLLECTION):  # QK-clip (train.qk_clip)
+      # [H]: (q_C . k_C + q_R . k_R) x scale, over batch, queries and seen keys.
+      self.sow(QK_CLIP_COLLECTION, QK_CLIP_KIND, jax.lax.stop_gradient(
+          jnp.max(jnp.where(seen, logits_BHLS, -jnp.inf), axis=(0, 2, 3))))
     if probes.collecting(self):
       total = jnp.sum(jnp.where(seen, jnp.square(logits_BHLS), 0.0))
       self.sow(probes.COLLECTION, "logit_rms", jax.lax.stop_gradient(
