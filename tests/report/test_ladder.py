@@ -1,7 +1,8 @@
 """The ladder section on planted ladders with known curves: the multiplier
 recovered and its trend labelled, the refusals said, the ladder's axes kept
 out of the comparisons, the claims on the multiplier labelled by the rule,
-the figure, the trunks' cost, and a branched run's curve joined to its trunk's."""
+the figure, the trunks' cost, a branched run's curve joined to its trunk's, and
+a tuned value shared across budgets (``Ladder(share_tuning=True)``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """A ladder in a sweep (``Sweep(ladder=Ladder(...))``, ``--ladder``): rungs x
 budgets ahead of the declared axes, each budget's steps from its rung's
-non-embedding count, the dry run's table, and the trunk runs of branched wsd
-budgets (``sweep.branching``)."""
+non-embedding count, the dry run's table, the trunk runs of branched wsd
+budgets (``sweep.branching``), and the confirmation runs of budgets that share
+their tuned value (``Ladder(share_tuning=True)``) branching from one trunk."""
 
 from __future__ import annotations
 
