@@ -18,7 +18,14 @@ tfx_jax.sweep`` in a fresh directory:
   transfer    the grid runs at the smallest rung only (``--tune-at``), every
               larger rung at the value chosen there; budgets from scratch
   branched    the same, the budgets of a (rung, variant, rate, seed)
-              branched from one trunk run (the ladder's default)
+              branched from one trunk run (the ladder's default), and the
+              budgets of a (rung, variant) sharing one chosen rate
+              (``--share-tuning``), so that their confirmation runs branch
+              from one trunk too
+
+Per-rung and transfer choose a rate per budget; branched chooses one per
+(rung, variant) over its budgets, the lowest mean validation score
+(docs/scaling.md), whose confirmation runs then share the rate and the trunk.
 
 Every arm runs the same rungs, variants and confirmation seeds. Its cost is
 the core-seconds of every process it ran (runs and trunks: each one's wall
@@ -46,7 +53,7 @@ PHASES = sweep_cost.PHASES
 ARMS = {
     "per-rung": ["--no-branch"],
     "transfer": ["--tune-at", "{smallest}", "--no-branch"],
-    "branched": ["--tune-at", "{smallest}"],
+    "branched": ["--tune-at", "{smallest}", "--share-tuning"],
 }
 
 

@@ -1,7 +1,8 @@
 """The ladder section on planted ladders with known curves: the multiplier
 recovered and its trend labelled, the refusals said, the ladder's axes kept
 out of the comparisons, the claims on the multiplier labelled by the rule,
-the figure, the trunks' cost, and a branched run's curve joined to its trunk's."""
+the figure, the trunks' cost, a branched run's curve joined to its trunk's, and
+a tuned value shared across budgets (``Ladder(share_tuning=True)``)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ import pytest
 
 from tests import fakes
 from tfx_jax.core.errors import ConfigError
+from tfx_jax.records import ladder as ladder_lib
 from tfx_jax.records.claims import Claim, Equivalent
 from tfx_jax.records.sweep import SweepRecord
 from tfx_jax.report import assemble, claim_checks, claims, collect, scaling, schema
 from tfx_jax.report import multiplier as mult
 from tfx_jax.report.context import Context
 from tfx_jax.report.sections import ladder as ladder_section
+from tfx_jax.report.sections import selection
+from tfx_jax.report.sections import tuned as tuned_section
 
 E, A, ALPHA = 2.0, 3000.0, 0.3
 K = 1.5                      # the constant multiplier planted
@@ -396,3 +400,78 @@ def test_a_branched_run_finds_its_trunk_from_its_status_or_the_record(tmp_path):
   assert collect.branch_of(workdir, run, None, record) == (tmp_path / run.trunk, step)
   scratch = dataclasses.replace(run, trunk="")
   assert collect.branch_of(workdir, scratch, None, record) is None
+
+
+def _budget_preferences(share_tuning):
+  """A tuned ladder of 2 rungs whose two budgets prefer different rates: budget 0
+  the first, budget 1 the last, and the middle one the lowest on the mean of
+  both; ``share_tuning``: as ``Ladder(share_tuning=...)`` records it."""
+  rates = [2.0 ** -10, 2.0 ** -9, 2.0 ** -8]
+  penalty = {0: (0.0, 0.02, 0.1), 1: (0.1, 0.03, 0.0)}
+  rungs = RUNGS[:2]
+  budget_of = {}
+  for rung in rungs:
+    n = fakes.ladder_counts(rung)[0]
+    for b, tpp in enumerate(BUDGETS):
+      budget_of[float(ladder_lib.steps_for(tpp, n, 256) * 256 * 6 * n)] = b
+  constant = planted_loss("constant")
+
+  def loss(variant, c, seed):
+    rate = rates.index(variant["optim.learning_rate"])
+    return constant(variant, c, seed) + penalty[budget_of[c]][rate]
+
+  record, summaries = fakes.ladder_sweep("shared", rungs, BUDGETS, VARIANTS, loss,
+                                         tune={"optim.learning_rate": rates})
+  record = dataclasses.replace(record, ladder=dataclasses.replace(
+      record.ladder, share_tuning=share_tuning))
+  return record, summaries, rates
+
+
+def _points(record, summaries):
+  baselines = {name: schema.Baseline(UNIGRAM, math.log(256)) for name in summaries}
+  return selection.analyze_points(record, summaries, baselines, schema.Options())
+
+
+def test_shared_tuning_gives_every_budget_the_value_of_lowest_mean_score():
+  record, summaries, rates = _budget_preferences(False)
+  own = {p.key: p for p in _points(record, summaries)}
+  # Each budget alone chooses its own rate.
+  assert {p.chosen["optim.learning_rate"] for k, p in own.items() if k[1] == 0} == {rates[0]}
+  assert {p.chosen["optim.learning_rate"] for k, p in own.items() if k[1] == 1} == {rates[2]}
+  shared = {p.key: p for p in _points(dataclasses.replace(
+      record, ladder=dataclasses.replace(record.ladder, share_tuning=True)), summaries)}
+  assert set(shared) == set(own)
+  for (rung, _, variant), point in shared.items():
+    budgets = [own[rung, b, variant] for b in range(len(BUDGETS))]
+    means = {}
+    for row in budgets[0].tuned:
+      scores = [next(r.selection_score for r in p.tuned if r.label == row.label)
+                for p in budgets]
+      means[row.label] = sum(s[0] for s in scores) / len(scores)
+    assert point.chosen_label == min(means, key=means.get)
+    assert point.chosen == {"optim.learning_rate": rates[1]}
+    # Its rows and scores are its own; only the choice is the group's.
+    assert point.tuned == own[point.key].tuned
+    assert point.choice is None  # not its own best: no lead of its own
+
+
+def test_shared_tuning_chooses_nothing_where_no_value_is_scored_at_every_budget():
+  record, summaries, rates = _budget_preferences(True)
+  # Rung 0, gelu: budget 0 learned at the first rate only, budget 1 at the last only.
+  keep = {0: rates[0], 1: rates[2]}
+  for e in record.runs:
+    key = record.point_key(e)
+    if key[0] == 0 and key[2] == 0 and e.tuned["optim.learning_rate"] != keep[key[1]]:
+      summaries[e.name] = dataclasses.replace(summaries[e.name], state="diverged")
+  points = {p.key: p for p in _points(record, summaries)}
+  assert points[0, 0, 0].chosen is None and points[0, 1, 0].chosen is None
+  assert all(p.chosen == {"optim.learning_rate": rates[1]} for k, p in points.items()
+             if k[::2] != (0, 0))
+  report = types.SimpleNamespace(points=list(points.values()))
+  text = "\n".join(tuned_section.shared_lines(record, report))
+  assert ("the budgets of each rung and variant share one tuned value, chosen by the "
+          "lowest mean validation score over the budgets") in text
+  assert ("No tuned value is scored at every budget of d_model=32,num_layers=2, gelu: "
+          "nothing is chosen there.") in text
+  assert tuned_section.shared_lines(dataclasses.replace(
+      record, ladder=dataclasses.replace(record.ladder, share_tuning=False)), report) == []

@@ -1,7 +1,8 @@
 """A ladder in a sweep (``Sweep(ladder=Ladder(...))``, ``--ladder``): rungs x
 budgets ahead of the declared axes, each budget's steps from its rung's
-non-embedding count, the dry run's table, and the trunk runs of branched wsd
-budgets (``sweep.branching``)."""
+non-embedding count, the dry run's table, the trunk runs of branched wsd
+budgets (``sweep.branching``), and the confirmation runs of budgets that share
+their tuned value (``Ladder(share_tuning=True)``) branching from one trunk."""
 
 from __future__ import annotations
 
@@ -268,3 +269,108 @@ def test_a_seeded_copy_of_a_branched_budget_gets_a_trunk_of_its_own():
   assert all("train.branch_step" not in t.overrides for t in record.trunks)
   assert all(c.trunk.endswith("_trunk_activation-" + c.values[2]["model.activation"] + "_s7")
              for c in copies)
+
+
+# ------------------------------------------------------------ shared tuning
+
+
+def _tuned_record(*flags: str) -> sweep_record.SweepRecord:
+  """The record a tuned, confirmed ladder's first invocation writes (2 rungs x
+  2 budgets x 2 variants x 2 rates, seed 0, 1 confirmation seed), every
+  tuning run finished."""
+  from tfx_jax.sweep import cli  # pylint: disable=import-outside-toplevel
+  args = cli._parser().parse_args([  # pylint: disable=protected-access
+      "--config", "configs/lm.py:tiny", "--ladder", RUNGS, "--tokens-per-param", "2,4",
+      "--axis", "model.activation=gelu,swiglu", "--tune", "optim.learning_rate=1e-3,3e-3",
+      "--confirm", "1", *flags])
+  sweep = cli.declared_sweep(args, {"optim.schedule": "wsd", "optim.warmup_steps": "5"})
+  plan = _plan(sweep)
+  axes, runs = spec_lib.expand(sweep, plan=plan)
+  record = cli.build_record(sweep, axes, runs, "python -m tfx_jax.sweep ...", None,
+                            ladder=plan)
+  for entry in record.runs:
+    entry.state = "finished"
+  return record
+
+
+def _confirmed(record: sweep_record.SweepRecord) -> list[sweep_record.RunEntry]:
+  """The confirmation runs added at the values the finished tuning runs choose:
+  budget 0 prefers 1e-3 (by 0.05), budget 1 prefers 3e-3 (by 0.1), so 3e-3 has
+  the lower mean over the two."""
+  import types  # pylint: disable=import-outside-toplevel
+  from tests import fakes  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report import schema  # pylint: disable=import-outside-toplevel
+  from tfx_jax.report.sections import selection  # pylint: disable=import-outside-toplevel
+  from tfx_jax.sweep import confirm  # pylint: disable=import-outside-toplevel
+  penalty = {0: {1e-3: 0.0, 3e-3: 0.05}, 1: {1e-3: 0.1, 3e-3: 0.0}}
+  summaries = {e.name: fakes.summary({"eval/loss": 3.0 + penalty[record.point_key(e)[1]][
+      e.tuned["optim.learning_rate"]]}) for e in record.runs}
+  baselines = {name: schema.Baseline(8.0, math.log(256)) for name in summaries}
+  points = selection.analyze_points(record, summaries, baselines, schema.Options())
+  return confirm.add_confirmation(record, types.SimpleNamespace(points=points))
+
+
+def test_with_shared_tuning_the_confirmation_runs_of_the_budgets_share_one_trunk():
+  record = _tuned_record("--share-tuning")
+  assert record.ladder.share_tuning and record.ladder.branch
+  tuning_trunks = len(record.trunks)
+  assert tuning_trunks == 2 * 2 * 2  # rungs x variants x rates
+  new = _confirmed(record)
+  assert len(new) == 2 * 2 * 2  # rungs x budgets x variants, one confirmation seed
+  assert {e.tuned["optim.learning_rate"] for e in new} == {3e-3}
+  added = branching.attach(record, new)
+  assert len(added) == 2 * 2  # one trunk per rung and variant
+  for trunk in added:
+    budgets = [e for e in new if e.trunk == trunk.name]
+    assert len(budgets) == 2 and {record.point_key(e)[1] for e in budgets} == {0, 1}
+    assert sorted(trunk.overrides["checkpoint.keep_steps"]) == sorted(
+        e.overrides["train.branch_step"] for e in budgets)
+  assert all(e.trunk for e in new)
+
+
+def test_without_shared_tuning_budgets_confirmed_at_different_rates_get_no_trunk():
+  record = _tuned_record()
+  assert not record.ladder.share_tuning
+  new = _confirmed(record)
+  assert {(record.point_key(e)[1], e.tuned["optim.learning_rate"]) for e in new} == {
+      (0, 1e-3), (1, 3e-3)}
+  assert branching.attach(record, new) == []
+  assert not any(e.trunk for e in new)
+
+
+def test_share_tuning_is_written_only_where_true_and_an_older_plan_reads_false():
+  from tfx_jax.records import serial  # pylint: disable=import-outside-toplevel
+  plan = _plan(_sweep())
+  data = serial.to_json(plan)
+  assert "share_tuning" not in data and not plan.share_tuning
+  assert serial.from_json(ladder_lib.LadderPlan, data) == plan
+  shared = _plan(_sweep(tune={"optim.learning_rate": [1e-3, 3e-3]}, ladder=Ladder(
+      rungs=[{"model.d_model": 32, "model.num_heads": 2},
+             {"model.d_model": 64, "model.num_heads": 2}],
+      tokens_per_param=[2, 4], share_tuning=True)))
+  assert serial.to_json(shared)["share_tuning"] is True
+  assert serial.from_json(ladder_lib.LadderPlan, serial.to_json(shared)) == shared
+  assert "  shared tuning (Ladder(share_tuning=True) or --share-tuning)" in "\n".join(
+      ladder_plan.table(shared))
+  assert "shared tuning" not in "\n".join(ladder_plan.table(plan))
+  with pytest.raises(ConfigError, match="ladder share_tuning 'yes': expected True"):
+    ladder_lib.check_declaration(Ladder(rungs=[{"model.d_model": 32}, {"model.d_model": 64}],
+                                        tokens_per_param=[2, 4], share_tuning="yes"))
+
+
+def test_share_tuning_on_the_command_line_shows_in_the_dry_run_and_needs_tune(
+    tmp_path, capsys):
+  code, out, err = sweep_in_process(
+      [*LADDER, "--tune", "optim.learning_rate=1e-3,3e-3", "--share-tuning",
+       "--workdir", tmp_path, "--dry-run"], capsys)
+  assert code == 0, out + err
+  assert ("the budgets of each rung and variant share one tuned value, the one with the "
+          "lowest mean validation score over the budgets") in out
+  code, out, err = sweep_in_process([*LADDER, "--share-tuning", "--workdir", tmp_path,
+                                     "--dry-run"], capsys)
+  assert code == 2 and "the sweep tunes nothing" in err, out + err
+  code, out, err = sweep_in_process(
+      ["--config", "configs/lm.py:tiny", "--tune", "optim.learning_rate=1e-3,3e-3",
+       "--share-tuning", "--workdir", tmp_path, "--dry-run"], capsys)
+  assert code == 2 and "--share-tuning: the sweep has no ladder" in err, out + err
+  assert not list(tmp_path.iterdir())

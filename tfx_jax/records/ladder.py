@@ -13,7 +13,8 @@ that every variant, tuned value and seed runs at every rung and budget.
 the sweep (its key over every axis, the ladder's two first), the parameter
 counts of its model, the training FLOPs per token at the run's sequence
 length (``run.footprint.flops_per_token``, the count ``summary`` prints), and
-the steps, tokens, epochs and branch step of its budget. A rung's tokens come
+the steps, tokens, epochs and branch step of its budget, and whether the
+budgets share their tuned value (``share_tuning``). A rung's tokens come
 from the rung's count at the base values of the declared axes (``rung_params``),
 so every variant of a rung trains on the same tokens: a variant that changes
 the count (an MoE's routed experts, a wider FFN) is compared on the same data,
@@ -46,10 +47,17 @@ class Ladder:
   tuned value, seed) share their stable phase: one trunk run trains to the
   last decay start, each budget's decay runs from its branch point as its
   own run (``sweep.branching``). False: every budget runs from scratch.
+
+  ``share_tuning``: the budgets of a (rung, variant) share one tuned value,
+  the one with the lowest mean selection score over the budgets among those
+  scored at every budget (``report.sections.selection``), so that their
+  confirmation runs branch from one trunk too. False: each budget chooses its
+  own.
   """
   rungs: Sequence[Mapping[str, Any]]
   tokens_per_param: Sequence[float]
   branch: bool = True
+  share_tuning: bool = False
 
 
 def check_declaration(ladder: Any) -> Ladder:
@@ -90,7 +98,12 @@ def check_declaration(ladder: Any) -> Ladder:
                         "about 20).")
   if len(set(budgets)) != len(budgets):
     raise ConfigError(f"ladder tokens_per_param {budgets} repeats a value.")
-  return Ladder(tuple(rungs), tuple(float(b) for b in budgets), bool(ladder.branch))
+  if not isinstance(ladder.share_tuning, bool):
+    raise ConfigError(f"ladder share_tuning {ladder.share_tuning!r}: expected True (the "
+                      "budgets of a rung and variant share one tuned value) or False "
+                      "(each budget chooses its own).")
+  return Ladder(tuple(rungs), tuple(float(b) for b in budgets), bool(ladder.branch),
+                ladder.share_tuning)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +124,7 @@ class PointCount:
     return float(self.tokens) * float(self.flops_per_token)
 
 
-@serial.layout(omit_none=("corpus_tokens",))
+@serial.layout(omit_none=("corpus_tokens",), omit_default=("share_tuning",))
 @dataclasses.dataclass(frozen=True)
 class LadderPlan:
   """What the sweep resolved of its ladder (module docstring)."""
@@ -123,6 +136,9 @@ class LadderPlan:
   points: tuple[PointCount, ...]
   corpus_tokens: int | None = None      # the training split's tokens (None: not known)
   branch: bool = False                  # budgets branch from a shared stable phase
+  # The budgets of a (rung, variant) share one tuned value (``Ladder``);
+  # written only where True, so a file from before it reads as False.
+  share_tuning: bool = False
 
   def point(self, key: Sequence[int]) -> PointCount | None:
     """The counts of the point with this key (None: not a point of the plan)."""

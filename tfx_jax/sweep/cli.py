@@ -73,6 +73,11 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--no-branch", action="store_true",
                  help="run every budget of a ladder from scratch (default with "
                  "optim.schedule=wsd: the budgets branch from one trunk run's stable phase)")
+  p.add_argument("--share-tuning", action="store_true",
+                 help="with --ladder and --tune: the budgets of each rung and variant share "
+                 "one tuned value, the one with the lowest mean validation score over the "
+                 "budgets, so their confirmation runs branch from one trunk (default: each "
+                 "budget chooses its own; docs/scaling.md)")
   p.add_argument("--select-by", help="metric that picks each point's tuned values on "
                  "the validation split (default: the sweep's, or eval/loss)")
   p.add_argument("--confirm", type=int, default=None, metavar="N",
@@ -160,6 +165,12 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
       raise ConfigError("--no-branch: the sweep has no ladder (--ladder, or "
                         "Sweep(ladder=...)) whose budgets would branch.")
     changes["ladder"] = dataclasses.replace(ladder, branch=False)
+  if args.share_tuning:
+    ladder = changes.get("ladder", sweep.ladder)
+    if ladder is None:
+      raise ConfigError("--share-tuning: the sweep has no ladder (--ladder, or "
+                        "Sweep(ladder=...)) whose budgets would share a tuned value.")
+    changes["ladder"] = dataclasses.replace(ladder, share_tuning=True)
   if args.select_by:
     changes["select_by"] = args.select_by
   if args.confirm is not None:
@@ -194,6 +205,9 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
   ladder = sweep.ladder
   if ladder is not None:
     ladder = ladder_record.check_declaration(ladder)
+    if ladder.share_tuning and not tune:
+      raise ConfigError("ladder share_tuning=True (--share-tuning): the sweep tunes nothing "
+                        "(tune=..., --tune), so there is no tuned value to share.")
     try:
       ladder = dataclasses.replace(ladder, rungs=tuple(
           {k: validate.coerce(base, k, v) for k, v in rung.items()} for rung in ladder.rungs))

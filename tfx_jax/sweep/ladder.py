@@ -114,7 +114,7 @@ def plan(base_spec: str, overrides: Mapping[str, Any], ladder: Ladder,
   return LadderPlan(fields=tuple(rung_axis.fields), rungs=tuple(dict(r) for r in ladder.rungs),
                     tokens_per_param=ladder.tokens_per_param, rung_params=rung_params,
                     tokens_per_step=tokens_per_step, points=tuple(points),
-                    corpus_tokens=corpus, branch=branch)
+                    corpus_tokens=corpus, branch=branch, share_tuning=ladder.share_tuning)
 
 
 def _text(rung: Mapping[str, Any]) -> str:
@@ -148,7 +148,8 @@ def too_many_epochs(plan_: LadderPlan) -> str | None:
 def table(plan_: LadderPlan) -> list[str]:
   """The dry run's lines: each rung at each budget (counts at the base
   variant; each variant's FLOPs per token where they differ), the branch
-  points and the steps branching saves."""
+  points and the steps branching saves, and whether the budgets share their
+  tuned value."""
   lines = [f"  ladder: {len(plan_.rungs)} rungs x {len(plan_.tokens_per_param)} budgets "
            f"(tokens per non-embedding parameter: "
            f"{', '.join(format_value(t) for t in plan_.tokens_per_param)}); "
@@ -191,6 +192,11 @@ def table(plan_: LadderPlan) -> list[str]:
   else:
     lines.append("  budgets run from scratch (Ladder(branch=False) or --no-branch; branching "
                  "also needs optim.schedule=wsd and >= 2 budgets)")
+  if plan_.share_tuning:
+    lines.append("  shared tuning (Ladder(share_tuning=True) or --share-tuning): the budgets "
+                 "of each rung and variant share one tuned value, the one with the lowest "
+                 "mean validation score over the budgets, so their confirmation runs "
+                 + ("branch from one trunk" if plan_.branch else "run at one value"))
   warning = too_many_epochs(plan_)
   if warning:
     lines.append("  " + warning)

@@ -19,7 +19,9 @@ and the verdicts.
   (its confirmation runs; without them the base point's, as ``Trend``'s seed
   noise falls back). A lead below the spread is smaller than what a change
   of seed does to one run, so the tuning seeds decided the choice: another
-  seed could have chosen the runner-up (``Point.choice``).
+  seed could have chosen the runner-up (``Point.choice``). A budget of a
+  ladder that shares its tuned value across budgets, chosen at another value
+  than its own best, has no margin: the budgets chose together.
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ def choice_margins(record: SweepRecord, points: Sequence[Point]) -> list[Point]:
     # Ordered as the choice orders them; a stable sort keeps the chosen first.
     ranked = sorted((r for r in point.tuned if r.selection_score is not None),
                     key=lambda r: r.selection_score)
-    margin = lead(ranked[0], ranked[1]) if point.chosen is not None and len(ranked) > 1 else None
+    # A ladder's budgets that share their value (``selection.shared_picks``)
+    # may each be at another value than its own best: no lead of its own.
+    margin = (lead(ranked[0], ranked[1]) if point.chosen is not None and len(ranked) > 1
+              and ranked[0].label == point.chosen_label else None)
     if margin is None:
       out.append(point)
       continue

@@ -18,6 +18,7 @@ import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
+from tfx_jax.records.ladder import BUDGET_AXIS
 from tfx_jax.records.summary import RunSummaries, RunSummary
 from tfx_jax.records import transfer as transfer_lib
 from tfx_jax.records.sweep import DECLARED, RunEntry, Split, SweepRecord
@@ -190,6 +191,40 @@ def _tuned_rows(record: SweepRecord, by_tuned: Mapping[str, tuple[dict, list]],
   return rows
 
 
+def shared_picks(rows: Mapping[tuple[int, ...], Sequence[TunedValue]]
+                 ) -> dict[tuple[int, ...], TunedValue | None]:
+  """{point key: its chosen tuned value} of a ladder whose budgets share their
+  tuned value (``Ladder(share_tuning=True)``): the points of one rung and
+  variant (their keys but the budget's) choose together, among the tuned
+  values scored (``_selection_score``) at every budget, the one whose mean
+  score over the budgets is the lowest (element by element; the first
+  declared on a tie). A value unscored at some budget, or scored there on
+  another scale (l0 known at one budget, not at another), is no candidate;
+  where none is, no budget of the group has a chosen value.
+
+  Why one value: with ``optim.schedule=wsd`` a budget differs from the others
+  only in its decay (Hägele et al. 2024 tune the rate once per size), and
+  budgets at different values cannot branch from one trunk."""
+  groups: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+  for key in rows:
+    groups.setdefault(key[:BUDGET_AXIS] + key[BUDGET_AXIS + 1:], []).append(key)
+  out: dict[tuple[int, ...], TunedValue | None] = {}
+  for members in groups.values():
+    scored = [{r.label: r for r in rows[k] if r.selection_score is not None}
+              for k in members]
+    best, best_score = None, None
+    for label in scored[0]:
+      scores = [s[label].selection_score for s in scored if label in s]
+      if len(scores) < len(members) or len({len(x) for x in scores}) > 1:
+        continue
+      mean = tuple(sum(x[i] for x in scores) / len(scores) for i in range(len(scores[0])))
+      if best_score is None or mean < best_score:
+        best, best_score = label, mean
+    for key, by_label in zip(members, scored):
+      out[key] = None if best is None else by_label[best]
+  return out
+
+
 def analyze_points(record: SweepRecord, summaries: RunSummaries,
                    baselines: Mapping[str, Baseline], options: Options) -> list[Point]:
   """Each point: its runs per tuned value with outcomes and metrics, its chosen
@@ -202,7 +237,11 @@ def analyze_points(record: SweepRecord, summaries: RunSummaries,
   no transfer stage (``sweep.transfer``): its runs are its confirmation runs,
   it has no tuned values of its own, and its chosen value is the one chosen
   at its source proxy. One with transfer-stage runs (a sweep of an earlier
-  version) chooses among those, its one tuned value."""
+  version) chooses among those, its one tuned value.
+
+  A ladder whose budgets share their tuned value (``shared_picks``): the
+  budgets of each rung and variant report the one value they chose together;
+  a transferred point takes its proxy's at its budget, the shared one."""
   split = record.report_split
   reserved = reserved_seed(record)
   confirmation_runs: dict[tuple[int, ...], list[RunEntry]] = {}
@@ -221,6 +260,8 @@ def analyze_points(record: SweepRecord, summaries: RunSummaries,
                             None if l0s[key] is None else l0s[key].value)
     candidates = [r for r in rows[key] if r.selection_score is not None]
     picks[key] = min(candidates, key=lambda r: r.selection_score) if candidates else None
+  if record.ladder is not None and record.ladder.share_tuning:
+    picks.update(shared_picks({k: r for k, r in rows.items() if k not in transferred}))
   points = []
   for key in [*by_point, *(k for k in confirmation_runs if k not in by_point)]:
     tuned_rows = rows.get(key, [])

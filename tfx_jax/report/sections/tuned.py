@@ -1,6 +1,7 @@
 """The report's section "Tuned values": each point at each tuned value (the
 selection metric on validation, outcomes, the one chosen), the choices at a
-grid's end, and the learning-rate sensitivity (Wortsman et al. 2023:
+grid's end, a ladder's choice shared across its budgets, and the
+learning-rate sensitivity (Wortsman et al. 2023:
 ``tuning.sensitivity``), report.json's ``sensitivity``, with its plots.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from tfx_jax.records.ladder import BUDGET_AXIS
 from tfx_jax.records.sweep import SweepRecord, tuned_values
 from tfx_jax.report import stats
 from tfx_jax.report import tuning
@@ -57,6 +59,30 @@ def _chosen_mark(point: Point) -> str:
   return "✓ within the noise" if point.choice and point.choice.within_noise else "✓"
 
 
+def shared_lines(record: SweepRecord, report: Report) -> Lines:
+  """A ladder whose budgets share their tuned value (``Ladder(share_tuning=True)``):
+  how the value is chosen (``selection.shared_picks``), and the rungs and
+  variants where no value is scored at every budget, so nothing is chosen."""
+  if record.ladder is None or not record.ladder.share_tuning:
+    return []
+  budget = record.axes[BUDGET_AXIS].label
+  unchosen = dict.fromkeys(
+      ", ".join(v for k, v in p.values.items() if k != budget) for p in report.points
+      if p.chosen is None and any(r.selection_score is not None for r in p.tuned))
+  text = ("Shared across budgets (`Ladder(share_tuning=True)`): the budgets of each rung and "
+          "variant share one tuned value, chosen by the lowest mean validation score over "
+          "the budgets (the score each point is chosen by, among the values scored at every "
+          "budget), so their confirmation runs (where the sweep has them) "
+          + ("branch from one trunk" if record.ladder.branch else "run at one value")
+          + "; a short budget runs "
+          "at a value chosen partly by the long ones, and a transferred rung takes its "
+          "proxy's value.")
+  if unchosen:
+    text += (" No tuned value is scored at every budget of " + "; ".join(unchosen)
+             + ": nothing is chosen there.")
+  return [text, ""]
+
+
 def sensitivity_table(report: Report) -> list[list[str]]:
   rows = [["point", "sensitivity", "failed runs", "l0", "l0 from"]]
   source = {"step 0": lambda s: f"step 0 (mean of {s.initial_loss_runs} runs)",
@@ -77,7 +103,7 @@ def markdown(ctx: Context, report: Report, plots: Mapping[str, str]) -> Lines:
     return []
   sources = {p.key: p.text for p in provenance.of_ctx(ctx)}
   out = (["## Tuned values", "", markdown_table(tuned_table(record, report, sources)), ""]
-         + choices.noise_lines(report))
+         + shared_lines(record, report) + choices.noise_lines(report))
   edges = [(p, field, end) for p in report.points for field, end in p.chosen_at_edge.items()]
   if edges:
     out += ["Chosen at the end of the grid, so the best value may lie beyond what "
