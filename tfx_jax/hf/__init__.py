@@ -20,6 +20,8 @@ Modules:
   moe.py          Mixtral, Qwen3-MoE, OLMoE (experts stacked: stacked_linear)
   deepseek.py     DeepSeek-V3 (multi-head latent attention, its interleaved RoPE
                   columns permuted; dense layers, then shared and routed experts)
+  gpt_oss.py      gpt-oss (attention sinks, alternating windows, YaRN unrounded;
+                  experts with biases, a clamped SwiGLU, interleaved gate/up)
   gpt.py          GPT-2, GPT-NeoX
   bert.py         BERT
   t5.py           T5 1.0 and v1.1
@@ -68,6 +70,11 @@ Which canonical variant each architecture is, in ``model.*`` terms:
            router with the expert bias (moe_balance='bias'), shared experts,
            norm_topk_prob, routed_scaling_factor (router_scale), n_group /
            topk_group (router_groups, router_topk_groups)
+  gpt-oss  decoder_only, pre, rmsnorm, rope (YaRN with rope_yarn_truncate
+           False), GQA with biases and attention_sinks, sliding and full
+           layers alternating (global_every=2), a mixture of experts in every
+           layer: router with router_use_bias, top k renormalised, experts
+           with biases and activation='swiglu_oss' (swiglu_limit, swiglu_alpha)
   BERT     encoder_only, post, layernorm, gelu, learned positions, token types,
            embedding norm, MLM head
   T5 1.0   encoder_decoder, pre, rmsnorm, relu, t5_bias, no biases,
