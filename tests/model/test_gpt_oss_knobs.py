@@ -93,14 +93,15 @@ def test_router_bias_is_a_parameter_that_shifts_the_logits():
   flat = lambda c: flax.traverse_util.flatten_dict(
       nn.unbox(build_model(c).init(jax.random.PRNGKey(0), ids)["params"]), sep="/")
   plain, biased = flat(plain_cfg), flat(biased_cfg)
-  bias = biased.pop("decoder/layer_0/ffn/router/bias")
-  assert bias.shape == (4,) and not np.any(bias)  # zero-initialised
+  biases = {k: biased.pop(k) for k in list(biased) if k.endswith("router/bias")}
+  assert sorted(biases) == [f"decoder/layer_{i}/ffn/router/bias" for i in (0, 1)]
+  assert all(b.shape == (4,) and not np.any(b) for b in biases.values())  # zeros
   assert plain.keys() == biased.keys()  # the default has no router bias
   # A zero bias is the model without one, bit for bit.
   logits = lambda c, p: np.asarray(build_model(c).apply(
       {"params": flax.traverse_util.unflatten_dict(p, sep="/")}, ids)["logits"])
-  np.testing.assert_array_equal(logits(biased_cfg, dict(biased, **{
-      "decoder/layer_0/ffn/router/bias": bias})), logits(plain_cfg, biased))
+  np.testing.assert_array_equal(logits(biased_cfg, dict(biased, **biases)),
+                                logits(plain_cfg, biased))
   # It scores as well as chooses: a large bias on expert 3 routes every token there.
   layer = moe.MixtureOfExperts(moe.moe_spec(biased_cfg), act=jax.nn.silu, gated=True)
   x = jax.random.normal(jax.random.PRNGKey(1), (1, 6, 8))
