@@ -512,6 +512,10 @@ _LLAMA_CONFIG = dict(model_type="llama", num_attention_heads=4, hidden_size=32,
                            "original_max_position_embeddings": 16, "beta_fast": 32,
                            "beta_slow": 1, "truncate": True}),
      dict(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_max_len=16)),
+    # truncate=False (gpt-oss's): the ramp's ends unrounded.
+    (dict(rope_parameters={"rope_type": "yarn", "factor": 4.0, "truncate": False,
+                           "original_max_position_embeddings": 16}),
+     dict(rope_scaling="yarn", rope_yarn_truncate=False)),
     # yarn without a factor: the ratio of the lengths, as transformers does.
     (dict(rope_parameters={"rope_type": "yarn", "original_max_position_embeddings": 16}),
      dict(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_max_len=16)),
@@ -537,8 +541,6 @@ def test_llama_rope_configs_are_read(rope, want):
           attention_factor=1.0), "attention_factor=1.0"),
     (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16,
           mscale=1.0, mscale_all_dim=0.5), "mscale=1.0 with mscale_all_dim=0.5"),
-    (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16,
-          truncate=False), "truncate=False"),
     (dict(rope_type="default", partial_rotary_factor=0.5), "partial_rotary_factor=0.5"),
     (dict(rope_type="linear"), "without a factor"),
 ])

@@ -22,6 +22,8 @@ Modules:
                   columns permuted; dense layers, then shared and routed experts)
   qwen3_next.py   Qwen3-Next (Gated DeltaNet layers, gated attention, a gated
                   shared expert; in_proj_qkvz / in_proj_ba split per key head)
+  gpt_oss.py      gpt-oss (attention sinks, alternating windows, YaRN unrounded;
+                  experts with biases, a clamped SwiGLU, interleaved gate/up)
   gpt.py          GPT-2, GPT-NeoX
   bert.py         BERT
   t5.py           T5 1.0 and v1.1
@@ -77,6 +79,11 @@ Which canonical variant each architecture is, in ``model.*`` terms:
            partial_rotary_factor); a mixture of experts as Qwen3-MoE's plus one
            shared expert (shared_expert_d_ff) with its sigmoid gate
            (shared_expert_gate)
+  gpt-oss  decoder_only, pre, rmsnorm, rope (YaRN with rope_yarn_truncate
+           False), GQA with biases and attention_sinks, sliding and full
+           layers alternating (global_every=2), a mixture of experts in every
+           layer: router with router_use_bias, top k renormalised, experts
+           with biases and activation='swiglu_oss' (swiglu_limit, swiglu_alpha)
   BERT     encoder_only, post, layernorm, gelu, learned positions, token types,
            embedding norm, MLM head
   T5 1.0   encoder_decoder, pre, rmsnorm, relu, t5_bias, no biases,

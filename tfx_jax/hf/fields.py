@@ -87,7 +87,7 @@ def rope_fields(c, arch: str, *, longest: int, partial: bool = False,
     unsupported = [
         f"{key}={rope[key]!r}" for key, default in (
             ("beta_fast", YARN_BETA_FAST), ("beta_slow", YARN_BETA_SLOW),
-            ("attention_factor", yarn_attention_factor(factor)), ("truncate", True))
+            ("attention_factor", yarn_attention_factor(factor)))
         if rope.get(key) is not None and rope[key] != default]
     if rope.get("mscale") and rope.get("mscale_all_dim"):
       unsupported.append(f"mscale={rope['mscale']!r} with "
@@ -96,9 +96,10 @@ def rope_fields(c, arch: str, *, longest: int, partial: bool = False,
       raise ConfigError(
           f"{arch}: YaRN with {', '.join(unsupported)} has no model.* equivalent; "
           f"model.rope_scaling='yarn' is the paper's (beta_fast {YARN_BETA_FAST:g}, "
-          f"beta_slow {YARN_BETA_SLOW:g}, attention factor 0.1 ln(factor) + 1, "
-          "truncated ramp).")
-    fields.update(rope_scaling_factor=float(factor), rope_original_max_len=int(original))
+          f"beta_slow {YARN_BETA_SLOW:g}, attention factor 0.1 ln(factor) + 1).")
+    # truncate (transformers' default True): the ramp's ends rounded outwards.
+    fields.update(rope_scaling_factor=float(factor), rope_original_max_len=int(original),
+                  rope_yarn_truncate=bool(rope.get("truncate", True)))
   return fields
 
 
@@ -114,6 +115,8 @@ def hf_rope_parameters(m: ModelConfig, *, partial: bool = False) -> dict:
     rope.update(rope_type=m.rope_scaling, factor=m.rope_scaling_factor)
   if m.rope_scaling == "yarn":
     rope.update(original_max_position_embeddings=m.rope_original_max_len)
+    if not m.rope_yarn_truncate:  # transformers' default is True
+      rope.update(truncate=False)
   return rope
 
 

@@ -22,6 +22,7 @@ from tfx_jax.hf.deepseek import (deepseek_v3_checkpoint_rules, deepseek_v3_confi
                                  deepseek_v3_fields, deepseek_v3_rules)
 from tfx_jax.hf.gpt import (gpt2_config, gpt2_fields, gpt2_rules, gpt_neox_config,
                             gpt_neox_fields, gpt_neox_rules)
+from tfx_jax.hf.gpt_oss import gpt_oss_config, gpt_oss_fields, gpt_oss_rules
 from tfx_jax.hf.llama import (gemma2_config, gemma2_fields, gemma2_rules,
                               llama_config, llama_fields, llama_rules,
                               qwen3_config, qwen3_fields, qwen3_rules)
@@ -80,6 +81,8 @@ ARCHITECTURES = {
                                 deepseek_v3_checkpoint_rules),
     "qwen3_next": Architecture("qwen3_next", "qwen3_next", "decoder_only", "lm",
                                qwen3_next_fields, qwen3_next_config, qwen3_next_rules),
+    "gpt_oss": Architecture("gpt_oss", "gpt_oss", "decoder_only", "lm", gpt_oss_fields,
+                            gpt_oss_config, gpt_oss_rules),
     "bert": Architecture("bert", "bert", "encoder_only", "mlm", bert_fields,
                          bert_config, bert_rules),
     "t5": Architecture("t5", "t5", "encoder_decoder", "translate", t5_fields,

@@ -104,6 +104,7 @@ class FfnSpec:
   dtype: Any
   platform: str = "cpu"  # the backend compiled for (the products' form)
   moe: MoeSpec | None = None  # the mixture of experts of the MoE layers; None: dense
+  up: Callable[[jax.Array], jax.Array] | None = None  # gated: x V's map (ffn_activation)
   moe_every: int = 1
   first_dense_layers: int = 0
 
@@ -258,11 +259,12 @@ class TransformerLayer(nn.Module):
       return FeedForward(
           d_ff=f.d_ff, act=f.act, gated=f.gated, use_bias=f.use_bias, dropout=f.dropout,
           deterministic=self.deterministic, kernel_init=kernel_init, dtype=f.dtype,
-          platform=f.platform, name="ffn"), stats
+          platform=f.platform, up=f.up, name="ffn"), stats
     moe = MixtureOfExperts(
         f.moe, act=f.act, gated=f.gated, use_bias=f.use_bias, dropout=f.dropout,
         deterministic=self.deterministic, vo_gain=f.vo_gain,
-        vo_distribution=f.vo_distribution, dtype=f.dtype, platform=f.platform, name="ffn")
+        vo_distribution=f.vo_distribution, dtype=f.dtype, platform=f.platform, up=f.up,
+        name="ffn")
 
     def ffn(y_BLD):
       # A real token attends to itself; a padding token (segment 0) to nothing.

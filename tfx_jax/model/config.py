@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Mapping, get_args
 
 from tfx_jax.core import typed_config
 from tfx_jax.core.errors import ConfigError, InactiveSetting
-from tfx_jax.model import config_attention, config_moe, mixers, parametrization
+from tfx_jax.model import config_attention, config_ffn, config_moe, mixers, parametrization
 from tfx_jax.model.config_moe import is_moe_layer, moe_layers  # noqa: F401 (re-exported)
 from tfx_jax.model.config_attention import AttentionType
 from tfx_jax.model.parametrization import Parametrization
@@ -33,8 +33,9 @@ QKNormHeads = Literal["per_head", "joint"]
 Block = Literal["sequential", "parallel"]
 # A sigmoid gate on each head's attention output, from the layer input (Qiu et al. 2025).
 AttentionGate = Literal["none", "headwise", "elementwise"]
+# swiglu_oss: gpt-oss's clamped SwiGLU (model/layers/ffn.py, config_ffn.py).
 Activation = Literal["relu", "gelu", "gelu_tanh", "swish", "glu", "reglu", "geglu",
-                     "geglu_tanh", "swiglu", "bilinear"]
+                     "geglu_tanh", "swiglu", "bilinear", "swiglu_oss"]
 Position = Literal["sinusoidal", "learned", "t5_bias", "rope", "alibi", "none"]
 # Names of the policies in blocks._REMAT_POLICIES (docs/configs.md, "Sizes, dtype, schedules and optimizers"); every
 # choice here must have a policy there.
@@ -91,7 +92,8 @@ MixerPattern = Annotated[str, Samples(("", "D"))]
 # parallel block can use (post and deepnorm normalise the sum itself).
 PARALLEL_NORM_POSITIONS = ("pre", "sandwich")
 
-GATED_ACTIVATIONS = ("glu", "reglu", "geglu", "geglu_tanh", "swiglu", "bilinear")
+GATED_ACTIVATIONS = ("glu", "reglu", "geglu", "geglu_tanh", "swiglu", "bilinear",
+                     "swiglu_oss")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +104,9 @@ class ModelConfig:
   norm_position: NormPosition = "pre"
   norm_type: NormType = "layernorm"
   activation: Activation = "gelu"
+  # activation='swiglu_oss' only: its clamp and sigmoid gain (gpt-oss: 7, 1.702)
+  swiglu_limit: float = 7.0
+  swiglu_alpha: float = 1.702
   position: Position = "learned"
   num_layers: int = 2
   num_encoder_layers: int = 0  # encoder_decoder only; 0 = num_layers
@@ -143,6 +148,8 @@ class ModelConfig:
   rope_scaling: RopeScaling = "none"
   rope_scaling_factor: float = 1.0  # s: the context is extended s times
   rope_original_max_len: int = 0  # yarn: the context length the model was trained at
+  # yarn: the ramp's ends rounded outwards (transformers' truncate; gpt-oss: False)
+  rope_yarn_truncate: bool = True
   t5_num_buckets: int = 32
   t5_max_distance: int = 128
   num_classes: int = 0  # > 0 adds a classification head
@@ -182,6 +189,7 @@ class ModelConfig:
   # consecutive experts (config_moe.py); 1 / 1: plain top-k.
   router_groups: int = 1
   router_topk_groups: int = 1
+  router_use_bias: bool = False  # a learned bias on the router logits (gpt-oss)
   moe_every: int = 1  # layers k, 2k, ... (1-based) are MoE, the others dense
   first_dense_layers: int = 0  # the first layers stay dense (DeepSeek-V3: 3)
   moe_balance: MoeBalance = "aux_loss"
@@ -379,7 +387,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
     raise ConfigError(f"model.position='rope' needs an even head dimension, but {width}.")
   if cfg.position != "rope":
     for name in ("rope_fraction", "rope_scaling", "rope_scaling_factor",
-                 "rope_original_max_len"):
+                 "rope_original_max_len", "rope_yarn_truncate"):
       if getattr(cfg, name) != _FIELDS[name].default:
         raise InactiveSetting(
             f"model.{name}", _FIELDS[name].default,
@@ -419,6 +427,11 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         f"model.rope_original_max_len={cfg.rope_original_max_len} is read by "
         f"model.rope_scaling='yarn' only (rope_scaling is {cfg.rope_scaling!r}); "
         "leave it at 0.")
+  if cfg.rope_scaling != "yarn" and not cfg.rope_yarn_truncate:
+    raise InactiveSetting(
+        "model.rope_yarn_truncate", True,
+        "model.rope_yarn_truncate=False is read by model.rope_scaling='yarn' only "
+        f"(rope_scaling is {cfg.rope_scaling!r}); leave it at True.")
   if cfg.rope_scaling == "ntk" and cfg.rope_dims <= 2:
     raise ConfigError(
         "model.rope_scaling='ntk' raises the base to the power r/(r-2) of the rotated "
@@ -464,6 +477,7 @@ def validate(cfg: ModelConfig, *, seq_len: int | None = None) -> ModelConfig:
         f"model.block='parallel' sums the sublayers of one input, each through its "
         f"own norm: model.norm_position must be one of {', '.join(PARALLEL_NORM_POSITIONS)}"
         f" (got {cfg.norm_position!r}, which normalises the residual stream itself).")
+  config_ffn.validate(cfg)  # model.swiglu_*
   config_moe.validate(cfg)
   _validate_attention_2026(cfg)
   parametrization.validate(cfg)

@@ -13,7 +13,9 @@ consecutive experts where that is fewer than all (DeepSeek-V3's node-limited
 routing, ``n_group`` / ``topk_group``: a group's score is the sum of its two
 best r + b); the chosen scores, renormalised over the k with
 ``model.router_norm_topk``, times ``model.router_scale`` (DeepSeek-V3's
-``routed_scaling_factor``), weigh the experts.
+``routed_scaling_factor``), weigh the experts. ``model.router_use_bias`` adds
+a learned bias to the logits x W_r (gpt-oss's router; it scores as well as
+chooses, unlike the expert bias b).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ MOE_FIELDS = ("num_experts", "experts_per_token", "shared_experts", "expert_d_ff
               "router", "router_norm_topk", "router_scale", "router_groups",
               "router_topk_groups", "moe_every", "first_dense_layers", "moe_balance",
               "router_bias_rate", "capacity_factor", "shared_expert_d_ff",
-              "shared_expert_gate")
+              "shared_expert_gate", "router_use_bias")
 # The fields that only the shared experts read.
 SHARED_FIELDS = ("shared_expert_d_ff", "shared_expert_gate")
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from tfx_jax.model.blocks import FfnSpec, LayerSpec, parallel_branch_for, residual_for
 from tfx_jax.model.layers.attention import AttentionSpec, xavier
 from tfx_jax.model.layers.deltanet import DeltaNetSpec
-from tfx_jax.model.layers.ffn import activation_fn
+from tfx_jax.model.layers.ffn import ffn_activation
 from tfx_jax.model.layers.mla import mla_spec
 from tfx_jax.model.layers.moe import moe_spec
 from tfx_jax.model.layers.norms import JointHeads, norm_factory
@@ -44,7 +44,8 @@ def position_scheme(cfg: ModelConfig) -> PositionScheme:
   rotary = None
   if cfg.position == "rope":
     rotary = rotary_spec(cfg.rope_dims, cfg.rope_base, cfg.rope_scaling,
-                         cfg.rope_scaling_factor, cfg.rope_original_max_len)
+                         cfg.rope_scaling_factor, cfg.rope_original_max_len,
+                         yarn_truncate=cfg.rope_yarn_truncate)
   return {
       "sinusoidal": PositionScheme("sinusoidal", None, None),
       "learned": PositionScheme("learned", None, None),
@@ -127,7 +128,7 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool,
                platform: str = "cpu") -> LayerSpec:
   """Resolves the config into the hyper-parameters of one stack's layers, for
   a program compiled for ``platform`` (``build_model``)."""
-  act, gated = activation_fn(cfg.activation)
+  act, gated, up = ffn_activation(cfg.activation, cfg.swiglu_limit, cfg.swiglu_alpha)
   residual, final_norm = residual_for(cfg.norm_position)
   alpha, beta, dist = 1.0, 1.0, "uniform"  # Xavier-uniform, as in the textbook chapters' code
   qk_init = xavier(1.0, "uniform")
@@ -156,7 +157,7 @@ def layer_spec(cfg: ModelConfig, stack: str, *, cross_attention: bool,
         mla_dims(cfg).v_dim))
   ffn = FfnSpec(
       d_ff=cfg.ffn_dim, act=act, gated=gated, use_bias=cfg.use_bias, dropout=cfg.dropout,
-      vo_gain=beta, vo_distribution=dist, dtype=dtype, platform=platform,
+      up=up, vo_gain=beta, vo_distribution=dist, dtype=dtype, platform=platform,
       moe=moe_spec(cfg, router_init_scale=parametrization.router_init_scale(cfg)),
       moe_every=cfg.moe_every, first_dense_layers=cfg.first_dense_layers)
   return LayerSpec(

@@ -87,6 +87,7 @@ class MoeSpec:
   topk_groups: int = 1  # model.router_topk_groups; = groups: plain top-k
   # model.shared_expert_gate: the shared experts' output x sigmoid(x w) (Qwen3-Next).
   shared_gate: bool = False
+  router_bias: bool = False  # model.router_use_bias: a bias on the router logits
 
 
 def _softmax_scores(logits_TE):
@@ -111,7 +112,8 @@ def moe_spec(cfg, router_init_scale: float = 0.1) -> MoeSpec | None:
       score=_SCORES[cfg.router], norm_topk=cfg.router_norm_topk,
       expert_bias=cfg.moe_balance == "bias", capacity_factor=cfg.capacity_factor,
       router_init_scale=router_init_scale, scale=cfg.router_scale,
-      groups=cfg.router_groups, topk_groups=cfg.router_topk_groups)
+      groups=cfg.router_groups, topk_groups=cfg.router_topk_groups,
+      router_bias=cfg.router_use_bias)
 
 
 # ------------------------------------------------------------------ router
@@ -258,18 +260,20 @@ def expert_dense(x_NI, w: ExpertProjection, sizes_E, group_N, capacity: int = 0)
 
 
 def expert_rows(x_ND, projections: dict[str, ExpertProjection], sizes_E, capacity: int,
-                act, drop: Callable[[jax.Array], jax.Array]):
+                act, drop: Callable[[jax.Array], jax.Array], up=None):
   """Every row through its expert's FFN (``projections``: wi, wv if gated,
   wo, of the experts at hand): rows grouped by expert, in order, ``sizes_E``
   rows each; ``capacity`` > 0: that many rows per expert (``expert_dense``);
-  ``drop`` the dropout on the hidden units."""
+  ``drop`` the dropout on the hidden units; ``up`` the map of x V (None: as
+  it is; ffn.ffn_activation)."""
   group_N = None
   if projections["wo"].bias is not None:  # each row's expert, for its biases
     group_N = jnp.repeat(jnp.arange(sizes_E.shape[0]), sizes_E,
                          total_repeat_length=x_ND.shape[0])
   h_NF = act(expert_dense(x_ND, projections["wi"], sizes_E, group_N, capacity))
   if "wv" in projections:
-    h_NF = h_NF * expert_dense(x_ND, projections["wv"], sizes_E, group_N, capacity)
+    v_NF = expert_dense(x_ND, projections["wv"], sizes_E, group_N, capacity)
+    h_NF = h_NF * (v_NF if up is None else up(v_NF))
   return expert_dense(drop(h_NF), projections["wo"], sizes_E, group_N, capacity)
 
 
@@ -298,7 +302,8 @@ class MixtureOfExperts(nn.Module):
   """Router, routed experts (grouped matmuls) and shared experts.
 
   ``__call__(x [B, L, D], real [B, L] bool) -> (y [B, L, D], RouterStats)``.
-  Parameters: ``router/kernel`` [D, E], ``wi/kernel`` (and ``wv/kernel``
+  Parameters: ``router/kernel`` [D, E] (``router/bias`` [E] with
+  ``model.router_use_bias``), ``wi/kernel`` (and ``wv/kernel``
   gated) [E, D, F], ``wo/kernel`` [E, F, D] (with ``use_bias``, their
   ``bias`` [E, F], [E, D]),
   ``expert_bias`` [E] with the bias balancing (a parameter with no gradient,
@@ -317,6 +322,7 @@ class MixtureOfExperts(nn.Module):
   vo_distribution: str = "uniform"
   dtype: Any = jnp.float32
   platform: str = "cpu"  # the backend compiled for (the shared experts' products)
+  up: Callable[[jax.Array], jax.Array] | None = None  # gated: x V's map (ffn_activation)
 
   @nn.compact
   def __call__(self, x_BLD, real_BL):
@@ -329,11 +335,13 @@ class MixtureOfExperts(nn.Module):
     # The router in float32 (Switch's "selective precision"), initialised small:
     # truncated normal with variance 0.1 / fan_in (Switch section 2.4).
     logits_TE = nn.Dense(
-        E, use_bias=False, dtype=F32, param_dtype=F32, name="router",
+        E, use_bias=s.router_bias, dtype=F32, param_dtype=F32, name="router",
         kernel_init=nn.with_logical_partitioning(
             nn.initializers.variance_scaling(s.router_init_scale, "fan_in",
                                              "truncated_normal"),
-            ("embed", None)))(x_TD.astype(F32))
+            ("embed", None)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)))(
+            x_TD.astype(F32))
     bias_E = None
     if s.expert_bias:
       bias_E = self.param("expert_bias", nn.with_logical_partitioning(
@@ -353,7 +361,8 @@ class MixtureOfExperts(nn.Module):
     ep = expert_parallel.expert_axis_size()
     if ep == 1:
       drop = lambda h: nn.Dropout(self.dropout)(h, deterministic=self.deterministic)
-      rows_fn = lambda x, sizes, c: expert_rows(x, projections, sizes, c, self.act, drop)
+      rows_fn = lambda x, sizes, c: expert_rows(x, projections, sizes, c, self.act, drop,
+                                                self.up)
       y_TD, dropped_TK = dispatch(x_TD, experts_TK, weights_TK, rows_fn, E,
                                   s.capacity_factor, self.dtype)
     else:
@@ -365,6 +374,7 @@ class MixtureOfExperts(nn.Module):
     if s.shared_dim:
       shared_TD = FeedForward(
           d_ff=s.shared_dim, act=self.act, gated=self.gated, use_bias=self.use_bias,
+          up=self.up,
           dropout=self.dropout, deterministic=self.deterministic,
           kernel_init=nn.initializers.variance_scaling(
               self.vo_gain**2, "fan_avg", self.vo_distribution),
@@ -390,7 +400,8 @@ class MixtureOfExperts(nn.Module):
 
     def local(x_TD, experts_TK, weights_TK, projections, key):
       drop = _dropout(self.dropout, key)
-      ffn = lambda x, sizes, c: expert_rows(x, projections, sizes, c, self.act, drop)
+      ffn = lambda x, sizes, c: expert_rows(x, projections, sizes, c, self.act, drop,
+                                            self.up)
       rows_fn = (expert_parallel.capacity_exchange(ffn, ep) if s.capacity_factor > 0 else
                  expert_parallel.dropless_exchange(
                      ffn, ep, ragged=self.platform in expert_parallel.RAGGED_PLATFORMS))

@@ -11,6 +11,7 @@ cache index against every cache slot).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable
 
@@ -123,7 +124,7 @@ def yarn_attention_factor(factor: float) -> float:
   return 0.1 * math.log(factor) + 1.0 if factor > 1.0 else 1.0
 
 
-def _yarn(dims, base, factor, original_max_len):
+def _yarn(dims, base, factor, original_max_len, truncate: bool = True):
   """YaRN (Peng et al. 2023), as transformers' ``_compute_yarn_parameters``.
 
   Pair i makes n_i = L / lambda_i = L theta_i / (2 pi) turns over the training
@@ -136,14 +137,18 @@ def _yarn(dims, base, factor, original_max_len):
   rounded outwards (floor, ceil) and clamped to [0, r - 1]; we do the same, so
   that converted checkpoints compute what they were trained with. cos and sin
   are multiplied by sqrt(1/t) (section 3.4, ``yarn_attention_factor``).
+  ``truncate`` False (``model.rope_yarn_truncate``; transformers' ``truncate``,
+  gpt-oss's False) leaves the two indices unrounded, only clamped.
   """
   theta = _frequencies(dims, base)
 
   def pair_index(turns):
     return dims * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(base))
 
-  low = max(math.floor(pair_index(YARN_BETA_FAST)), 0)
-  high = min(math.ceil(pair_index(YARN_BETA_SLOW)), dims - 1)
+  low, high = pair_index(YARN_BETA_FAST), pair_index(YARN_BETA_SLOW)
+  if truncate:
+    low, high = math.floor(low), math.ceil(high)
+  low, high = max(low, 0), min(high, dims - 1)
   if low == high:
     high += 0.001  # a step rather than a ramp (transformers' guard against 0/0)
   ramp = np.clip((np.arange(dims // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
@@ -157,11 +162,15 @@ _ROPE_SCALINGS = {"none": _unscaled, "linear": _linear, "ntk": _ntk, "yarn": _ya
 
 
 def rotary_spec(dims: int, base: float = 10000.0, scaling: str = "none",
-                factor: float = 1.0, original_max_len: int = 0) -> RotarySpec:
+                factor: float = 1.0, original_max_len: int = 0, *,
+                yarn_truncate: bool = True) -> RotarySpec:
   """The :class:`RotarySpec` of ``dims`` rotated dimensions per head with a scaling
-  (``model.rope_scaling``: none, linear, ntk, yarn) by ``factor``."""
-  inv_freq, attention_factor = _ROPE_SCALINGS[scaling](dims, base, factor,
-                                                       original_max_len)
+  (``model.rope_scaling``: none, linear, ntk, yarn) by ``factor``; YaRN's ramp
+  rounded outwards or not (``yarn_truncate``, read by yarn only)."""
+  scale = _ROPE_SCALINGS[scaling]
+  if scaling == "yarn" and not yarn_truncate:
+    scale = functools.partial(_yarn, truncate=False)
+  inv_freq, attention_factor = scale(dims, base, factor, original_max_len)
   return RotarySpec(dims, tuple(float(f) for f in inv_freq), float(attention_factor))
 
 
