@@ -22,9 +22,10 @@ The sweeps (``--only``):
            optim.learning_rate=1e-3,3e-3 --seeds 0`` (``--parallel 2``)
   tuned    the same with ``--tune optim.learning_rate=1e-3,2e-3,3e-3 --seeds 0,1``
 
-and ``ladder`` (``--only ladder``), the cost of tuning a scaling ladder two
-ways (``benchmarks/ladder_cost.py``, which says how): per-rung grids with
-every budget from scratch, against tuning at the smallest rung and
+and ``ladder`` (``--only ladder``), the cost of tuning a scaling ladder
+(``benchmarks/ladder_cost.py``, which says how, and takes its own flags after
+``--only ladder``: ``--tokens-per-param 4,8``, ``--arms ...``): per-rung grids
+with every budget from scratch, against tuning at the smallest rung and
 transferring up (``--tune-at``, muP) with budgets branched from one trunk.
 
 For each of grid and tuned: the runs' summed wall time (as the sweep measures it: process
@@ -167,13 +168,16 @@ def main(argv=None) -> list[dict]:
                  "(default: a temporary one, removed)")
   p.add_argument("--json", default=None, help="write the records here")
   args, rest = p.parse_known_args(argv)
+  names = ["grid"] if args.quick and args.only == "grid,tuned" else args.only.split(",")
+  # The ladder's own flags (--rungs, --tokens-per-param, --arms, ...) go to
+  # benchmarks/ladder_cost.py, which checks them.
   bad = [a for a in rest if not a.startswith("--config.")]
-  if bad:
-    p.error(f"unrecognised arguments: {' '.join(bad)} (overrides are --config.a.b=v)")
+  if bad and names != ["ladder"]:
+    p.error(f"unrecognised arguments: {' '.join(bad)} (overrides are --config.a.b=v; "
+            "the ladder's flags need --only ladder alone)")
   args.overrides = rest
   if args.steps is None:
     args.steps = 30 if args.quick else 300
-  names = ["grid"] if args.quick and args.only == "grid,tuned" else args.only.split(",")
   if "ladder" in names:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     import ladder_cost  # pylint: disable=import-outside-toplevel

@@ -60,9 +60,9 @@ that ran it beside its loss. Each variant fits one session of ``--parallel
 2`` on a 2-core CPU; docs/results.md gives each one's measured time.
 """
 
-import importlib.util
 import pathlib
 
+from tfx_jax.run.config_base import load_config_module
 from tfx_jax.sweep import Claim, Equivalent, Sweep
 
 STEPS = 800
@@ -82,11 +82,7 @@ WINDOWS = 128
 
 def _lm_configs():
   """configs/lm.py, loaded by path (configs/ is not a package)."""
-  path = pathlib.Path(__file__).resolve().parents[1] / "configs" / "lm.py"
-  spec = importlib.util.spec_from_file_location("tfx_configs_lm", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_config_module(pathlib.Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 
 
 def _matched(common=None, **variant) -> dict:
@@ -216,7 +212,9 @@ def _sweep(name: str, description: str, axes, claims, overrides=None, **fields) 
 
 
 def get_sweep(variant: str = "default") -> Sweep:
-  if variant in ("default", "kv"):
+  if variant == "default":
+    variant = "kv"
+  if variant == "kv":
     points = kv_points()
     return _sweep("kv", "Multi-head attention against GQA (2 KV heads), MQA and MLA at "
                   "matched parameters, and MLA with GQA's cache bytes (DeepSeek-V2).",

@@ -44,9 +44,9 @@ minute with ``--parallel 2``), ``default`` (four points, three learning rates,
 2 tuning seeds, then 2 confirmation seeds, 1000 steps of the tiny LM).
 """
 
-import importlib.util
 import pathlib
 
+from tfx_jax.run.config_base import load_config_module
 from tfx_jax.sweep import Claim, Equivalent, Sweep
 
 RATES = [1e-3, 3e-3, 1e-2]
@@ -55,11 +55,7 @@ CAPACITY = 1.25
 
 def _lm_configs():
   """configs/lm.py, loaded by path (configs/ is not a package)."""
-  path = pathlib.Path(__file__).resolve().parents[1] / "configs" / "lm.py"
-  spec = importlib.util.spec_from_file_location("tfx_configs_lm", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_config_module(pathlib.Path(__file__).resolve().parents[1] / "configs" / "lm.py")
 
 
 def points() -> list[dict]:

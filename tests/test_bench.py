@@ -213,3 +213,20 @@ def test_mfu_counts_palm_flops_and_reads_known_peaks(tmp_path):
   assert mfu.peak_tflops("NVIDIA H100 PCIe", "bfloat16") == 756.0
   assert mfu.peak_tflops("NVIDIA A100-SXM4-80GB", "float32") == 156.0
   assert mfu.peak_tflops("cpu", "bfloat16") is None
+
+
+sweep_cost = _load_script(ROOT / "benchmarks" / "sweep_cost.py")
+
+
+def test_sweep_cost_passes_the_ladder_its_flags_and_refuses_them_elsewhere(capsys):
+  """``--only ladder`` hands the ladder's own flags to benchmarks/ladder_cost.py,
+  which checks them (an unknown arm exits 2 before any sweep runs); with other
+  sweeps they are refused."""
+  with pytest.raises(SystemExit) as exit_:
+    sweep_cost.main(["--only", "ladder", "--tokens-per-param", "4,8", "--arms", "bogus"])
+  assert exit_.value.code == 2
+  assert "--arms bogus: choose from per-rung, transfer, branched, shared" in capsys.readouterr().err
+  with pytest.raises(SystemExit) as exit_:
+    sweep_cost.main(["--only", "grid", "--tokens-per-param", "4,8"])
+  assert exit_.value.code == 2
+  assert "the ladder's flags need --only ladder alone" in capsys.readouterr().err

@@ -28,6 +28,7 @@ from tfx_jax.core.errors import ConfigError  # noqa: E402
 from tfx_jax.model import decoding as search  # noqa: E402
 from tfx_jax.model.families import build_model  # noqa: E402
 from tfx_jax.run import hf_interop  # noqa: E402
+import hf_parity  # noqa: E402  (tests/)
 
 VOCAB, D, HEADS = 100, 32, 4
 # float32 throughout (the measured maxima are in docs/huggingface.md).
@@ -67,10 +68,8 @@ VARIANTS = {
 
 def _perturb(model, seed):
   """Moves every parameter and the routers' e_score_correction_bias off its init."""
-  g = torch.Generator().manual_seed(seed)
+  g = hf_parity.perturb(model, seed)
   with torch.no_grad():
-    for p in model.parameters():
-      p.add_(0.1 * torch.randn(p.shape, generator=g))
     for name, b in model.named_buffers():
       if name.endswith("e_score_correction_bias"):
         b.add_(0.2 * torch.randn(b.shape, generator=g))
@@ -79,25 +78,18 @@ def _perturb(model, seed):
 @pytest.fixture(scope="module")
 def hf_dirs(tmp_path_factory):
   """{variant: (HF model in eval mode, its save_pretrained directory)}."""
-  out = {}
-  torch.manual_seed(0)
-  for i, (name, changes) in enumerate(VARIANTS.items()):
-    config = transformers.DeepseekV3Config(**dict(_BASE, **changes))
-    model = transformers.DeepseekV3ForCausalLM(config).eval()
-    _perturb(model, i)
-    path = tmp_path_factory.mktemp(name)
-    model.save_pretrained(path)
-    out[name] = (model, path)
-  return out
+  return hf_parity.saved_variants(tmp_path_factory, transformers.DeepseekV3Config,
+                                  transformers.DeepseekV3ForCausalLM, _BASE, VARIANTS,
+                                  move=_perturb)
 
 
 @pytest.fixture(scope="module")
 def imported(hf_dirs):
-  return {name: hf_interop.from_hf(path) for name, (_, path) in hf_dirs.items()}
+  return hf_parity.imported(hf_dirs)
 
 
 def _ids(seed=0):
-  return np.random.default_rng(seed).integers(3, VOCAB - 2, size=(2, 10)).astype(np.int32)
+  return hf_parity.token_ids(VOCAB, seed)
 
 
 def _logits(hf, cfg, params):

@@ -27,6 +27,7 @@ from tfx_jax.core.errors import ConfigError  # noqa: E402
 from tfx_jax.model import decoding as search  # noqa: E402
 from tfx_jax.model.families import build_model  # noqa: E402
 from tfx_jax.run import hf_interop  # noqa: E402
+import hf_parity  # noqa: E402  (tests/)
 
 VOCAB = 100
 # float32 throughout (the measured maxima are in docs/huggingface.md).
@@ -56,36 +57,21 @@ VARIANTS = {
 }
 
 
-def _perturb(model, seed):
-  """Moves every parameter (sinks and biases included) off its initialisation."""
-  g = torch.Generator().manual_seed(seed)
-  with torch.no_grad():
-    for p in model.parameters():
-      p.add_(0.1 * torch.randn(p.shape, generator=g))
-
 
 @pytest.fixture(scope="module")
 def hf_dirs(tmp_path_factory):
   """{variant: (HF model in eval mode, its save_pretrained directory)}."""
-  out = {}
-  torch.manual_seed(0)
-  for i, (name, changes) in enumerate(VARIANTS.items()):
-    config = transformers.GptOssConfig(**dict(_BASE, **changes))
-    model = transformers.GptOssForCausalLM(config).eval()
-    _perturb(model, i)
-    path = tmp_path_factory.mktemp(name)
-    model.save_pretrained(path)
-    out[name] = (model, path)
-  return out
+  return hf_parity.saved_variants(tmp_path_factory, transformers.GptOssConfig,
+                                  transformers.GptOssForCausalLM, _BASE, VARIANTS)
 
 
 @pytest.fixture(scope="module")
 def imported(hf_dirs):
-  return {name: hf_interop.from_hf(path) for name, (_, path) in hf_dirs.items()}
+  return hf_parity.imported(hf_dirs)
 
 
 def _ids(seed=0):
-  return np.random.default_rng(seed).integers(3, VOCAB - 2, size=(2, 10)).astype(np.int32)
+  return hf_parity.token_ids(VOCAB, seed)
 
 
 def _max_diff(hf, cfg, params):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import types
 from typing import Any, Mapping
 
 import ml_collections
@@ -93,14 +94,22 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
   path, _, preset = spec.partition(":")
   if not pathlib.Path(path).is_file():
     raise ConfigError(f"config file {path!r} does not exist.")
-  module_spec = importlib.util.spec_from_file_location(
-      f"_tfx_config_{pathlib.Path(path).stem}", path)
-  module = importlib.util.module_from_spec(module_spec)
   try:
-    module_spec.loader.exec_module(module)
+    module = load_config_module(path)
     return module.get_config(preset) if preset else module.get_config()
   except (ValueError, KeyError) as e:
     raise ConfigError(f"--config {spec}: {e}") from None
+
+
+def load_config_module(path) -> types.ModuleType:
+  """A config file as a module (``configs/`` is no package): its ``get_config``
+  and its helpers, such as ``configs/lm.py``'s ``matched`` and ``moe_variant``,
+  which the shipped experiments build their points with."""
+  path = pathlib.Path(path)
+  module_spec = importlib.util.spec_from_file_location(f"_tfx_config_{path.stem}", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module
 
 
 # ------------------------------------------------------------- overrides
