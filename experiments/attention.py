@@ -49,6 +49,9 @@ Variants:
   layer, and the hybrid with that layer NoPE (Kimi Linear's full-attention
   layers have no position encoding); each at the base's parameters.
   Claims read ln ppl@kx - ln ppl@1x per seed against RoPE's.
+- ``costs``: every point above (with its variant's layers, windows or
+  pattern), 200 steps on one seed at the preset's rate: the step time and
+  memory of each on the machine that runs it, no verdict.
 - ``tiny``: MHA, MLA and a 1:1 hybrid with sinks, 20 steps, one seed (the
   smoke test).
 
@@ -203,6 +206,16 @@ def _extrapolation_claims(points) -> list[Claim]:
   return out
 
 
+# ---------------------------------------------------------------- costs
+def cost_points() -> list[dict]:
+  """Every point of the variants above with the overrides its variant holds in
+  common (the 2-layer base first, the 4-layer one among them), for ``costs``."""
+  window = [dict(WINDOW), dict(WINDOW, **SINKS)]
+  deep = [dict(DEEP), *({**DEEP, "model.value_residual": k} for k in ("fixed", "learned")),
+          *({**DEEP, **p} for p in hybrid_points()[1:]), dict(DEEP, **NOPE)]
+  return [*kv_points(), *window, *deep]
+
+
 # ---------------------------------------------------------------- sweeps
 def _sweep(name: str, description: str, axes, claims, overrides=None, **fields) -> Sweep:
   return Sweep(name=f"attention_{name}", config="configs/lm.py:tiny",
@@ -239,6 +252,13 @@ def get_sweep(variant: str = "default") -> Sweep:
                   "text, test perplexity at 1x-8x the training length.",
                   [points], _extrapolation_claims(points), overrides={**DEEP, **STREAM},
                   evaluations=_lengths(WINDOWS))
+  if variant == "costs":
+    return Sweep(
+        name="attention_costs", config="configs/lm.py:tiny",
+        description="Every variant's points, 200 steps on one seed at the tiny LM's "
+        "rate, for their step time and memory on this machine.",
+        overrides={**COMMON, "train.num_steps": 200, "eval.every_steps": 200},
+        axes=[cost_points()], seeds=[0])
   if variant == "tiny":
     tiny = {"train.num_steps": 20, "eval.every_steps": 20, "eval.num_batches": 2,
             "eval.at_start": False, "checkpoint.every_steps": 20, "eval.num_samples": 0,
@@ -247,4 +267,4 @@ def get_sweep(variant: str = "default") -> Sweep:
                  axes=[[{}, _matched(attention_type="mla"),
                         _matched(mixer_pattern="DA", attention_sinks=True)]], seeds=[0])
   raise ValueError(f"unknown variant {variant!r}; choose tiny, kv (default), sinks, "
-                   "value_residual, hybrid or extrapolation")
+                   "value_residual, hybrid, extrapolation or costs")
