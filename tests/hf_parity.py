@@ -48,3 +48,40 @@ def imported(hf_dirs: dict) -> dict:
 def token_ids(vocab: int, seed: int = 0) -> np.ndarray:
   """[2, 10] token ids clear of the special ids at both ends of the vocabulary."""
   return np.random.default_rng(seed).integers(3, vocab - 2, size=(2, 10)).astype(np.int32)
+
+
+def until_eos(tokens, eos) -> list:
+  """The tokens up to and including the first ``eos`` (all of them without one)."""
+  tokens = list(tokens)
+  return tokens[:tokens.index(eos) + 1] if eos in tokens else tokens
+
+
+def assert_greedy_matches_generate(hf, cfg, params, ids: np.ndarray, n: int) -> None:
+  """Cached greedy decoding (``tfx_jax.model.decoding``) of ``n`` tokens after
+  ``ids`` equals HF ``generate``'s, each row up to its end of sequence."""
+  import torch  # pylint: disable=import-outside-toplevel
+  from tfx_jax.model import decoding  # pylint: disable=import-outside-toplevel
+  eos = hf.config.eos_token_id
+  t = torch.from_numpy(ids.astype(np.int64))
+  with torch.no_grad():
+    want = hf.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n,
+                       do_sample=False, num_beams=1, eos_token_id=eos,
+                       pad_token_id=eos)[:, ids.shape[1]:].numpy()
+  got = np.asarray(decoding.generate(params, cfg, ids, n, greedy=True, eos_id=eos))
+  for g, w in zip(got, want):
+    assert until_eos(g, eos) == until_eos(w, eos)
+
+
+def assert_round_trip(cfg, params, directory, architecture: str) -> None:
+  """Export to ``directory`` (as ``architecture``) then import: the same
+  ModelConfig and every parameter bit-identical."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfx_jax.run import hf_interop  # pylint: disable=import-outside-toplevel
+  assert hf_interop.to_hf(cfg, params, directory).name == architecture
+  cfg2, params2 = hf_interop.from_hf(directory)
+  assert cfg2 == cfg
+  flat = jax.tree_util.tree_leaves_with_path(params)
+  flat2 = dict(jax.tree_util.tree_leaves_with_path(params2))
+  assert len(flat) == len(flat2)
+  for key, value in flat:
+    np.testing.assert_array_equal(flat2[key], value, err_msg=str(key))

@@ -15,7 +15,6 @@ torch chunked and recurrent delta rules. Needs the optional 'hf' extra
 import dataclasses
 import json
 
-import jax
 import numpy as np
 import pytest
 
@@ -25,7 +24,6 @@ transformers = pytest.importorskip(
     "transformers", reason="the HF parity tests need the 'hf' extra: pip install -e .[hf]")
 
 from tfx_jax.core.errors import ConfigError  # noqa: E402
-from tfx_jax.model import decoding as search  # noqa: E402
 from tfx_jax.model.families import build_model  # noqa: E402
 from tfx_jax.run import hf_interop  # noqa: E402
 import hf_parity  # noqa: E402  (tests/)
@@ -110,11 +108,6 @@ def test_hidden_states_and_logits_match_transformers(variant, hf_dirs, imported)
   assert hidden <= TOL and logits <= TOL, (variant, hidden, logits)
 
 
-def _until_eos(tokens, eos):
-  tokens = list(tokens)
-  return tokens[:tokens.index(eos) + 1] if eos in tokens else tokens
-
-
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.slow
 def test_cached_greedy_decoding_matches_generate(variant, hf_dirs, imported):
@@ -122,29 +115,13 @@ def test_cached_greedy_decoding_matches_generate(variant, hf_dirs, imported):
   HF's generate with its conv and recurrent states."""
   hf = hf_dirs[variant][0]
   cfg, params = imported[variant]
-  eos = hf.config.eos_token_id
-  ids, n = _ids(seed=1), 12
-  t = torch.from_numpy(ids.astype(np.int64))
-  with torch.no_grad():
-    want = hf.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n,
-                       do_sample=False, num_beams=1, eos_token_id=eos,
-                       pad_token_id=eos)[:, ids.shape[1]:].numpy()
-  got = np.asarray(search.generate(params, cfg, ids, n, greedy=True, eos_id=eos))
-  for g, w in zip(got, want):
-    assert _until_eos(g, eos) == _until_eos(w, eos)
+  hf_parity.assert_greedy_matches_generate(hf, cfg, params, _ids(seed=1), 12)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_export_then_import_is_bit_identical(variant, imported, tmp_path):
   cfg, params = imported[variant]
-  assert hf_interop.to_hf(cfg, params, tmp_path).name == "qwen3_next"
-  cfg2, params2 = hf_interop.from_hf(tmp_path)
-  assert cfg2 == cfg
-  flat = jax.tree_util.tree_leaves_with_path(params)
-  flat2 = dict(jax.tree_util.tree_leaves_with_path(params2))
-  assert len(flat) == len(flat2)
-  for key, value in flat:
-    np.testing.assert_array_equal(flat2[key], value, err_msg=str(key))
+  hf_parity.assert_round_trip(cfg, params, tmp_path, "qwen3_next")
 
 
 @pytest.mark.slow
