@@ -52,7 +52,7 @@ def test_config_errors(fields, error, match):
     model_config_from_dict(fields)
 
 
-def _same_model(a: dict, b: dict):
+def _assert_same_model(a: dict, b: dict):
   """Two configs that name the same model: equal parameters and logits."""
   ca, cb = model_config_from_dict(a), model_config_from_dict(b)
   pa, pb = init_params(ca, jax.random.PRNGKey(0)), init_params(cb, jax.random.PRNGKey(0))
@@ -65,9 +65,9 @@ def test_the_defaults_are_the_widths_as_before():
   # 0 = as many value heads as key heads, of the key width; 0 = shared_experts x
   # the expert width.
   hybrid = dict(TINY, mixer_pattern="DA", deltanet_heads=2, deltanet_head_dim=4)
-  _same_model(hybrid, dict(hybrid, deltanet_v_heads=2, deltanet_v_head_dim=4))
+  _assert_same_model(hybrid, dict(hybrid, deltanet_v_heads=2, deltanet_v_head_dim=4))
   shared = dict(MOE, shared_experts=2)
-  _same_model(shared, dict(shared, shared_expert_d_ff=16))
+  _assert_same_model(shared, dict(shared, shared_expert_d_ff=16))
 
 
 def test_the_shared_width_and_gate_are_built_and_gate_the_shared_output():

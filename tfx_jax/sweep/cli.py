@@ -159,18 +159,17 @@ def declared_sweep(args, cli_overrides: dict[str, str]) -> spec_lib.Sweep:
     changes["tune_at"] = spec_lib.parse_tune_at_flags(args.tune_at)
   if args.ladder or args.tokens_per_param:
     changes["ladder"] = ladder_plan.parse_flags(args.ladder, args.tokens_per_param)
-  if args.no_branch:
+  for given, flag, change, what in (
+      (args.no_branch, "--no-branch", {"branch": False}, "would branch"),
+      (args.share_tuning, "--share-tuning", {"share_tuning": True},
+       "would share a tuned value")):
+    if not given:
+      continue
     ladder = changes.get("ladder", sweep.ladder)
     if ladder is None:
-      raise ConfigError("--no-branch: the sweep has no ladder (--ladder, or "
-                        "Sweep(ladder=...)) whose budgets would branch.")
-    changes["ladder"] = dataclasses.replace(ladder, branch=False)
-  if args.share_tuning:
-    ladder = changes.get("ladder", sweep.ladder)
-    if ladder is None:
-      raise ConfigError("--share-tuning: the sweep has no ladder (--ladder, or "
-                        "Sweep(ladder=...)) whose budgets would share a tuned value.")
-    changes["ladder"] = dataclasses.replace(ladder, share_tuning=True)
+      raise ConfigError(f"{flag}: the sweep has no ladder (--ladder, or "
+                        f"Sweep(ladder=...)) whose budgets {what}.")
+    changes["ladder"] = dataclasses.replace(ladder, **change)
   if args.select_by:
     changes["select_by"] = args.select_by
   if args.confirm is not None:
