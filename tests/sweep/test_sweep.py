@@ -671,7 +671,10 @@ def test_a_run_started_before_specs_resumes_from_its_spec_bitwise(tmp_path, env)
   flags = [sys.executable, "-m", "tfx_jax.train", "--config", "configs/lm.py:tiny",
            "--workdir", str(workdir),
            *[f"--config.{k}={spec_lib.format_value(v)}" for k, v in overrides.items()]]
-  proc = subprocess.run(flags, cwd=ROOT, env=env, capture_output=True, text=True,
+  # Trained as the sweep trains its runs, with its XLA thread flags: Eigen's
+  # threading changes a matmul's summation order on some CPUs.
+  run_env = local.child_env(sweep_dir, local.core_slots(1)[0], None, env)
+  proc = subprocess.run(flags, cwd=ROOT, env=run_env, capture_output=True, text=True,
                         timeout=600)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   straight = {tag: final_scalars(workdir, tag) for tag in ("train/loss", "eval/loss")}
